@@ -1,0 +1,107 @@
+"""Devices a study runs on: how many, what llama-server needs to see them, and starting any helpers.
+
+* `cpu-rpc`: N local `rpc-server` processes on free 127.0.0.1 ports, so that llama.cpp sees N devices and
+  pipeline parallelism really activates on a machine without GPUs (design.md §5.3).
+* `cuda`: NVIDIA GPUs; when the study asks for more devices than there are GPUs, `GGML_CUDA_DEVICES=N`
+  splits the GPUs into N virtual devices (recorded as virtual).
+* `cpu`: the host alone (one device; pipeline parallelism never activates).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import net, proc
+from .build import BuildArtifact
+from .errors import ConfigError, LaunchError
+
+
+@dataclass(frozen=True)
+class DeviceSetup:
+    """What a running llama-server needs to see the study's devices."""
+
+    backend: str
+    count: int
+    server_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    virtual: bool = False
+    endpoints: tuple[str, ...] = ()
+    description: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "backend": self.backend, "count": self.count, "server_args": list(self.server_args),
+            "env": dict(self.env), "virtual": self.virtual, "endpoints": list(self.endpoints),
+            "description": self.description,
+        }
+
+
+def rpc_server_argv(binary: Path, host: str, port: int, threads: int | None) -> list[str]:
+    argv = [str(binary), "-H", host, "-p", str(port)]
+    if threads:
+        argv += ["-t", str(threads)]
+    return argv
+
+
+@contextmanager
+def local_rpc(build: BuildArtifact, count: int, log_dir: Path, *, host: str = "127.0.0.1",
+              threads: int | None = None, ready_timeout_s: float = 30.0) -> Iterator[DeviceSetup]:
+    """Start `count` rpc-servers from `build`, yield the llama-server arguments that use them, stop them."""
+    if count < 1:
+        raise ConfigError("[devices] count must be at least 1 for cpu-rpc.")
+    if not net.is_private(host) or host in ("0.0.0.0", "::"):
+        warnings.warn(f"rpc-server has no authentication and will listen on {host}: anyone who can reach it can "
+                      "run code on this machine's devices.", stacklevel=2)
+    binary = build.binary("ggml-rpc-server")
+    if not binary.is_file():
+        raise LaunchError(f"rpc-server not found at {binary}", tip="the build needs -DGGML_RPC=ON and the ggml-rpc-server target.")
+    if threads is None:
+        threads = max(1, (os.cpu_count() or 2) // count)
+    endpoints: list[str] = []
+    with ExitStack() as stack:
+        for i in range(count):
+            for attempt in range(3):  # a port taken between choosing and binding: choose again
+                port = net.free_port(host)
+                log_path = log_dir / f"rpc-server-{i}.log"
+                child = proc.spawn(rpc_server_argv(binary, host, port, threads), log_path=log_path, env=build.env())
+                stack.callback(child.terminate)
+                if net.wait_port(host, port, ready_timeout_s, alive=child.alive):
+                    break
+                child.terminate()
+                if attempt == 2 or child.returncode not in (None, 0) and "bind" not in " ".join(child.log_tail(5)).lower():
+                    tail = "\n".join("    " + ln for ln in child.log_tail(10))
+                    raise LaunchError(f"rpc-server {i} did not start listening on {host}:{port}. Log: {log_path}\n{tail}",
+                                      tip="check that the build has the RPC backend and that the port range is usable.")
+            endpoints.append(f"{host}:{port}")
+        yield DeviceSetup(
+            backend="cpu-rpc", count=count, server_args=("--rpc", ",".join(endpoints)),
+            endpoints=tuple(endpoints), virtual=False,
+            description=f"{count} local rpc-server processes (CPU) on {', '.join(endpoints)}",
+        )
+
+
+@contextmanager
+def cuda(count: int, physical: int) -> Iterator[DeviceSetup]:
+    """CUDA devices; `count` > `physical` splits the GPUs into virtual devices with GGML_CUDA_DEVICES."""
+    if physical < 1:
+        raise LaunchError("the study asks for CUDA devices, but no NVIDIA GPU was found.",
+                          tip="run `llamalab doctor`; on a machine without a GPU use backend = \"cpu-rpc\".")
+    env: dict[str, str] = {}
+    virtual = count > physical
+    if virtual:
+        env["GGML_CUDA_DEVICES"] = str(count)
+    desc = (f"{count} virtual CUDA devices on {physical} GPU(s) (GGML_CUDA_DEVICES={count})" if virtual
+            else f"{count} CUDA GPU(s)")
+    if count < physical:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
+    yield DeviceSetup(backend="cuda", count=count, env=env, virtual=virtual, description=desc)
+
+
+@contextmanager
+def cpu() -> Iterator[DeviceSetup]:
+    yield DeviceSetup(backend="cpu", count=1, description="the CPU alone")

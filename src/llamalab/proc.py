@@ -1,0 +1,212 @@
+"""The only module that starts processes.
+
+Every child gets an argv list (never a shell string), runs in its own process group, and has its output
+written to a log file. Live children are registered so that one call (`terminate_all`) can stop every
+llama-server and rpc-server llamalab started, e.g. from a signal handler.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_live: set["Child"] = set()
+_live_lock = threading.Lock()
+
+
+@dataclass
+class Child:
+    """A process started in its own process group, with its output going to `log_path`."""
+
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen = field(repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def terminate(self, grace_s: float = 5.0) -> int | None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after `grace_s`. Idempotent."""
+        try:
+            if self.popen.poll() is None:
+                _signal_group(self.popen.pid, signal.SIGTERM)
+                try:
+                    self.popen.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            # The leader may be gone while others in its group live on: always sweep the group.
+            _signal_group(self.popen.pid, signal.SIGKILL)
+            try:
+                self.popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        finally:
+            with _live_lock:
+                _live.discard(self)
+        return self.popen.poll()
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def log_tail(self, n: int = 20) -> list[str]:
+        return tail_lines(self.log_path, n)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Child:
+    """Start `argv` in a new process group with stdout and stderr appended to `log_path`."""
+    argv = [str(a) for a in argv]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    with open(log_path, "ab") as log:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    child = Child(argv=argv, log_path=log_path, popen=popen)
+    with _live_lock:
+        _live.add(child)
+    return child
+
+
+@dataclass(frozen=True)
+class Finished:
+    argv: list[str]
+    returncode: int
+    log_path: Path
+    seconds: float
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
+    timeout_s: float | None = None,
+) -> Finished:
+    """Run `argv` to completion in its own process group, appending its output to `log_path`.
+
+    `on_line` sees each output line as it arrives (progress display). Returns the exit status; the caller
+    decides what a non-zero status means. The group is killed if the caller is interrupted.
+    """
+    argv = [str(a) for a in argv]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    start = time.monotonic()
+    with open(log_path, "ab") as log:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        child = Child(argv=argv, log_path=log_path, popen=popen)
+        with _live_lock:
+            _live.add(child)
+        try:
+            assert popen.stdout is not None
+            for raw in popen.stdout:
+                log.write(raw)
+                if on_line is not None:
+                    on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+                if timeout_s is not None and time.monotonic() - start > timeout_s:
+                    break
+            popen.wait(timeout=None if timeout_s is None else max(1.0, timeout_s - (time.monotonic() - start)))
+        except BaseException:
+            child.terminate(grace_s=2.0)
+            raise
+        finally:
+            with _live_lock:
+                _live.discard(child)
+    rc = popen.poll()
+    if rc is None:  # timed out
+        child.terminate(grace_s=2.0)
+        rc = -9
+    return Finished(argv=argv, returncode=rc, log_path=log_path, seconds=time.monotonic() - start)
+
+
+def capture(argv: Sequence[str], *, timeout_s: float = 30.0, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """Run a short command and return (exit status, combined output). Missing program → (127, message)."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    try:
+        done = subprocess.run(
+            [str(a) for a in argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout_s,
+            env=full_env,
+            start_new_session=True,
+        )
+    except FileNotFoundError as e:
+        return 127, str(e)
+    except subprocess.TimeoutExpired as e:
+        out = e.output.decode("utf-8", "replace") if isinstance(e.output, bytes) else (e.output or "")
+        return 124, out
+    return done.returncode, done.stdout.decode("utf-8", "replace")
+
+
+def live_children() -> list[Child]:
+    with _live_lock:
+        return [c for c in _live if c.alive()]
+
+
+def terminate_all(grace_s: float = 3.0) -> int:
+    """Stop every child still running; returns how many were stopped."""
+    with _live_lock:
+        children = list(_live)
+    for c in children:
+        c.terminate(grace_s=grace_s)
+    return len(children)
+
+
+def tail_lines(path: Path, n: int = 20) -> list[str]:
+    """The last `n` lines of a text file (empty if it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            return [ln.decode("utf-8", "replace").rstrip("\r\n") for ln in deque(f, maxlen=n)]
+    except OSError:
+        return []

@@ -1,0 +1,84 @@
+"""A run as stored: what every renderer takes. Loaded from the database only, never from a live run."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from ..store import Store
+
+
+@dataclass
+class RunData:
+    run: dict
+    builds: list[dict]
+    configs: list[dict]
+    trials: list[dict]
+    system: dict | None = None
+    study_toml: str = ""
+    extra: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict)  # every stored row of the run, as Store.dump_run gives it
+
+    @property
+    def id(self) -> str:
+        return self.run["id"]
+
+    def build_label(self, name: str) -> str:
+        import tomllib
+
+        try:
+            for b in tomllib.loads(self.study_toml).get("builds", []):
+                if b.get("name") == name:
+                    return b.get("label") or name
+        except Exception:
+            pass
+        return name
+
+    def ok_configs(self) -> list[dict]:
+        """The last successful configuration row per (build, setting) — the one whose ledger describes it."""
+        out: dict[tuple[str, str], dict] = {}
+        for c in self.configs:
+            if c["status"] == "ok" and c.get("ledger"):
+                out[(c["build"], c["setting"])] = c
+        return list(out.values())
+
+    def ledger_for(self, build: str, setting: str) -> dict | None:
+        for c in reversed(self.configs):
+            if c["build"] == build and c["setting"] == setting and c.get("ledger") and c["status"] == "ok":
+                return c["ledger"]
+        return None
+
+
+def load(store: Store, run_id: str | None = None) -> RunData:
+    run = dict(store.run(run_id))
+    rid = run["id"]
+    return RunData(run=run, builds=store.builds(rid), configs=store.configs(rid), trials=store.trials(rid),
+                   system=store.system(rid), study_toml=run.get("study_toml") or "", tables=store.dump_run(rid))
+
+
+_ENDPOINT = re.compile(r"\[.*\]$")
+
+
+def device_labels(names: list[str]) -> list[str]:
+    """Stable column names for devices: printed names without endpoints; position-numbered where they collide
+    (every local rpc-server's device prints as RPC0[host:port], on a different port each run)."""
+    bases = [_ENDPOINT.sub("", n) for n in names]
+    if len(set(bases)) == len(bases):
+        return bases
+    stems = [re.sub(r"\d+$", "", b) for b in bases]
+    return [f"{s}{i}" for i, s in enumerate(stems)]
+
+
+def compute_by_label(ledger: dict) -> dict[str, float | None]:
+    names = list(ledger.get("devices", {}))
+    return {lab: ledger["devices"][n].get("compute_mib") for lab, n in zip(device_labels(names), names)}
+
+
+def host_compute(ledger: dict) -> float | None:
+    vals = [b.get("compute_mib") for b in ledger.get("host", {}).values() if b.get("compute_mib") is not None]
+    return round(sum(vals), 2) if vals else None
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, default=str)

@@ -1,0 +1,101 @@
+"""The seed-style table (reference/seed-study.md): one row per build × setting × trial."""
+
+from __future__ import annotations
+
+from .data import RunData, compute_by_label, host_compute
+
+
+def rows(data: RunData, concurrency: int = 1) -> list[dict]:
+    """Rows of the table, in study order, at one concurrency level (single stream by default)."""
+    out = []
+    for t in data.trials:
+        if t["concurrency"] != concurrency:
+            continue
+        led = _ledger_of_config(data, t["config_id"]) or {}
+        out.append({
+            "build": t["build"],
+            "setting": t["setting"],
+            "trial": t["trial"],
+            "concurrency": t["concurrency"],
+            "input_tokens": t["input_tokens"],
+            "input_tps": _r(t["input_tps"]),
+            "output_tokens": t["output_tokens"],
+            "output_tps": _r(t["output_tps"]),
+            "compute_mib": compute_by_label(led) if led else {},
+            "compute_host_mib": host_compute(led) if led else None,
+            "n_ctx": led.get("n_ctx"),
+            "copies": led.get("sched_copies"),
+            "pipeline_parallel": led.get("pipeline_parallel"),
+            "errors": t["errors"],
+        })
+    order = _order(data)
+    out.sort(key=lambda r: (order.get((r["build"], r["setting"]), 1 << 30), r["trial"]))
+    return out
+
+
+def _order(data: RunData) -> dict[tuple[str, str], int]:
+    import tomllib
+
+    try:
+        st = tomllib.loads(data.study_toml)
+        b = [x["name"] for x in st.get("builds", [])]
+        s = [x["name"] for x in st.get("settings", [])] or ["default"]
+        return {(bb, ss): i for i, (bb, ss) in enumerate((bb, ss) for bb in b for ss in s)}
+    except Exception:
+        return {}
+
+
+def _ledger_of_config(data: RunData, config_id: int) -> dict | None:
+    for c in data.configs:
+        if c["id"] == config_id:
+            return c.get("ledger")
+    return None
+
+
+def _r(x, nd: int = 2):
+    return None if x is None else round(float(x), nd)
+
+
+def device_columns(rows_: list[dict]) -> list[str]:
+    cols: list[str] = []
+    for r in rows_:
+        for k in r["compute_mib"]:
+            if k not in cols:
+                cols.append(k)
+    return cols
+
+
+HEADERS = ["Build", "Setting", "Trial", "Input tokens", "Input t/s", "Output tokens", "Output t/s"]
+
+
+def table_cells(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
+    devs = device_columns(rows_)
+    head = HEADERS + [f"Compute {d} (MiB)" for d in devs] + ["Compute host (MiB)", "Context (tokens)", "Copies"]
+    body = []
+    for r in rows_:
+        body.append([
+            r["build"], r["setting"], str(r["trial"]), _fmt(r["input_tokens"]), _fmt(r["input_tps"]),
+            _fmt(r["output_tokens"]), _fmt(r["output_tps"]),
+            *[_fmt(r["compute_mib"].get(d)) for d in devs],
+            _fmt(r["compute_host_mib"]), _fmt(r["n_ctx"]), _fmt(r["copies"]),
+        ])
+    return head, body
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.2f}"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10000 else str(v)
+    return str(v)
+
+
+def markdown_table(head: list[str], body: list[list[str]]) -> str:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(esc(h) for h in head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)

@@ -1,0 +1,247 @@
+"""The orchestrator: study → source → builds → devices → server → ledger → workload → store.
+
+Only this module knows every stage. All builds finish before any timing starts. Each finished trial is
+stored before the next starts; a configuration that fails is recorded with its reason and the study goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import __version__, build as buildmod, devices, gpu, ledger, models, proc, source, sysinfo, workload
+from .build import BuildArtifact, Builder
+from .errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
+from .paths import cache_home, data_home, default_db
+from .progress import Progress
+from .records import ConfigOutcome
+from .server import launch
+from .store import Store
+from .study import Config, Pass, Study, expand
+
+
+@dataclass
+class Options:
+    home: Path = field(default_factory=cache_home)
+    db: Path = field(default_factory=default_db)
+    runs_dir: Path = field(default_factory=lambda: data_home() / "runs")
+    llama_cpp: Path | None = None
+    model: Path | None = None
+    resume: str | None = None
+    fresh: bool = False  # never resume automatically
+    jobs: int | None = None
+
+
+@dataclass
+class Prepared:
+    """Everything built and resolved before the first timed request."""
+
+    study: Study
+    backend: str
+    source: source.Source
+    model_path: Path
+    model_info: models.ModelInfo
+    artifacts: dict[str, BuildArtifact]
+    skipped: dict[str, str]  # build name → reason
+
+
+def resolve_backend(study: Study) -> str:
+    b = study.devices.backend
+    if b == "auto":
+        return "cuda" if gpu.probe() else "cpu-rpc"
+    return b
+
+
+def study_hash(study: Study, model_path: Path) -> str:
+    blob = study.model_dump_json() + "|" + str(model_path)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str]:
+    """llama-server arguments for one configuration (pure)."""
+    args = [*study.server.args, *cfg.build.args, *cfg.setting.args, *dev.server_args]
+    n_parallel = max(4, max(study.workload.concurrency))
+    args += ["-np", str(n_parallel), "-kvu"]
+    if study.server.ctx:
+        args += ["-c", str(study.server.ctx)]
+    if study.server.fit_target_mib:
+        args += ["-fitt", ",".join(str(x) for x in study.server.fit_target_mib)]
+    return args
+
+
+def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
+    backend = resolve_backend(study)
+    src = source.from_dir(opts.llama_cpp) if opts.llama_cpp else source.pinned(opts.home, log=progress.message)
+    progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
+    if opts.model:
+        model_path = Path(opts.model).expanduser()
+    elif study.model.path:
+        model_path = Path(study.model.path).expanduser()
+    else:
+        shape = models.preset(study.model.preset or "tiny")
+        model_path = models.synthetic(shape, opts.home)
+    info = models.read_info(model_path)
+    extra: dict[str, str] = {}
+    if backend == "cuda":
+        extra["CMAKE_CUDA_ARCHITECTURES"] = os.environ.get("LLAMALAB_CUDA_ARCH", "native")
+    builder = Builder(source=src, backend=backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
+                      extra_defines=extra, progress=progress.build, log=progress.message)
+    artifacts: dict[str, BuildArtifact] = {}
+    skipped: dict[str, str] = {}
+    for spec in study.builds:
+        if "openblas" in spec.requires:
+            ok, why = buildmod.openblas_available()
+            if not ok:
+                skipped[spec.name] = why
+                progress.warn(f"skipping build {spec.name}: {why}")
+                continue
+        try:
+            artifacts[spec.name] = builder.build(spec.name, spec.cmake)
+        except BuildError as e:
+            skipped[spec.name] = f"build failed: {e.message.splitlines()[0]}"
+            progress.warn(str(e))
+        finally:
+            progress.build_done()
+    if not artifacts:
+        raise BuildError("no build of this study could be made: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
+                         tip="run `llamalab doctor` to see what this machine lacks.")
+    return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
+                    artifacts=artifacts, skipped=skipped)
+
+
+@contextmanager
+def device_setup(prep: Prepared, art: BuildArtifact, log_dir: Path):
+    d = prep.study.devices
+    if prep.backend == "cpu-rpc":
+        with devices.local_rpc(art, d.count, log_dir, host=d.host, threads=d.rpc_threads) as dev:
+            yield dev
+    elif prep.backend == "cuda":
+        with devices.cuda(d.count, len(gpu.probe())) as dev:
+            yield dev
+    elif prep.backend == "cpu":
+        with devices.cpu() as dev:
+            yield dev
+    else:
+        raise ConfigError(f"backend {prep.backend!r} is not supported by this llamalab yet.",
+                          tip="use cpu-rpc, cuda or cpu.")
+
+
+def check_copies(led: ledger.Ledger, art: BuildArtifact) -> str | None:
+    """A copies variant whose log shows another number of copies ran the wrong library: say so."""
+    if led.sched_copies is None or not led.pipeline_parallel and led.sched_copies == 1:
+        return None
+    if led.sched_copies != art.expected_copies:
+        return (f"the log says sched copies = {led.sched_copies}, but build {art.name} was made with "
+                f"GGML_SCHED_MAX_COPIES={art.expected_copies}: the variant library was not the one loaded")
+    return None
+
+
+def execute(prep: Prepared, study_toml: str, opts: Options, progress: Progress) -> str:
+    """Run every pass of the study into the store; returns the run id."""
+    study = prep.study
+    shash = study_hash(study, prep.model_path)
+    with Store(opts.db) as store:
+        run_id = opts.resume
+        if run_id:
+            run_id = store.run(run_id)["id"]
+        elif not opts.fresh:
+            run_id = store.unfinished_run(shash)
+            if run_id:
+                progress.message(f"resuming unfinished run {run_id} of this study (pass --fresh to start anew)")
+        if run_id is None:
+            run_id = store.new_run(study.name, study_toml, shash, version=__version__,
+                                   model=prep.model_info.as_dict(),
+                                   options={"backend": prep.backend, "db": str(opts.db)})
+            store.save_system(run_id, sysinfo.collect(prep.source.as_dict()))
+        else:
+            store.set_run_status(run_id, "running")
+        for spec in study.builds:
+            if spec.name in prep.artifacts:
+                store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
+            else:
+                store.save_build(run_id, spec.name, "skipped", reason=prep.skipped.get(spec.name))
+        done = store.done_trials(run_id)
+        levels = study.workload.concurrency
+        passes = expand(study)
+        todo = [(p, tuple(t for t in p.trials if any((p.config.build.name, p.config.setting.name, t, c) not in done
+                                                        for c in levels)))
+                for p in passes if p.config.build.name in prep.artifacts]
+        todo = [(p, ts) for p, ts in todo if ts]
+        total = sum(len(ts) * len(levels) for _, ts in todo)
+        counter = [0]
+        run_dir = opts.runs_dir / run_id
+        try:
+            for i, (p, trials) in enumerate(todo):
+                _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
+            store.set_run_status(run_id, "finished")
+        except KeyboardInterrupt:
+            proc.terminate_all()
+            store.set_run_status(run_id, "interrupted")
+            raise
+        except BaseException:
+            proc.terminate_all()
+            store.set_run_status(run_id, "failed")
+            raise
+    return run_id
+
+
+def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
+              logs: Path, index: int, progress: Progress, counter: list[int], total: int) -> None:
+    cfg = p.config
+    art = prep.artifacts[cfg.build.name]
+    wl = prep.study.workload
+    log_dir = logs / f"{index:03d}-{cfg.build.name}-{cfg.setting.name}".replace("/", "_")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    label = f"{cfg.build.name} × {cfg.setting.name}"
+    outcome = ConfigOutcome(build=cfg.build.name, setting=cfg.setting.name, status="running",
+                            log_path=str(log_dir / "llama-server.log"))
+    config_id = store.start_config(run_id, outcome, pass_no=index)
+    try:
+        with device_setup(prep, art, log_dir) as dev:
+            args = server_args(prep.study, cfg, dev)
+            env = {**art.env(), **dev.env}
+            store.set_config_command(config_id, [str(art.binary("llama-server")), "-m", str(prep.model_path), *args],
+                                     env, dev.as_dict())
+            progress.message(f"starting llama-server for {label} ({dev.description})")
+            with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
+                        env=env, host="127.0.0.1", ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
+                led = ledger.parse(srv.log_lines())
+                store.save_ledger(config_id, led)
+                wrong = check_copies(led, art)
+                if wrong:
+                    raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
+                shape = workload.Shape(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
+                                       natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
+
+                def on_trial(t) -> None:
+                    if (t.build, t.setting, t.trial, t.concurrency) in done:
+                        return
+                    store.save_trial(run_id, config_id, t)
+                    done.add((t.build, t.setting, t.trial, t.concurrency))
+                    counter[0] += 1
+                    progress.trial(min(counter[0] + 1, total), total, label)
+                    if t.errors:
+                        progress.warn(f"{label} trial {t.trial} at concurrency {t.concurrency}: "
+                                      f"{t.errors} request(s) failed: {t.requests[0].error}")
+
+                progress.trial(counter[0] + 1, total, label)
+                workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
+                                 concurrency=wl.concurrency, shape=shape, warmup=wl.warmup, on_trial=on_trial)
+                if not srv.alive():
+                    raise LaunchError("llama-server exited during the workload: "
+                                      + (ledger.failure_reason(srv.log_lines()) or "no reason in its log"))
+                # the final ledger (with exit-time breakdown tables) is read after the server stops
+            led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines())
+            store.save_ledger(config_id, led)
+        store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
+    except (LaunchError, WorkloadError, ConfigError) as e:
+        progress.warn(f"{label} failed: {e.message.splitlines()[0]}")
+        store.finish_config(config_id, "failed", reason=e.message)
+        logs_text = (log_dir / "llama-server.log")
+        if logs_text.exists():
+            led = ledger.parse(logs_text.read_text(errors="replace").splitlines())
+            store.save_ledger(config_id, led)

@@ -1,0 +1,95 @@
+"""llama-server: argv (pure), and a launch context manager that waits for /health and always tears down."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from . import net, proc
+from .errors import LaunchError
+from .ledger import failure_reason
+
+
+def server_argv(binary: Path, model: Path, *, host: str, port: int, args: Sequence[str]) -> list[str]:
+    """The llama-server command line. `-lv 4` makes ggml/llama info lines (the ledger's input) print."""
+    return [str(binary), "-m", str(model), "--host", host, "--port", str(port), "-lv", "4", "--metrics",
+            *[str(a) for a in args]]
+
+
+@dataclass
+class Server:
+    url: str
+    child: proc.Child
+    log_path: Path
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    load_seconds: float = 0.0
+
+    def log_lines(self) -> list[str]:
+        try:
+            return self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+
+    def alive(self) -> bool:
+        return self.child.alive()
+
+
+@contextmanager
+def launch(
+    binary: Path,
+    model: Path,
+    *,
+    args: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    ready_timeout_s: float = 600.0,
+) -> Iterator[Server]:
+    """Start llama-server, wait until /health says ok, yield it, and stop its process group on exit."""
+    if not Path(binary).is_file():
+        raise LaunchError(f"llama-server not found at {binary}", tip="rebuild with `llamalab build`, or check --server-bin.")
+    port = port or net.free_port(host)
+    argv = server_argv(binary, model, host=host, port=port, args=args)
+    child = proc.spawn(argv, log_path=log_path, env=env)
+    server = Server(url=f"http://{host}:{port}", child=child, log_path=log_path, argv=argv, env=dict(env or {}))
+    try:
+        start = time.monotonic()
+        _wait_ready(server, ready_timeout_s)
+        server.load_seconds = time.monotonic() - start
+        yield server
+    finally:
+        child.terminate()
+
+
+def _wait_ready(server: Server, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while True:
+            if not server.alive():
+                lines = server.log_lines()
+                reason = failure_reason(lines) or f"it exited with status {server.child.returncode}"
+                tail = "\n".join("    " + ln for ln in lines[-12:])
+                raise LaunchError(
+                    f"llama-server did not start: {reason}. Log: {server.log_path}\nLast lines:\n{tail}",
+                    tip="the log's last lines name the cause; an unknown flag or an out-of-memory error is the usual one.",
+                )
+            try:
+                r = client.get(server.url + "/health")
+                if r.status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise LaunchError(
+                    f"llama-server was not ready after {timeout_s:.0f} s (GET /health never answered 200). "
+                    f"Log: {server.log_path}",
+                    tip="a large model may need longer: raise [server] ready_timeout_s in the study.",
+                )
+            time.sleep(0.2)

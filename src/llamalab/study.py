@@ -1,0 +1,245 @@
+"""Study files: strict models (unknown keys rejected, the bad key named), presets as data, overrides, expansion.
+
+A study is a matrix: builds × settings, each run as one llama-server configuration, with a workload of
+trials against it. `expand()` turns a study into the ordered list of configurations and trial passes.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    preset: str | None = "tiny"
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "ModelSpec":
+        if self.path is not None and self.preset not in (None, "tiny"):
+            raise ValueError("give either model.path or model.preset, not both")
+        return self
+
+
+class DevicesSpec(_Strict):
+    backend: Literal["auto", "cpu-rpc", "cuda", "cpu"] = "auto"
+    count: Annotated[int, Field(ge=1, le=16)] = 2
+    host: str = "127.0.0.1"
+    rpc_threads: Annotated[int, Field(ge=1)] | None = None
+    vram: list[str] | None = None  # per-device memory budgets, e.g. ["16GiB", "12GiB"]
+
+
+class ServerSpec(_Strict):
+    args: list[str] = Field(default_factory=lambda: ["-fa", "on", "-ngl", "999", "--no-op-offload"])
+    ctx: Annotated[int, Field(ge=0)] = 0  # 0: let --fit choose (llama.cpp's default)
+    fit_target_mib: list[int] | None = None  # -fitt per device
+    ready_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+
+
+class BuildSpec(_Strict):
+    name: str
+    label: str | None = None
+    cmake: dict[str, str | int | bool] = Field(default_factory=dict)
+    args: list[str] = Field(default_factory=list)  # extra llama-server arguments for this build
+    requires: list[Literal["openblas"]] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError(f"{v!r}: use letters, digits and . _ + / -")
+        return v
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
+
+
+class SettingSpec(_Strict):
+    name: str
+    label: str | None = None
+    args: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError(f"{v!r}: use letters, digits and . _ + / -")
+        return v
+
+
+class WorkloadSpec(_Strict):
+    prompt_tokens: Annotated[int, Field(ge=1)] = 256
+    output_tokens: Annotated[int, Field(ge=1)] = 32
+    output: Literal["fixed", "natural"] = "fixed"
+    repeats: Annotated[int, Field(ge=1)] = 3
+    warmup: Annotated[int, Field(ge=0)] = 1
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1])
+    order: Literal["grouped", "interleaved"] = "grouped"
+    threshold: Annotated[float, Field(gt=0, lt=1)] = 0.02
+    request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    seed: int = 42
+
+
+class Study(_Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    devices: DevicesSpec = Field(default_factory=DevicesSpec)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    builds: list[BuildSpec]
+    settings: list[SettingSpec] = Field(default_factory=lambda: [SettingSpec(name="default")])
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "Study":
+        for what, items in (("builds", self.builds), ("settings", self.settings)):
+            names = [i.name for i in items]
+            dup = {n for n in names if names.count(n) > 1}
+            if dup:
+                raise ValueError(f"{what}: duplicate name(s) {', '.join(sorted(dup))}")
+        if not self.builds:
+            raise ValueError("builds: a study needs at least one build")
+        return self
+
+
+# ---------------------------------------------------------------- loading
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name.removesuffix(".toml") for p in resources.files("llamalab.studies").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def preset_text(name: str) -> str:
+    f = resources.files("llamalab.studies") / f"{name}.toml"
+    if not f.is_file():
+        raise ConfigError(f"unknown study preset {name!r}.",
+                          tip=f"presets: {', '.join(preset_names())}; or pass the path of a .toml study file.")
+    return f.read_text()
+
+
+def load(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Study, str]:
+    """A study from a preset name or a TOML path, with `key.path=value` overrides. Returns (study, its TOML)."""
+    path = Path(ref)
+    if ref.endswith(".toml") or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"study file {ref} does not exist.", tip=f"presets: {', '.join(preset_names())}.")
+        text = path.read_text()
+        origin = str(path)
+    else:
+        text = preset_text(ref)
+        origin = f"preset {ref}"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{origin} is not valid TOML: {e}", tip="check quotes and brackets near that line.") from e
+    for ov in overrides:
+        apply_override(data, ov)
+    return parse(data, origin), text
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """`workload.repeats=5`, `devices.vram=["16GiB","12GiB"]`: the value is read as TOML, else as a string."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} has no '='.", tip="write it as key.path=value, e.g. workload.repeats=5.")
+    key, raw = override.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    parts = key.strip().split(".")
+    node = data
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {override!r}: {p} is not a table.")
+    node[parts[-1]] = value
+
+
+def parse(data: dict[str, Any], origin: str = "study") -> Study:
+    try:
+        return Study.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{origin} has {e.error_count()} problem(s):\n" + describe(e, data),
+                          tip="see docs/study-files.md for every key and its type.") from None
+
+
+def describe(e: ValidationError, data: dict[str, Any] | None = None) -> str:
+    """One line per problem, naming the nested key the way the TOML file spells it."""
+    lines = []
+    for err in e.errors():
+        loc = _loc(err["loc"], data)
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  - unknown key {loc}")
+        elif err["type"] == "missing":
+            lines.append(f"  - missing key {loc}")
+        else:
+            got = err.get("input")
+            shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+            lines.append(f"  - {loc}: {err['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def _loc(loc: tuple, data: dict[str, Any] | None) -> str:
+    out = ""
+    node: Any = data
+    for part in loc:
+        if isinstance(part, int):
+            name = None
+            if isinstance(node, list) and part < len(node) and isinstance(node[part], dict):
+                name = node[part].get("name")
+            out += f"[{part}]" + (f" ({name})" if name else "")
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+        else:
+            out += ("." if out else "") + str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return out or "(top level)"
+
+
+# ---------------------------------------------------------------- expansion
+
+
+class Config(_Strict):
+    """One llama-server configuration: a build with a setting."""
+
+    build: BuildSpec
+    setting: SettingSpec
+
+    @property
+    def id(self) -> str:
+        return f"{self.build.name}|{self.setting.name}"
+
+
+class Pass(_Strict):
+    """A server start for `config` that runs `trials` (trial numbers, 1-based) at every concurrency level."""
+
+    config: Config
+    trials: tuple[int, ...]
+
+
+def configs(study: Study) -> list[Config]:
+    return [Config(build=b, setting=s) for b in study.builds for s in study.settings]
+
+
+def expand(study: Study) -> list[Pass]:
+    """Grouped: one server start per configuration for all repeats. Interleaved: one round of every
+    configuration per repeat, so that drift over time spreads over all configurations alike."""
+    cfgs = configs(study)
+    n = study.workload.repeats
+    if study.workload.order == "grouped":
+        return [Pass(config=c, trials=tuple(range(1, n + 1))) for c in cfgs]
+    return [Pass(config=c, trials=(r,)) for r in range(1, n + 1) for c in cfgs]

@@ -1,0 +1,164 @@
+"""The workload driver: exact-length token prompts, fixed or natural outputs, concurrency, streaming TTFT/ITL.
+
+Requests go to llama-server's `/completion` with token ids (so the prompt is exactly N tokens),
+`cache_prompt: false` (so every trial processes its whole prompt) and `stream: true` (so the client sees
+when each token arrives). The server's own `timings` arrive in the last event.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from .errors import WorkloadError
+from .records import RequestResult, Trial
+
+# A neutral passage the prompt is tokenized from, then repeated to the exact length.
+PASSAGE = (
+    "The history of measurement is a history of agreement. Before a length could be compared across a market "
+    "or a kingdom, people had to settle on what a foot, a cubit or a league meant, and then keep a copy of it "
+    "somewhere safe. Engineers still do the same thing with benchmarks: they agree on a workload, write down the "
+    "conditions, repeat the run, and report the spread as well as the middle. A number without its conditions "
+    "is a rumour; a number with them can be checked by anyone who has the same machine and the same patience. "
+    "Rivers, harvests, tides and trains were all measured this way long before computers, and the lesson carried "
+    "over: warm the instrument up, take several readings, and distrust the one that looks too good. "
+)
+
+
+@dataclass(frozen=True)
+class Shape:
+    prompt_tokens: int
+    output_tokens: int
+    natural: bool = False
+    timeout_s: float = 600.0
+
+
+def prompt_ids(client: httpx.Client, n: int, *, rotate: int = 0) -> list[int]:
+    """Exactly `n` token ids: the passage tokenized by the server (no special tokens), repeated, rotated."""
+    try:
+        r = client.post("/tokenize", json={"content": PASSAGE, "add_special": False})
+        r.raise_for_status()
+        base = [t if isinstance(t, int) else t["id"] for t in r.json()["tokens"]]
+    except (httpx.HTTPError, KeyError, ValueError) as e:
+        raise WorkloadError(f"the server could not tokenize the prompt passage: {e}",
+                            tip="check that the model has a tokenizer (vocab-only models fail here).") from e
+    if not base:
+        raise WorkloadError("the server tokenized the prompt passage to no tokens.")
+    rotate %= len(base)
+    seq = base[rotate:] + base[:rotate]
+    return (seq * (n // len(seq) + 1))[:n]
+
+
+def request_body(ids: list[int], shape: Shape) -> dict:
+    return {
+        "prompt": ids,
+        "n_predict": shape.output_tokens,
+        "ignore_eos": not shape.natural,
+        "cache_prompt": False,
+        "stream": True,
+        "temperature": 0.0,
+        "seed": 42,
+    }
+
+
+def one_request(client: httpx.Client, index: int, ids: list[int], shape: Shape) -> RequestResult:
+    """Send one streaming completion; never raises — an error is recorded in the result."""
+    body = request_body(ids, shape)
+    t0 = time.perf_counter()
+    first: float | None = None
+    last_tok: float | None = None
+    gaps: list[float] = []
+    final: dict = {}
+    try:
+        with client.stream("POST", "/completion", json=body, timeout=shape.timeout_s) as r:
+            if r.status_code != 200:
+                text = r.read().decode("utf-8", "replace")[:300]
+                return RequestResult(index=index, wall_s=time.perf_counter() - t0,
+                                     error=f"HTTP {r.status_code}: {text}")
+            for line in r.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                now = time.perf_counter()
+                ev = json.loads(line[6:])
+                if ev.get("content") or ev.get("tokens"):
+                    if first is None:
+                        first = now
+                    elif last_tok is not None:
+                        gaps.append((now - last_tok) * 1000.0)
+                    last_tok = now
+                if ev.get("stop"):
+                    final = ev
+    except (httpx.HTTPError, ValueError) as e:
+        return RequestResult(index=index, wall_s=time.perf_counter() - t0, error=f"{type(e).__name__}: {e}")
+    wall = time.perf_counter() - t0
+    t = final.get("timings") or {}
+    if not t:
+        return RequestResult(index=index, wall_s=wall, error="the stream ended without timings (server died?)")
+    return RequestResult(
+        index=index,
+        prompt_n=t.get("prompt_n"), prompt_ms=t.get("prompt_ms"), prompt_tps=t.get("prompt_per_second"),
+        predicted_n=t.get("predicted_n"), predicted_ms=t.get("predicted_ms"),
+        predicted_tps=t.get("predicted_per_second"),
+        wall_s=wall, ttft_s=(first - t0) if first is not None else None, itl_ms=tuple(round(g, 3) for g in gaps),
+        stop_type=final.get("stop_type"),
+    )
+
+
+def run_level(client: httpx.Client, concurrency: int, prompts: list[list[int]], shape: Shape
+              ) -> tuple[list[RequestResult], float]:
+    """`concurrency` requests released together; returns their results and the level's wall time."""
+    results: list[RequestResult | None] = [None] * concurrency
+    barrier = threading.Barrier(concurrency + 1)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        results[i] = one_request(client, i, prompts[i % len(prompts)], shape)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for th in threads:
+        th.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t0
+    return [r for r in results if r is not None], wall
+
+
+def measure(
+    base_url: str,
+    *,
+    build: str,
+    setting: str,
+    trials: tuple[int, ...],
+    concurrency: list[int],
+    shape: Shape,
+    warmup: int = 1,
+    on_trial: Callable[[Trial], None] = lambda t: None,
+    transport: httpx.BaseTransport | None = None,
+) -> list[Trial]:
+    """Warm up, then for each trial number and concurrency level run one level and hand the Trial to `on_trial`
+    (which stores it) before the next starts."""
+    limits = httpx.Limits(max_connections=max(concurrency) + 2, max_keepalive_connections=max(concurrency) + 2)
+    out: list[Trial] = []
+    with httpx.Client(base_url=base_url, timeout=shape.timeout_s, limits=limits, transport=transport) as client:
+        prompts = [prompt_ids(client, shape.prompt_tokens, rotate=7 * k) for k in range(max(concurrency))]
+        for _ in range(warmup):
+            w = one_request(client, -1, prompts[0], shape)
+            if not w.ok:
+                raise WorkloadError(f"the warm-up request failed: {w.error}",
+                                    tip="see the server log; the prompt may exceed the context size.")
+        for trial in trials:
+            for c in concurrency:
+                started = time.time()
+                reqs, wall = run_level(client, c, prompts, shape)
+                t = Trial(build=build, setting=setting, trial=trial, concurrency=c, requests=tuple(reqs),
+                          wall_s=wall, started=started)
+                on_trial(t)
+                out.append(t)
+    return out

@@ -1,0 +1,42 @@
+"""Shared fixtures. Tests marked `llama` build and run real llama.cpp: the pinned source is built once into the
+build cache (LLAMALAB_HOME, default ~/.cache/llamalab) and reused by every later test and session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from llamalab import runner, study as studymod
+from llamalab.paths import cache_home
+from llamalab.progress import Progress, StderrProgress
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def llama_home() -> Path:
+    return cache_home()
+
+
+@pytest.fixture(scope="session")
+def demo_study():
+    st, text = studymod.load("demo")
+    return st, text
+
+
+@pytest.fixture(scope="session")
+def demo_prep(llama_home, demo_study):
+    """The demo study's builds (copies4, the copies1 variant, and no-pp-blas where OpenBLAS exists)."""
+    st, _ = demo_study
+    progress = StderrProgress() if os.environ.get("LLAMALAB_TEST_VERBOSE") else Progress()
+    return runner.prepare(st, runner.Options(home=llama_home), progress)
+
+
+@pytest.fixture
+def tmp_data(tmp_path, monkeypatch) -> Path:
+    """A private results database and runs folder for one test."""
+    d = tmp_path / "data"
+    monkeypatch.setenv("LLAMALAB_DATA", str(d))
+    return d
