@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -67,6 +68,18 @@ class Child:
         return tail_lines(self.log_path, n)
 
 
+def _die_with_parent() -> None:
+    """Runs in the child before exec: on Linux, ask the kernel to SIGKILL it when llamalab dies, so that even a
+    SIGKILLed llamalab leaves no llama-server or rpc-server behind."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -96,6 +109,7 @@ def spawn(
             env=full_env,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
     child = Child(argv=argv, log_path=log_path, popen=popen)
     with _live_lock:
@@ -140,6 +154,7 @@ def run(
             env=full_env,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         child = Child(argv=argv, log_path=log_path, popen=popen)
         with _live_lock:
@@ -164,6 +179,54 @@ def run(
         child.terminate(grace_s=2.0)
         rc = -9
     return Finished(argv=argv, returncode=rc, log_path=log_path, seconds=time.monotonic() - start)
+
+
+def run_until(
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    until: Callable[[str], bool],
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 120.0,
+) -> tuple[Finished, bool]:
+    """Run `argv`, teeing its output to `log_path`, and kill its process group (SIGKILL, no grace) as soon as
+    `until(line)` is true for an output line. Returns (how it ended, whether `until` stopped it).
+
+    For a process whose useful work is done before its expensive work starts, e.g. llama-server's no-alloc
+    memory fit, which runs before any weight is read.
+    """
+    argv = [str(a) for a in argv]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    start = time.monotonic()
+    stopped = False
+    with open(log_path, "ab") as log:
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 env=full_env, start_new_session=True, preexec_fn=_die_with_parent)
+        child = Child(argv=argv, log_path=log_path, popen=popen)
+        with _live_lock:
+            _live.add(child)
+        timer = threading.Timer(timeout_s, lambda: _signal_group(popen.pid, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+        try:
+            assert popen.stdout is not None
+            for raw in popen.stdout:
+                log.write(raw)
+                if until(raw.decode("utf-8", "replace").rstrip("\r\n")):
+                    stopped = True
+                    break
+        finally:
+            timer.cancel()
+            if stopped:  # its work is done: no SIGTERM handler needs to run
+                _signal_group(popen.pid, signal.SIGKILL)
+            child.terminate(grace_s=2.0)
+    rc = popen.poll()
+    timed_out = not stopped and time.monotonic() - start >= timeout_s
+    return Finished(argv=argv, returncode=-9 if rc is None or timed_out else rc, log_path=log_path,
+                    seconds=time.monotonic() - start), stopped
 
 
 def capture(argv: Sequence[str], *, timeout_s: float = 30.0, env: Mapping[str, str] | None = None) -> tuple[int, str]:

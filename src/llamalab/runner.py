@@ -13,15 +13,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, build as buildmod, devices, gpu, ledger, models, proc, source, sysinfo, workload
+from . import __version__, build as buildmod, crosscheck, devices, gpu, ledger, models, proc, source, sysinfo, workload
+from . import remote
 from .build import BuildArtifact, Builder
 from .errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
 from .paths import cache_home, data_home, default_db
 from .progress import Progress
 from .records import ConfigOutcome
+from . import server as servermod
 from .server import launch
 from .store import Store
-from .study import Config, Pass, Study, expand
+from .study import Config, Pass, Study, configs, expand
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Options:
     resume: str | None = None
     fresh: bool = False  # never resume automatically
     jobs: int | None = None
+    crosscheck: bool = False  # after the study: llama-bench on the first configuration, and wall vs server time
 
 
 @dataclass
@@ -47,12 +50,13 @@ class Prepared:
     model_info: models.ModelInfo
     artifacts: dict[str, BuildArtifact]
     skipped: dict[str, str]  # build name → reason
+    topology: dict = field(default_factory=dict)  # local devices and remote endpoints (remote.topology)
 
 
 def resolve_backend(study: Study) -> str:
     b = study.devices.backend
     if b == "auto":
-        return "cuda" if gpu.probe() else "cpu-rpc"
+        return "cuda" if gpu.probe() else ("rpc" if study.devices.rpc else "cpu-rpc")
     return b
 
 
@@ -64,7 +68,7 @@ def study_hash(study: Study, model_path: Path) -> str:
 def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str]:
     """llama-server arguments for one configuration (pure)."""
     args = [*study.server.args, *cfg.build.args, *cfg.setting.args, *dev.server_args]
-    n_parallel = max(4, max(study.workload.concurrency))
+    n_parallel = study.server.parallel or max(4, max(study.workload.concurrency))
     args += ["-np", str(n_parallel), "-kvu"]
     if study.server.ctx:
         args += ["-c", str(study.server.ctx)]
@@ -75,6 +79,8 @@ def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str
 
 def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     backend = resolve_backend(study)
+    if study.devices.rpc:  # exposure warnings, reachability and ssh logins before anything is built
+        remote.preflight(study.devices.rpc, progress.warn)
     src = source.from_dir(opts.llama_cpp) if opts.llama_cpp else source.pinned(opts.home, log=progress.message)
     progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
     if opts.model:
@@ -88,7 +94,8 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     extra: dict[str, str] = {}
     if backend == "cuda":
         extra["CMAKE_CUDA_ARCHITECTURES"] = os.environ.get("LLAMALAB_CUDA_ARCH", "native")
-    builder = Builder(source=src, backend=backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
+    build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
+    builder = Builder(source=src, backend=build_backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
                       extra_defines=extra, progress=progress.build, log=progress.message)
     artifacts: dict[str, BuildArtifact] = {}
     skipped: dict[str, str] = {}
@@ -102,19 +109,50 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
         try:
             artifacts[spec.name] = builder.build(spec.name, spec.cmake)
         except BuildError as e:
-            skipped[spec.name] = f"build failed: {e.message.splitlines()[0]}"
+            skipped[spec.name] = f"build failed: {e.message}"
             progress.warn(str(e))
         finally:
             progress.build_done()
+    for spec in study.builds:  # unknown llama-server flags are a user mistake: say so before anything runs
+        if spec.name in artifacts:
+            art = artifacts[spec.name]
+            for st in study.settings:
+                args = [*study.server.args, *spec.args, *st.args]
+                servermod.check_flags(art.binary("llama-server"), args, env=art.env())
     if not artifacts:
         raise BuildError("no build of this study could be made: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
                          tip="run `llamalab doctor` to see what this machine lacks.")
+    topology = _topology(study, backend, next(iter(artifacts.values())), progress)
     return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
-                    artifacts=artifacts, skipped=skipped)
+                    artifacts=artifacts, skipped=skipped, topology=topology)
+
+
+def _topology(study: Study, backend: str, art: BuildArtifact, progress: Progress) -> dict:
+    """The devices before the first run: local count, and what each remote endpoint llamalab does not start
+    offers (those it starts over ssh are asked when they run)."""
+    specs = study.devices.rpc
+    unmanaged = [s.endpoint for s in specs if not s.ssh]
+    found = remote.query_offers(art.binary("llama-server"), unmanaged, env=art.env(),
+                                declared={s.endpoint: s.backend for s in specs})
+    for line in remote.describe(found):
+        progress.message(f"remote device {line}")
+    local = {"rpc": 0, "cpu": 1}.get(backend, study.devices.count)
+    return remote.topology(backend, local, found, specs)
 
 
 @contextmanager
 def device_setup(prep: Prepared, art: BuildArtifact, log_dir: Path):
+    """The study's local devices, with its remote rpc-servers (started over ssh where asked) joined to them."""
+    with _local_devices(prep, art, log_dir) as dev:
+        if prep.study.devices.rpc:
+            with remote.attached(dev, prep.study.devices.rpc, art, log_dir) as joined:
+                yield joined
+        else:
+            yield dev
+
+
+@contextmanager
+def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
     d = prep.study.devices
     if prep.backend == "cpu-rpc":
         with devices.local_rpc(art, d.count, log_dir, host=d.host, threads=d.rpc_threads) as dev:
@@ -124,6 +162,9 @@ def device_setup(prep: Prepared, art: BuildArtifact, log_dir: Path):
             yield dev
     elif prep.backend == "cpu":
         with devices.cpu() as dev:
+            yield dev
+    elif prep.backend == "rpc":
+        with devices.none() as dev:
             yield dev
     else:
         raise ConfigError(f"backend {prep.backend!r} is not supported by this llamalab yet.",
@@ -147,7 +188,13 @@ def execute(prep: Prepared, study_toml: str, opts: Options, progress: Progress) 
     with Store(opts.db) as store:
         run_id = opts.resume
         if run_id:
-            run_id = store.run(run_id)["id"]
+            row = store.run(run_id)
+            run_id = row["id"]
+            if row["study_hash"] != shash:
+                raise ConfigError(
+                    f"run {run_id} is of study {row['study']!r} with other settings or another model; "
+                    "resuming it with this study would mix results.",
+                    tip="rerun with exactly the study file, --set overrides and --model of that run, or drop --resume.")
         elif not opts.fresh:
             run_id = store.unfinished_run(shash)
             if run_id:
@@ -155,7 +202,8 @@ def execute(prep: Prepared, study_toml: str, opts: Options, progress: Progress) 
         if run_id is None:
             run_id = store.new_run(study.name, study_toml, shash, version=__version__,
                                    model=prep.model_info.as_dict(),
-                                   options={"backend": prep.backend, "db": str(opts.db)})
+                                   options={"backend": prep.backend, "db": str(opts.db)},
+                                   devices=prep.topology or None)
             store.save_system(run_id, sysinfo.collect(prep.source.as_dict()))
         else:
             store.set_run_status(run_id, "running")
@@ -163,20 +211,24 @@ def execute(prep: Prepared, study_toml: str, opts: Options, progress: Progress) 
             if spec.name in prep.artifacts:
                 store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
             else:
-                store.save_build(run_id, spec.name, "skipped", reason=prep.skipped.get(spec.name))
+                reason = prep.skipped.get(spec.name) or ""
+                store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
+                                 reason=reason)
         done = store.done_trials(run_id)
         levels = study.workload.concurrency
         passes = expand(study)
-        todo = [(p, tuple(t for t in p.trials if any((p.config.build.name, p.config.setting.name, t, c) not in done
-                                                        for c in levels)))
-                for p in passes if p.config.build.name in prep.artifacts]
-        todo = [(p, ts) for p, ts in todo if ts]
-        total = sum(len(ts) * len(levels) for _, ts in todo)
+        todo = [(i, p, tuple(t for t in p.trials if any((p.config.build.name, p.config.setting.name, t, c) not in done
+                                                           for c in levels)))
+                for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
+        todo = [(i, p, ts) for i, p, ts in todo if ts]
+        total = sum(len(ts) * len(levels) for _, _, ts in todo)
         counter = [0]
         run_dir = opts.runs_dir / run_id
         try:
-            for i, (p, trials) in enumerate(todo):
+            for i, p, trials in todo:
                 _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
+            if opts.crosscheck:
+                _crosscheck(prep, store, run_id, run_dir / "logs", progress)
             store.set_run_status(run_id, "finished")
         except KeyboardInterrupt:
             proc.terminate_all()
@@ -189,13 +241,46 @@ def execute(prep: Prepared, study_toml: str, opts: Options, progress: Progress) 
     return run_id
 
 
+def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress) -> None:
+    """llama-bench on the first configuration that ran, with the same binary, devices and settings."""
+    cfg = next((c for c in configs(prep.study) if c.build.name in prep.artifacts
+                and any(t["build"] == c.build.name and t["setting"] == c.setting.name for t in store.trials(run_id))),
+               None)
+    if cfg is None:
+        progress.warn("crosscheck skipped: no configuration has trials")
+        return
+    art = prep.artifacts[cfg.build.name]
+    wl = prep.study.workload
+    log_dir = logs / "crosscheck"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    progress.message(f"crosscheck: llama-bench on {cfg.build.name} × {cfg.setting.name}")
+    with device_setup(prep, art, log_dir) as dev:
+        argvs, untranslated = crosscheck.bench_argv(art.binary("llama-bench"), prep.model_path,
+                                                    server_args(prep.study, cfg, dev), prompt=wl.prompt_tokens,
+                                                    gen=wl.output_tokens, reps=max(3, wl.repeats))
+        bench, error = crosscheck.run_bench(argvs, log_dir / "llama-bench.log", {**art.env(), **dev.env})
+    trials = [t for t in store.trials(run_id) if t["build"] == cfg.build.name and t["setting"] == cfg.setting.name]
+    result = crosscheck.compare(bench, trials)
+    result["untranslated_server_args"] = untranslated
+    store.save_crosscheck(run_id, cfg.build.name, cfg.setting.name, result, error)
+    for line in crosscheck.sentences(result):
+        progress.message("crosscheck: " + line)
+    if error:
+        progress.warn("crosscheck: " + error)
+
+
 def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
               logs: Path, index: int, progress: Progress, counter: list[int], total: int) -> None:
     cfg = p.config
     art = prep.artifacts[cfg.build.name]
     wl = prep.study.workload
-    log_dir = logs / f"{index:03d}-{cfg.build.name}-{cfg.setting.name}".replace("/", "_")
-    log_dir.mkdir(parents=True, exist_ok=True)
+    name = f"{index:03d}-{cfg.build.name}-{cfg.setting.name}".replace("/", "_")
+    log_dir = logs / name
+    attempt = 1
+    while log_dir.exists():  # a resumed pass gets fresh logs: a log must describe exactly one server start
+        log_dir = logs / f"{name}-retry{attempt}"
+        attempt += 1
+    log_dir.mkdir(parents=True)
     label = f"{cfg.build.name} × {cfg.setting.name}"
     outcome = ConfigOutcome(build=cfg.build.name, setting=cfg.setting.name, status="running",
                             log_path=str(log_dir / "llama-server.log"))
@@ -208,7 +293,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                                      env, dev.as_dict())
             progress.message(f"starting llama-server for {label} ({dev.description})")
             with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
-                        env=env, host="127.0.0.1", ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
+                        env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
                 led = ledger.parse(srv.log_lines())
                 store.save_ledger(config_id, led)
                 wrong = check_copies(led, art)
@@ -238,6 +323,9 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
             led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines())
             store.save_ledger(config_id, led)
         store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
+    except KeyboardInterrupt:
+        store.finish_config(config_id, "interrupted", reason="stopped by SIGINT/SIGTERM")
+        raise
     except (LaunchError, WorkloadError, ConfigError) as e:
         progress.warn(f"{label} failed: {e.message.splitlines()[0]}")
         store.finish_config(config_id, "failed", reason=e.message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -11,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from . import net, proc
-from .errors import LaunchError
+from .errors import ConfigError, LaunchError
 from .ledger import failure_reason
 
 
@@ -19,6 +20,42 @@ def server_argv(binary: Path, model: Path, *, host: str, port: int, args: Sequen
     """The llama-server command line. `-lv 4` makes ggml/llama info lines (the ledger's input) print."""
     return [str(binary), "-m", str(model), "--host", host, "--port", str(port), "-lv", "4", "--metrics",
             *[str(a) for a in args]]
+
+
+_FLAG_LINE = re.compile(r"^((?:-{1,2}[A-Za-z][\w-]*)(?:,\s+-{1,2}[A-Za-z][\w-]*)*)")
+
+
+def known_flags(help_text: str) -> set[str]:
+    """Every flag `llama-server --help` lists (the column at the start of its lines, e.g. `-c,    --ctx-size N`)."""
+    flags: set[str] = set()
+    for line in help_text.splitlines():
+        m = _FLAG_LINE.match(line.strip())
+        if m and not line.startswith(" " * 8):
+            flags.update(f.strip() for f in m.group(1).split(","))
+    return flags
+
+
+def unknown_flags(args: Sequence[str], known: set[str]) -> list[str]:
+    """Arguments that look like flags llama-server does not know (negative numbers are values, not flags)."""
+    out = []
+    for a in args:
+        if a.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", a) and a.split("=", 1)[0] not in known:
+            out.append(a)
+    return out
+
+
+def check_flags(binary: Path, args: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+    """Refuse, before anything runs, arguments this llama-server does not know."""
+    rc, text = proc.capture([str(binary), "--help"], timeout_s=30, env=env)
+    known = known_flags(text)
+    if rc != 0 or len(known) < 20:
+        return  # could not read the help; llama-server itself will complain, and that is recorded
+    bad = unknown_flags(args, known)
+    if bad:
+        raise ConfigError(
+            f"llama-server ({binary}) does not know the argument(s) {', '.join(bad)}.",
+            tip="check the spelling against `llama-server --help` for this build; flags change between llama.cpp "
+            "versions (run `llamalab doctor` to see the version).")
 
 
 @dataclass
@@ -55,14 +92,27 @@ def launch(
     """Start llama-server, wait until /health says ok, yield it, and stop its process group on exit."""
     if not Path(binary).is_file():
         raise LaunchError(f"llama-server not found at {binary}", tip="rebuild with `llamalab build`, or check --server-bin.")
-    port = port or net.free_port(host)
-    argv = server_argv(binary, model, host=host, port=port, args=args)
-    child = proc.spawn(argv, log_path=log_path, env=env)
-    server = Server(url=f"http://{host}:{port}", child=child, log_path=log_path, argv=argv, env=dict(env or {}))
+    fixed_port = port is not None
+    for attempt in range(3):
+        use_port = port if fixed_port else net.free_port(host)
+        argv = server_argv(binary, model, host=host, port=use_port, args=args)
+        child = proc.spawn(argv, log_path=log_path, env=env)
+        server = Server(url=f"http://{host}:{use_port}", child=child, log_path=log_path, argv=argv, env=dict(env or {}))
+        try:
+            start = time.monotonic()
+            _wait_ready(server, ready_timeout_s)
+            server.load_seconds = time.monotonic() - start
+        except LaunchError as e:
+            child.terminate()
+            # another program took the port between choosing and binding: choose another one
+            if not fixed_port and "port already in use" in e.message and attempt < 2:
+                continue
+            raise
+        except BaseException:
+            child.terminate()
+            raise
+        break
     try:
-        start = time.monotonic()
-        _wait_ready(server, ready_timeout_s)
-        server.load_seconds = time.monotonic() - start
         yield server
     finally:
         child.terminate()

@@ -104,6 +104,16 @@ MIGRATIONS: list[tuple[str, str]] = [
             UNIQUE (run_id, build, setting, trial, concurrency)
         );
     """),
+    ("0002_crosschecks", """
+        CREATE TABLE crosschecks (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            build TEXT NOT NULL,
+            setting TEXT NOT NULL,
+            result_json TEXT NOT NULL,
+            error TEXT,
+            PRIMARY KEY (run_id, build, setting)
+        );
+    """),
 ]
 
 
@@ -237,7 +247,11 @@ class Store:
                                 b.output_mib))
 
     def save_trial(self, run_id: str, config_id: int, t: Trial) -> None:
+        """Store a finished trial. A trial stored earlier with failed requests (a fault) may be replaced by a
+        clean repeat on resume; a clean trial is never stored twice."""
         with self.tx() as db:
+            db.execute("DELETE FROM trials WHERE run_id=? AND build=? AND setting=? AND trial=? AND concurrency=?"
+                       " AND errors > 0", (run_id, t.build, t.setting, t.trial, t.concurrency))
             db.execute(
                 "INSERT INTO trials (run_id, config_id, build, setting, trial, concurrency, input_tokens, input_tps,"
                 " output_tokens, output_tps, wall_s, aggregate_output_tps, aggregate_total_tps, errors, started,"
@@ -246,7 +260,20 @@ class Store:
                  t.output_tokens, t.output_tps, t.wall_s, t.aggregate_output_tps, t.aggregate_total_tps,
                  t.errors, t.started, _j([asdict(r) for r in t.requests])))
 
+    def save_crosscheck(self, run_id: str, build: str, setting: str, result: dict, error: str | None) -> None:
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO crosschecks VALUES (?,?,?,?,?)",
+                       (run_id, build, setting, _j(result), error))
+
     # ------------------------------------------------------------ reading
+
+    def crosschecks(self, run_id: str) -> list[dict]:
+        out = []
+        for r in self.db.execute("SELECT * FROM crosschecks WHERE run_id=?", (run_id,)):
+            d = dict(r)
+            d["result"] = json.loads(d.pop("result_json"))
+            out.append(d)
+        return out
 
     def run(self, run_id: str | None = None) -> sqlite3.Row:
         if run_id is None:
@@ -295,7 +322,7 @@ class Store:
 
     def done_trials(self, run_id: str) -> set[tuple[str, str, int, int]]:
         return {(r[0], r[1], r[2], r[3]) for r in self.db.execute(
-            "SELECT build, setting, trial, concurrency FROM trials WHERE run_id=?", (run_id,))}
+            "SELECT build, setting, trial, concurrency FROM trials WHERE run_id=? AND errors = 0", (run_id,))}
 
     def unfinished_run(self, study_hash: str) -> str | None:
         row = self.db.execute("SELECT id FROM runs WHERE study_hash=? AND status IN ('running','interrupted')"
@@ -326,6 +353,9 @@ class Store:
     def migrations(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY name")]
 
+    def has_run(self, run_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM runs WHERE id=?", (run_id,)).fetchone() is not None
+
     def buffers(self, run_id: str) -> list[dict]:
         return [dict(r) for r in self.db.execute(self._DUMP["buffers"], (run_id,))]
 
@@ -340,7 +370,7 @@ class Store:
         if len(runs) != 1:
             raise StoreError(f"a run to restore needs exactly one runs row, not {len(runs)}.")
         run_id = runs[0]["id"]
-        if self.db.execute("SELECT 1 FROM runs WHERE id=?", (run_id,)).fetchone():
+        if self.has_run(run_id):
             raise StoreError(f"run {run_id} is already in {self.path}.")
         for t in self.RUN_TABLES:
             extra = {k for row in tables.get(t) or [] for k in row} - set(self.columns(t))

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import remote
 from .errors import ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
@@ -34,17 +35,96 @@ class ModelSpec(_Strict):
         return self
 
 
+class RemoteSpec(_Strict):
+    """One remote rpc-server (docs/rpc.md). A bare string in `rpc = [...]` is the endpoint alone."""
+
+    endpoint: str  # host:port that llama-server connects to
+    ssh: str | None = None  # user@host: llamalab starts and stops the rpc-server there
+    rpc_server_path: str | None = None  # an rpc-server already on that host (else llamalab copies its own build)
+    ssh_options: list[str] = Field(default_factory=list)  # -i FILE, -F FILE, -o KEY=VALUE, -J HOST
+    bind: str | None = None  # where a started rpc-server listens (default: the endpoint's address)
+    remote_dir: str | None = None  # its copied binary and pid files there (default ~/.cache/llamalab/rpc-server)
+    threads: Annotated[int, Field(ge=1)] | None = None  # -t for a started rpc-server
+    backend: str | None = None  # what the rpc-server runs (cpu, cuda …), when llamalab does not start it
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str) -> str:
+        return str(remote.parse_endpoint(v))
+
+    @field_validator("ssh")
+    @classmethod
+    def _ssh(cls, v: str | None) -> str | None:
+        return None if v is None else remote.check_ssh_target(v)
+
+    @field_validator("ssh_options")
+    @classmethod
+    def _ssh_options(cls, v: list[str]) -> list[str]:
+        return remote.check_ssh_options(v)
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, v: str | None) -> str | None:
+        if v is not None and not remote.is_ipv4(v):
+            raise ValueError(f"{v!r}: rpc-server binds to an IPv4 address")
+        return v
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[a-z][a-z0-9_-]*$", v):
+            raise ValueError(f"{v!r}: a backend name in lower case, e.g. cpu, cuda, vulkan, metal")
+        return v
+
+    @model_validator(mode="after")
+    def _managed(self) -> "RemoteSpec":
+        if not self.ssh:
+            for key in ("rpc_server_path", "ssh_options", "bind", "threads", "remote_dir"):
+                if key in self.model_fields_set:
+                    raise ValueError(f"{key} applies only to an rpc-server llamalab starts: add ssh = \"user@host\"")
+        elif self.backend is not None:
+            raise ValueError("backend: llamalab reads it from the rpc-server it starts over ssh; leave it out")
+        return self
+
+
 class DevicesSpec(_Strict):
-    backend: Literal["auto", "cpu-rpc", "cuda", "cpu"] = "auto"
+    backend: Literal["auto", "cpu-rpc", "cuda", "cpu", "rpc"] = "auto"
     count: Annotated[int, Field(ge=1, le=16)] = 2
     host: str = "127.0.0.1"
     rpc_threads: Annotated[int, Field(ge=1)] | None = None
     vram: list[str] | None = None  # per-device memory budgets, e.g. ["16GiB", "12GiB"]
+    rpc: list[RemoteSpec] = Field(default_factory=list)  # remote rpc-servers: "host:port" or a table each
+
+    @field_validator("rpc", mode="before")
+    @classmethod
+    def _rpc_strings(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"endpoint": x} if isinstance(x, str) else x for x in v]
+        return v
+
+    @model_validator(mode="after")
+    def _remotes(self) -> "DevicesSpec":
+        eps = [r.endpoint for r in self.rpc]
+        dup = sorted({e for e in eps if eps.count(e) > 1})
+        if dup:
+            raise ValueError(f"rpc: endpoint(s) listed twice: {', '.join(dup)}")
+        if self.backend == "rpc":
+            if not self.rpc:
+                raise ValueError("backend \"rpc\" needs remote endpoints: rpc = [\"10.0.0.2:50052\", …]")
+            if "count" in self.model_fields_set:
+                raise ValueError("count is the number of local devices, and backend \"rpc\" has none: remove it "
+                                 "(the remotes in rpc = [...] are the devices)")
+        if self.backend == "cpu" and self.rpc:
+            raise ValueError("backend \"cpu\" is built without RPC: use backend = \"rpc\" (remote devices only) or "
+                             "\"cpu-rpc\" (local rpc-servers and the remotes)")
+        return self
 
 
 class ServerSpec(_Strict):
     args: list[str] = Field(default_factory=lambda: ["-fa", "on", "-ngl", "999", "--no-op-offload"])
     ctx: Annotated[int, Field(ge=0)] = 0  # 0: let --fit choose (llama.cpp's default)
+    parallel: Annotated[int, Field(ge=1)] | None = None  # -np; default max(4, largest concurrency level)
+    host: str = "127.0.0.1"
     fit_target_mib: list[int] | None = None  # -fitt per device
     ready_timeout_s: Annotated[float, Field(gt=0)] = 600.0
 

@@ -9,18 +9,22 @@ def study_builds(data: RunData) -> list[str]:
     import tomllib
 
     try:
-        return [b["name"] for b in tomllib.loads(data.study_toml).get("builds", [])]
+        names = [b["name"] for b in tomllib.loads(data.study_toml).get("builds", [])]
     except Exception:
-        return sorted({c["build"] for c in data.configs})
+        names = []
+    stored = [c["build"] for c in data.configs]
+    return names + [b for b in dict.fromkeys(stored) if b not in names]
 
 
 def study_settings(data: RunData) -> list[str]:
     import tomllib
 
     try:
-        return [s["name"] for s in tomllib.loads(data.study_toml).get("settings", [])] or ["default"]
+        names = [s["name"] for s in tomllib.loads(data.study_toml).get("settings", [])]
     except Exception:
-        return sorted({c["setting"] for c in data.configs})
+        names = []
+    stored = [c["setting"] for c in data.configs]
+    return names + [s for s in dict.fromkeys(stored) if s not in names] or ["default"]
 
 
 def memory_comparisons(data: RunData) -> list[dict]:

@@ -1,0 +1,124 @@
+"""Faults are normal events in a benchmark: each is recorded as a failed configuration with its reason from the
+log, and the study goes on. Every test here runs real llama.cpp (CPU + two local rpc-servers)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+from llamahelp import FAST, run_study
+from llamalab import net, proc
+from llamalab.progress import Progress
+
+pytestmark = pytest.mark.llama
+
+ONE_BUILD = ['builds=[{name="copies4"}]'] + FAST[1:]
+
+
+def _configs(store, run_id):
+    return {(c["build"], c["setting"]): c for c in store.configs(run_id)}
+
+
+def test_server_that_fails_to_start_is_recorded_and_the_study_goes_on(demo_prep, llama_home, tmp_path):
+    # a context no machine has memory for: the KV cache allocation fails while loading
+    store, rid = run_study(llama_home, tmp_path, ONE_BUILD + [
+        'settings=[{name="huge-ctx",args=["-c","200000000","-fit","off"]},{name="ok",args=[]}]'])
+    c = _configs(store, rid)
+    assert c[("copies4", "huge-ctx")]["status"] == "failed"
+    assert "out of memory" in c[("copies4", "huge-ctx")]["reason"]
+    assert c[("copies4", "ok")]["status"] == "ok"
+    assert {t["setting"] for t in store.trials(rid)} == {"ok"}
+    assert store.run(rid)["status"] == "finished"
+
+
+class KillDuringTrial(Progress):
+    """Kills the first live process whose argv[0] ends with `name` shortly after trial `at` starts."""
+
+    def __init__(self, name: str, at: int = 2, delay: float = 0.3):
+        self.name, self.at, self.delay, self.killed = name, at, delay, []
+
+    def trial(self, k: int, n: int, label: str) -> None:
+        if k == self.at and not self.killed:
+            def kill():
+                for c in proc.live_children():
+                    if c.argv[0].endswith(self.name):
+                        c.popen.send_signal(signal.SIGKILL)
+                        self.killed.append(c.argv[0])
+                        return
+            self.killed.append("armed")
+            threading.Timer(self.delay, kill).start()
+
+
+@pytest.mark.parametrize("victim, reason_words", [
+    pytest.param("llama-server", ["exited during the workload"], id="llama-server-killed-mid-request"),
+    pytest.param("ggml-rpc-server", ["llama-server"], id="rpc-server-killed-mid-request"),
+])
+def test_process_killed_mid_request(demo_prep, llama_home, tmp_path, victim, reason_words):
+    hook = KillDuringTrial(victim, at=2)
+    overrides = [o for o in FAST if not o.startswith("workload.output_tokens")] + ["workload.output_tokens=400"]
+    store, rid = run_study(llama_home, tmp_path, overrides, progress=hook)
+    assert any(k.endswith(victim) for k in hook.killed)
+    c = _configs(store, rid)
+    first = c[("copies4", "kv-f16-q8_0")]
+    assert first["status"] == "failed", first
+    assert all(w in first["reason"] for w in reason_words), first["reason"]
+    # trial 1 was stored before the fault and is kept; the other build still ran completely
+    stored = {(t["build"], t["trial"]) for t in store.trials(rid) if not t["errors"]}
+    assert ("copies4", 1) in stored and {("copies1", 1), ("copies1", 2)} <= stored
+    assert c[("copies1", "kv-f16-q8_0")]["status"] == "ok"
+    assert not proc.live_children()
+
+
+def test_health_never_ready_is_a_timeout_failure(demo_prep, llama_home, tmp_path):
+    store, rid = run_study(llama_home, tmp_path, ONE_BUILD + ["server.ready_timeout_s=0.01"])
+    c = store.configs(rid)[0]
+    assert c["status"] == "failed" and "not ready after" in c["reason"]
+    assert store.run(rid)["status"] == "finished" and not proc.live_children()
+
+
+def test_a_taken_port_is_retried_on_another(demo_prep, llama_home, tmp_path, monkeypatch):
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    real = net.free_port
+    calls = []
+
+    def first_taken(host="127.0.0.1"):
+        calls.append(1)
+        # rpc-servers take the first two ports; llama-server's first port is the taken one
+        return port if len(calls) == 3 else real(host)
+
+    monkeypatch.setattr(net, "free_port", first_taken)
+    try:
+        store, rid = run_study(llama_home, tmp_path, ONE_BUILD + ["workload.repeats=1"])
+    finally:
+        taken.close()
+    assert store.configs(rid)[0]["status"] == "ok" and len(store.trials(rid)) == 1
+    log = (tmp_path / "runs" / rid / "logs").rglob("llama-server.log")
+    assert any("couldn't bind" in p.read_text() for p in log)
+
+
+def test_a_failed_build_is_recorded_and_the_other_builds_run(demo_prep, llama_home, tmp_path):
+    store, rid = run_study(llama_home, tmp_path, [
+        'builds=[{name="broken",cmake={CMAKE_C_COMPILER="/nonexistent/cc"}},{name="copies4"}]'] + FAST[1:])
+    builds = {b["name"]: b for b in store.builds(rid)}
+    assert builds["broken"]["status"] == "failed"
+    assert "configure step" in builds["broken"]["reason"] and "build.log" in builds["broken"]["reason"]
+    assert builds["copies4"]["status"] == "ok"
+    assert {t["build"] for t in store.trials(rid)} == {"copies4"}
+
+
+def test_64_concurrent_requests_against_8_slots_have_no_client_errors(demo_prep, llama_home, tmp_path):
+    store, rid = run_study(llama_home, tmp_path, ONE_BUILD[:2] + [
+        "workload.repeats=1", "workload.prompt_tokens=32", "workload.output_tokens=8", "workload.warmup=1",
+        "workload.concurrency=[64]", "server.parallel=8"])
+    (t,) = store.trials(rid)
+    assert t["concurrency"] == 64 and len(t["requests"]) == 64
+    errors = [r["error"] for r in t["requests"] if r["error"]]
+    assert errors == [], errors
+    assert all(r["predicted_n"] == 8 and r["prompt_n"] == 32 for r in t["requests"])

@@ -1,0 +1,94 @@
+"""Synthetic GGUF models are real GGUF (read back with `gguf`), deterministic, and bad files get clear errors."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from llamalab import models
+from llamalab.errors import ModelError
+
+SMALL = models.ModelShape("t", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=600, n_ctx_train=512)
+
+
+def _sha(p):
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_synthetic_model_round_trips_through_gguf(tmp_path):
+    import gguf
+
+    p = models.write_synthetic(SMALL, tmp_path / "m.gguf")
+    info = models.read_info(p)
+    assert (info.architecture, info.n_layer, info.n_embd, info.n_head, info.n_head_kv) == ("llama", 2, 64, 4, 2)
+    assert (info.n_ctx_train, info.n_vocab, info.n_tensors) == (512, 600, 2 * 9 + 3)
+    r = gguf.GGUFReader(str(p))
+    t = {x.name: x for x in r.tensors}
+    assert list(t["token_embd.weight"].shape) == [64, 600]  # GGUF order: ne0 = n_embd
+    assert list(t["blk.0.attn_k.weight"].shape) == [64, 32]
+    data = np.asarray(t["blk.1.ffn_up.weight"].data, dtype=np.float32)
+    assert 0.005 < float(data.std()) < 0.05  # not zeros: dense kernels do real work
+    assert np.all(np.asarray(t["output_norm.weight"].data) == 1.0)
+    toks = r.fields["tokenizer.ggml.tokens"]
+    assert len(toks.data) == 600
+
+
+def test_synthetic_is_deterministic_and_cached(tmp_path):
+    a = models.write_synthetic(SMALL, tmp_path / "a.gguf")
+    b = models.write_synthetic(SMALL, tmp_path / "b.gguf")
+    assert _sha(a) == _sha(b)
+    cached = models.synthetic(SMALL, tmp_path)
+    mtime = cached.stat().st_mtime_ns
+    assert models.synthetic(SMALL, tmp_path) == cached and cached.stat().st_mtime_ns == mtime
+
+
+def test_header_only_stand_in_has_full_size_but_no_data(tmp_path):
+    full = models.write_synthetic(SMALL, tmp_path / "full.gguf")
+    stub = models.write_synthetic(SMALL, tmp_path / "stub.gguf", data=False)
+    assert stub.stat().st_size == full.stat().st_size
+    assert stub.stat().st_blocks * 512 < full.stat().st_size  # sparse: the tensor data is a hole
+    info = models.read_info(stub)
+    assert info.n_layer == 2
+
+
+def test_vocab_is_unique_with_bytes_and_controls():
+    tokens, scores, types = models._vocab(2000)
+    assert len(set(tokens)) == 2000 and tokens[:3] == ["<unk>", "<s>", "</s>"]
+    assert tokens[3] == "<0x00>" and types[3] == 6
+    assert len(scores) == len(types) == 2000
+
+
+def test_8b_preset_has_the_shape_of_a_common_8b_model():
+    s = models.preset("8b")
+    assert (s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.n_vocab) == (36, 4096, 32, 8, 151936)
+    assert 7.5e9 < s.n_params() < 9.5e9
+
+
+@pytest.mark.parametrize("content, message", [
+    pytest.param(None, "does not exist", id="missing"),
+    pytest.param(b"PK\x03\x04 this is a zip", "not a GGUF file", id="not-gguf"),
+    pytest.param(b"", "not a GGUF file", id="empty"),
+])
+def test_bad_model_files(tmp_path, content, message):
+    p = tmp_path / "m.gguf"
+    if content is not None:
+        p.write_bytes(content)
+    with pytest.raises(ModelError, match=message) as e:
+        models.read_info(p)
+    assert e.value.tip
+
+
+def test_truncated_gguf_is_named_truncated(tmp_path):
+    p = models.write_synthetic(SMALL, tmp_path / "m.gguf")
+    raw = p.read_bytes()
+    p.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ModelError, match="truncated|not a readable GGUF"):
+        models.read_info(p)
+    p.write_bytes(raw[:100])  # cut inside the header
+    with pytest.raises(ModelError):
+        models.read_info(p)
+
+
+def test_unknown_preset():
+    with pytest.raises(ModelError, match="unknown synthetic model preset"):
+        models.preset("70b-please")

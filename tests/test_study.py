@@ -1,0 +1,73 @@
+"""Study files: presets load, overrides apply, and every mistake names the exact nested key."""
+
+import pytest
+
+from llamalab import study
+from llamalab.errors import ConfigError
+
+
+def test_presets_load_and_expand():
+    for name in study.preset_names():
+        st, text = study.load(name)
+        assert st.builds and text
+    st, _ = study.load("demo")
+    assert [b.name for b in st.builds] == ["copies4", "copies1", "no-pp-blas"]
+    assert [s.name for s in st.settings] == ["kv-f16-q8_0", "kv-f16-f16"]
+    passes = study.expand(st)
+    assert len(passes) == 6 and all(p.trials == (1, 2, 3) for p in passes)
+
+
+def test_interleaved_order_makes_one_round_per_repeat():
+    st, _ = study.load("demo", ["workload.order=\"interleaved\"", "workload.repeats=2"])
+    passes = study.expand(st)
+    assert [(p.config.build.name, p.trials) for p in passes[:3]] == [
+        ("copies4", (1,)), ("copies4", (1,)), ("copies1", (1,))]
+    assert len(passes) == 12 and passes[-1].trials == (2,)
+
+
+@pytest.mark.parametrize("override, check", [
+    pytest.param("workload.repeats=5", lambda s: s.workload.repeats == 5, id="int"),
+    pytest.param("workload.concurrency=[1,4]", lambda s: s.workload.concurrency == [1, 4], id="list"),
+    pytest.param('devices.vram=["16GiB","12GiB"]', lambda s: s.devices.vram == ["16GiB", "12GiB"], id="strings"),
+    pytest.param("model.preset=8b", lambda s: s.model.preset == "8b", id="bare-string"),
+])
+def test_overrides(override, check):
+    st, _ = study.load("demo", [override])
+    assert check(st)
+
+
+@pytest.mark.parametrize("data, expected", [
+    pytest.param({"name": "x", "builds": [{"name": "a"}], "workload": {"repeat": 3}},
+                 "unknown key workload.repeat", id="unknown-nested-key"),
+    pytest.param({"name": "x", "builds": [{"name": "a", "cmak": {}}]},
+                 "unknown key builds[0] (a).cmak", id="unknown-key-in-list-names-the-build"),
+    pytest.param({"name": "x", "builds": [{"name": "a"}], "workload": {"repeats": "three"}},
+                 "workload.repeats", id="wrong-type"),
+    pytest.param({"name": "x", "builds": [{"name": "a"}], "devices": {"backend": "tpu"}},
+                 "devices.backend", id="bad-choice"),
+    pytest.param({"builds": [{"name": "a"}]}, "missing key name", id="missing"),
+    pytest.param({"name": "x", "builds": [{"name": "a"}, {"name": "a"}]}, "duplicate name", id="duplicate"),
+    pytest.param({"name": "x", "builds": []}, "at least one build", id="no-builds"),
+])
+def test_errors_name_the_key(data, expected):
+    with pytest.raises(ConfigError) as e:
+        study.parse(data, "test.toml")
+    assert expected in str(e.value)
+    assert "docs/study-files.md" in str(e.value)
+
+
+def test_unknown_preset_lists_presets():
+    with pytest.raises(ConfigError, match="unknown study preset 'pipline-parallel'") as e:
+        study.load("pipline-parallel")
+    assert "pipeline-parallel" in e.value.tip
+
+
+def test_bad_toml_and_bad_override(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text("name = 'x'\n[[builds]\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        study.load(str(f))
+    with pytest.raises(ConfigError, match="has no '='"):
+        study.load("demo", ["workload.repeats"])
+    with pytest.raises(ConfigError, match="does not exist"):
+        study.load(str(tmp_path / "missing.toml"))
