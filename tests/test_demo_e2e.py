@@ -27,7 +27,7 @@ def demo_rows(demo_prep, tmp_path_factory):
 
 def test_table_has_every_build_setting_and_trial(demo_rows):
     rows, _, _ = demo_rows
-    builds = ["copies4", "copies1"] + (["no-pp-blas"] if buildmod.openblas_available()[0] else [])
+    builds = ["copies4", "copies1", "no-pp-override"] + (["no-pp-blas"] if buildmod.openblas_available()[0] else [])
     got = {(r["build"], r["setting"], r["trial"]) for r in rows}
     want = {(b, s, t) for b in builds for s in ("kv-f16-q8_0", "kv-f16-f16") for t in (1, 2, 3)}
     assert got == want
@@ -49,6 +49,15 @@ def test_copies4_costs_more_compute_than_copies1_on_every_device_and_host(demo_r
         for dev in c4["compute_mib"]:
             assert c4["compute_mib"][dev] > c1["compute_mib"][dev], (setting, dev)
         assert c4["compute_host_mib"] > c1["compute_host_mib"]
+
+
+def test_runtime_override_turns_pipeline_parallelism_off_with_copies1_buffers(demo_rows):
+    rows, _, _ = demo_rows
+    by = {(r["build"], r["setting"]): r for r in rows}
+    for setting in ("kv-f16-q8_0", "kv-f16-f16"):
+        ot, c1 = by[("no-pp-override", setting)], by[("copies1", setting)]
+        assert ot["pipeline_parallel"] is False and ot["copies"] == 1
+        assert ot["compute_mib"] == c1["compute_mib"] and ot["compute_host_mib"] == c1["compute_host_mib"]
 
 
 def test_blas_build_turns_pipeline_parallelism_off_or_is_skipped_with_reason(demo_rows):

@@ -11,10 +11,10 @@ def test_presets_load_and_expand():
         st, text = study.load(name)
         assert st.builds and text
     st, _ = study.load("demo")
-    assert [b.name for b in st.builds] == ["copies4", "copies1", "no-pp-blas"]
+    assert [b.name for b in st.builds] == ["copies4", "copies1", "no-pp-blas", "no-pp-override"]
     assert [s.name for s in st.settings] == ["kv-f16-q8_0", "kv-f16-f16"]
     passes = study.expand(st)
-    assert len(passes) == 6 and all(p.trials == (1, 2, 3) for p in passes)
+    assert len(passes) == 8 and all(p.trials == (1, 2, 3) for p in passes)
 
 
 def test_interleaved_order_makes_one_round_per_repeat():
@@ -22,7 +22,7 @@ def test_interleaved_order_makes_one_round_per_repeat():
     passes = study.expand(st)
     assert [(p.config.build.name, p.trials) for p in passes[:3]] == [
         ("copies4", (1,)), ("copies4", (1,)), ("copies1", (1,))]
-    assert len(passes) == 12 and passes[-1].trials == (2,)
+    assert len(passes) == 16 and passes[-1].trials == (2,)
 
 
 @pytest.mark.parametrize("override, check", [
@@ -71,3 +71,15 @@ def test_bad_toml_and_bad_override(tmp_path):
         study.load("demo", ["workload.repeats"])
     with pytest.raises(ConfigError, match="does not exist"):
         study.load(str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.parametrize("ref, overrides", [
+    pytest.param("demo", [], id="demo"),
+    pytest.param("pipeline-parallel", [], id="pipeline-parallel"),
+    pytest.param("demo", ['builds=[{name="a",label="quote \\" and unicode ×",cmake={GGML_BLAS=true,X=1}}]',
+                          'devices.vram=["16GiB","12GiB"]', "workload.threshold=0.05"], id="overrides"),
+])
+def test_effective_study_round_trips_through_toml(ref, overrides):
+    st, _ = study.load(ref, overrides)
+    again = study.parse(__import__("tomllib").loads(study.to_toml(st)))
+    assert again == st

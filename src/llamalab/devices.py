@@ -5,6 +5,8 @@
 * `cuda`: NVIDIA GPUs; when the study asks for more devices than there are GPUs, `GGML_CUDA_DEVICES=N`
   splits the GPUs into N virtual devices (recorded as virtual).
 * `cpu`: the host alone (one device; pipeline parallelism never activates).
+* `rpc`: no local device; the study's remote rpc-servers (`[devices] rpc = [...]`, see remote.py) are all there
+  is. Remote endpoints can also join `cpu-rpc` and `cuda` setups.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ class DeviceSetup:
     virtual: bool = False
     endpoints: tuple[str, ...] = ()
     description: str = ""
+    remotes: tuple[dict, ...] = ()  # remote devices (remote.RemoteDevice.as_dict): endpoint, memory, backend
 
     def as_dict(self) -> dict:
         return {
             "backend": self.backend, "count": self.count, "server_args": list(self.server_args),
             "env": dict(self.env), "virtual": self.virtual, "endpoints": list(self.endpoints),
-            "description": self.description,
+            "description": self.description, "remotes": [dict(r) for r in self.remotes],
         }
 
 
@@ -105,3 +108,9 @@ def cuda(count: int, physical: int) -> Iterator[DeviceSetup]:
 @contextmanager
 def cpu() -> Iterator[DeviceSetup]:
     yield DeviceSetup(backend="cpu", count=1, description="the CPU alone")
+
+
+@contextmanager
+def none() -> Iterator[DeviceSetup]:
+    """No local device: backend "rpc", where every device is a remote rpc-server (remote.attached adds them)."""
+    yield DeviceSetup(backend="rpc", count=0, description="")

@@ -1,17 +1,45 @@
 """Memory ledger: llama.cpp log lines in, a `Ledger` out. Pure: no I/O, never raises on any input.
 
-Reads the lines design.md §5.2 lists: per-buffer model / KV / recurrent-state / output / compute MiB, the KV
-summary, pipeline-parallel state and scheduler copies, graph nodes and splits, context sizes, offloaded
-layers, fit lines and memory-breakdown tables, and allocation failures.
+Reads the lines design.md §5.2 lists, in every format llama.cpp printed them since early 2024:
+- model weights: `llm_load_tensors: CUDA0 buffer size = X MiB` (2024, no word "model"), then
+  `load_tensors: CUDA0 model buffer size = X MiB`;
+- KV / recurrent state: `llama_kv_cache_init:` → `init:` → `llama_kv_cache_unified:` → `llama_kv_cache:`
+  `CUDA0 KV buffer size`, `llama_memory_recurrent: CUDA0 RS buffer size`;
+- KV summary: `KV self size = X MiB, K (f16): …, V (f16): …` (2024), then
+  `size = X MiB (N cells, L layers, a/b seqs), K (…): …, V (…): …`, and the `kv_size = N, … n_layer = L` line;
+- pipeline parallelism: `pipeline parallelism enabled (n_copies=4)` (old), `pipeline parallelism enabled` plus
+  `sched copies = N` (new), `compute buffer allocation failed, retrying without pipeline parallelism`;
+- graph: `graph nodes = N`, `graph splits = S [(with bs=…), T (with bs=1)]`, `graph splits (measure): S`, then
+  `graph[ (pp bs=…, tg bs=…)]: nodes = N[ / M], splits = S[ / T]`.
+Also: context sizes (`n_ctx`, `n_ctx_per_seq`, `n_ctx_seq`), offloaded layers, `--fit` lines, memory-breakdown tables
+(projected during fit, final at exit: kept apart), compute-buffer allocation failures and the retry without
+pipeline parallelism. Lines may carry timestamps, level letters, CRLF, ANSI colours, JSONL wrapping
+(`--log-jsonl`), or be interleaved with unrelated output; pastes may be truncated.
+
+How a log maps to one ledger:
+- A ledger describes the *last* model load in the log. A model buffer line after a context has started begins a
+  new load (a restarted server, a second run pasted below the first), unless a draft model is being loaded
+  (`loading draft model`, `MTP draft context`): draft buffers are real memory and are added, but the scalars
+  (n_ctx, copies, splits …) stay those of the main context.
+- A context-level line (n_ctx, KV/RS/output buffers, KV summary) after a finished or failed context begins a new
+  context that replaces the previous one (a new context cut off before any buffer line leaves the one before).
+  Compute buffers of one reserve pass are summed per name (a real load prints a shared buffer type once, so a
+  repeated name is another buffer; during a --fit dry run the larger is kept); a later pass (a re-reserve)
+  replaces the earlier one. Model buffers with the same name are summed (split GGUF files, mmap chunks).
+- Device buffers (CUDA0, Vulkan1, ROCm0, Metal, MTL0, RPC0[host:port] …) are kept apart from host buffers (CPU,
+  CPU_Mapped, CPU_*, AMX, *_Host), keyed by the printed name. Multimodal projector (clip) compute buffers and LoRA
+  adapters are recorded apart, not in the per-device ledger.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 KINDS = ("model", "kv", "rs", "compute", "output")
+MIB = 1024 * 1024
 
 
 @dataclass
@@ -34,14 +62,24 @@ class Buffers:
 
 @dataclass
 class KvSummary:
+    """One `size = …` (or `KV self size = …`) line: a KV cache (or, with kind "rs", a recurrent-state cache)."""
+
     size_mib: float | None = None
-    cells: int | None = None
+    cells: int | None = None  # per stream, as printed
     layers: int | None = None
-    seqs: str | None = None
+    seqs: str | None = None  # as printed: "4/1", "1"
+    n_stream: int = 1
     k_type: str | None = None
     k_mib: float | None = None
     v_type: str | None = None
     v_mib: float | None = None
+    kind: str = "kv"  # "kv" or "rs"
+    swa: bool | None = None  # True for the sliding-window cache of an iSWA model
+    buffers: dict[str, float] = field(default_factory=dict)  # the buffer lines printed for this cache
+
+    @property
+    def total_cells(self) -> int | None:
+        return self.cells * max(1, self.n_stream) if self.cells else None
 
 
 @dataclass
@@ -61,26 +99,47 @@ class Ledger:
     devices: dict[str, Buffers] = field(default_factory=dict)
     host: dict[str, Buffers] = field(default_factory=dict)
     pipeline_parallel: bool | None = None
-    n_copies: int | None = None  # as printed in "pipeline parallelism enabled (n_copies=N)"
+    n_copies: int | None = None  # as printed: `sched copies = N` where printed, else `(n_copies=N)`
     sched_copies: int | None = None  # "sched copies = N": the effective number
+    pp_enabled_copies: int | None = None  # the N of "pipeline parallelism enabled (n_copies=N)"
     pp_enabled_line: bool = False
     pp_retry: bool = False
     compute_alloc_failed: bool = False
-    graph_nodes: int | None = None
+    alloc_failures: list[dict] = field(default_factory=list)  # {"buffer": name, "mib": size} per failed allocation
+    context_failed: bool = False
+    graph_nodes: int | None = None  # prompt-processing graph where pp and tg differ
     graph_splits: int | None = None
+    graph_nodes_tg: int | None = None
+    graph_splits_tg: int | None = None
     n_ctx: int | None = None
-    n_ctx_seq: int | None = None
+    n_ctx_seq: int | None = None  # n_ctx_seq or n_ctx_per_seq
     n_seq_max: int | None = None
+    n_batch: int | None = None
     n_ubatch: int | None = None
+    flash_attn: bool | None = None
+    kv_unified: bool | None = None
+    n_embd: int | None = None
+    n_layer: int | None = None
+    n_ctx_train: int | None = None
     layers_offloaded: int | None = None
     layers_total: int | None = None
-    kv: KvSummary | None = None
+    kv: KvSummary | None = None  # the largest KV cache (the one that scales with context)
+    kv_caches: list[KvSummary] = field(default_factory=list)
+    rs_caches: list[KvSummary] = field(default_factory=list)
     fit_ctx_from: int | None = None
     fit_ctx_to: int | None = None
-    breakdown_projected: list[BreakdownRow] = field(default_factory=list)
+    fit_status: str | None = None  # "ok" | "failed"
+    fit_args: str | None = None  # what llama-fit-params printed
+    breakdown_projected: list[BreakdownRow] = field(default_factory=list)  # first table of the fit (initial params)
+    breakdown_projected_tables: list[list[BreakdownRow]] = field(default_factory=list)
     breakdown_final: list[BreakdownRow] = field(default_factory=list)
     device_memory: dict[str, tuple[int, int]] = field(default_factory=dict)  # name → (total MiB, free MiB)
+    draft: bool = False  # a draft model / draft context was loaded and is included in the buffers
+    mmproj_compute: dict[str, float] = field(default_factory=dict)  # clip (multimodal projector) compute buffers
+    lora: dict[str, float] = field(default_factory=dict)
     build: str | None = None
+    failure: str | None = None  # failure_reason() of the same lines
+    n_loads: int = 0  # model loads seen; the ledger describes the last
     errors: list[str] = field(default_factory=list)
 
     def compute(self, name: str) -> float | None:
@@ -92,96 +151,509 @@ class Ledger:
         return round(sum(vals), 2) if vals else None
 
     def to_json(self) -> dict:
+        """Plain JSON: every field, with `devices`/`host` as {name: {model_mib, kv_mib, compute_mib, output_mib,
+        rs_mib, total_mib}} (MiB as printed, 2 decimals; null where the log had no such line)."""
+
         def bufs(d: dict[str, Buffers]) -> dict:
-            return {k: {a: getattr(v, a) for a in ("model_mib", "kv_mib", "compute_mib", "output_mib", "rs_mib")}
-                    for k, v in d.items()}
+            return {k: {**{a: getattr(v, a) for a in ("model_mib", "kv_mib", "compute_mib", "output_mib", "rs_mib")},
+                        "total_mib": v.total()} for k, v in d.items()}
 
         out = asdict(self)
         out["devices"] = bufs(self.devices)
         out["host"] = bufs(self.host)
+        out["device_memory"] = {k: list(v) for k, v in self.device_memory.items()}
         return out
 
 
 # ---------------------------------------------------------------- line cleanup
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_PREFIX = re.compile(r"^\s*(?:\d+\.\d{2}\.\d{3}\.\d{3}\s+[DITWE]\s+)")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|\^\[\[[0-9;]*m|\[[0-9]{1,2}(?:;[0-9]{1,2})*m")
+_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s+)?(?:\d+\.\d{2}\.\d{3}\.\d{3}\s+[DITWE]\s+)")
 
 
 def clean(line: str) -> str:
+    """One log line without colour codes, carriage returns, the `M.SS.mmm.uuu L ` prefix and outer blanks."""
     line = _ANSI.sub("", line).replace("\r", "")
     return _PREFIX.sub("", line).strip()
 
 
-HOST_EXACT = {"CPU", "CPU_Mapped", "AMX", "CPU_REPACK"}
+HOST_EXACT = {"CPU", "CPU_Mapped", "AMX", "CPU_REPACK", "Host", "BLAS", "ACCEL"}
 
 
 def is_host(name: str) -> bool:
-    base = name.split("[", 1)[0]
-    return base in HOST_EXACT or base.startswith("CPU") or base.endswith("_Host") or base.upper() == "AMX"
+    """True for host (system RAM) buffer types: CPU, CPU_Mapped, CPU_*, AMX, anything ending in `_Host`."""
+    base = re.split(r"[\[(]", name, maxsplit=1)[0]
+    return (base in HOST_EXACT or base.upper().startswith("CPU") or base.endswith("_Host")
+            or base.upper() in ("AMX", "HOST"))
+
+
+def _lines(raw_lines: Iterable) -> Iterable[str]:
+    """Cleaned lines: CR splits a line, JSONL records (`--log-jsonl`) are unwrapped to their message."""
+    for raw in raw_lines:
+        text = raw if isinstance(raw, str) else (raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray)
+                                                  else str(raw))
+        for part in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+            s = _ANSI.sub("", part).strip()
+            start = s.find('{"')
+            if start >= 0 and s.endswith("}") and '"msg"' in s or s.startswith('{"'):
+                try:
+                    obj = json.loads(s[max(start, 0):])
+                except ValueError:
+                    obj = None
+                if isinstance(obj, dict):
+                    msg = obj.get("msg")
+                    if isinstance(msg, str):
+                        for m in msg.split("\n"):
+                            yield clean(m)
+                    continue  # fit_memory_breakdown and other structured records repeat the text lines
+            yield clean(part)
 
 
 # ---------------------------------------------------------------- patterns
 
-NUM = r"([0-9]+(?:\.[0-9]+)?)"
-_BUF = re.compile(r"(?P<name>[A-Za-z][\w\-]*(?:\[[^\]]*\])?)\s+(?P<kind>model |KV |RS |compute |output |)buffer size\s*=\s*" + NUM + r"\s*MiB")
+NUM = r"(\d+(?:\.\d+)?)"
+_BUF = re.compile(
+    r"(?:^|(?<=[\s:|]))(?P<name>[^\s=|]*[^\s=|:])\s+"
+    r"(?:(?P<kind>model|KV|RS|compute|output|input|LoRA|DSV4\s+\S+\s+state)\s+)?"
+    r"buffer size\s*=\s*(?P<mib>\d+(?:\.\d+)?)\s*MiB")
+_LEGACY = [  # late 2023 / early 2024, before ggml-backend buffer names
+    (re.compile(r"VRAM used:\s*" + NUM + r"\s*MiB"), "GPU", "model"),
+    (re.compile(r"\bmem required\s*=\s*" + NUM + r"\s*MiB"), "CPU", "model"),
+    (re.compile(r"VRAM kv self\s*=\s*" + NUM + r"\s*MB"), "GPU", "kv"),
+    (re.compile(r"VRAM scratch buffer:\s*" + NUM + r"\s*MiB"), "GPU", "compute"),
+]
 _SCHED_COPIES = re.compile(r"sched copies\s*=\s*(\d+)")
-_PP = re.compile(r"pipeline parallelism enabled(?:\s*\(n_copies\s*=\s*(\d+)\))?")
-_PP_RETRY = re.compile(r"retrying without pipeline parallelism")
-_ALLOC_FAIL = re.compile(r"failed to allocate compute (?:pp )?buffers?|compute buffer allocation failed")
-_GRAPH_NEW = re.compile(r"graph: nodes\s*=\s*(\d+),\s*splits\s*=\s*(\d+)")
-_GRAPH_NODES = re.compile(r"graph nodes\s*=\s*(\d+)")
-_GRAPH_SPLITS = re.compile(r"graph splits\s*=\s*(\d+)")
-_CTX_LINE = re.compile(r"(?:llama_context|llama_new_context_with_model|llama_init_from_model):\s+(n_ctx|n_ctx_per_seq|n_ctx_seq|n_seq_max|n_ubatch)\s*=\s*(\d+)")
+_PP = re.compile(r"pipeline parallelism enabled(?:\s*\(\s*n_copies\s*=\s*(\d+)\s*\))?")
+_PP_RETRY = re.compile(r"retrying without pipeline parallelism|compute buffer allocation failed, retrying")
+_ALLOC_FAIL = re.compile(r"failed to allocate compute (?:pp |tg )?buffers?|compute buffer allocation failed")
+_ALLOC_BUF = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
+_CTX_FAIL = re.compile(r"failed to (?:initialize|create) (?:the )?context|failed to allocate compute (?:pp|tg) buffers"
+                       r"|unable to load model|error loading model")
+_GRAPH_NEW = re.compile(r"graph(?:\s*\(\s*pp bs\s*=\s*(\d+)\s*,\s*tg bs\s*=\s*(\d+)\s*\))?:\s*nodes\s*=\s*(\d+)"
+                        r"(?:\s*/\s*(\d+))?\s*,\s*splits\s*=\s*(\d+)(?:\s*/\s*(\d+))?")
+_GRAPH_NODES = re.compile(r"graph nodes\s*=\s*(\d+)(?:\s*\(with bs=\d+\)\s*,\s*(\d+))?")
+_GRAPH_SPLITS = re.compile(r"graph splits\s*(?:\(measure\))?\s*[=:]\s*(\d+)(?:\s*\(with bs=\d+\)\s*,\s*(\d+))?")
+_CTX_FN = r"(?:llama_context|llama_new_context_with_model|llama_init_from_model)"
+_CTX_KEY = re.compile(_CTX_FN + r"\s*:\s+(n_ctx|n_ctx_per_seq|n_ctx_seq|n_seq_max|n_batch|n_ubatch|flash_attn|kv_unified)"
+                      r"\s*=\s*(\S+)")
+_FA_AUTO = re.compile(r"Flash Attention was auto, set to (enabled|disabled)")
+_META = re.compile(r"(?:print_info|llm_load_print_meta)\s*:\s+(n_embd|n_layer|n_ctx_train)\s*=\s*(\d+)\s*$")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-_KV_SUMMARY = re.compile(
-    r"(?:llama_kv_cache|llama_kv_cache_unified|llama_kv_cache_init)\w*:\s+size\s*=\s*" + NUM + r"\s*MiB\s*\(\s*(\d+)\s+cells,\s*(\d+)\s+layers,\s*([\d/]+)\s+seqs\),\s*K\s*\((\w+)\):\s*" + NUM + r"\s*MiB,\s*V\s*\((\w+)\):\s*" + NUM + r"\s*MiB")
+_KV_SUM = re.compile(r"(?:^|[\s:])(?:KV self size|size)\s*=\s*" + NUM
+                     + r"\s*MiB\s*(?:\((?P<inner>[^)]*)\))?\s*,\s*(?P<pairs>.*)$")
+_PAIR = re.compile(r"(\S+)\s*\((\w+)\)\s*:\s*" + NUM + r"\s*MiB")
+_CELLS = re.compile(r"(\d+)\s+cells")
+_LAYERS = re.compile(r"(\d+)\s+layers")
+_SEQS = re.compile(r"(\d+)\s*(?:/\s*(\d+))?\s+seqs")
+_KV_SIZE = re.compile(r"\bkv_size\s*=\s*(\d+)")
+_KV_TYPES = re.compile(r"type_k\s*=\s*'(\w+)'\s*,\s*type_v\s*=\s*'(\w+)'")
+_KV_NLAYER = re.compile(r"n_layer\s*=\s*(\d+)")
+_ISWA = re.compile(r"creating\s+(non-SWA|SWA)\s+KV cache")
 _FIT_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
+_FIT_START = re.compile(r"fitting params to (?:device|free) memory|getting device memory data|params_fit_impl")
+_FIT_OK = re.compile(r"successfully fit params")
+_FIT_END = re.compile(r"fitting params to free memory took|params_fit: (?:successfully|failed)"
+                      r"|fit_params: (?:successfully|failed)")
+_FIT_FAILED = re.compile(r"failed to fit (?:params|CLI arguments)")
+_FIT_ARGS_HEAD = re.compile(r"(?:printing|Printing) fitted CLI arguments")
 _BREAKDOWN_HEAD = re.compile(r"memory breakdown \[MiB\]")
-_BREAKDOWN_ROW = re.compile(r"\|\s*-\s*(?P<name>.+?)\s*\|\s*(?P<rest>.*)\|\s*$")
-_DEVICE_MEM = re.compile(r"-\s+(?P<name>\S+)\s+:\s+.*\((\d+) MiB,\s*(\d+) MiB free\)")
-_BUILD = re.compile(r"build(?: =|:)?\s*(\d+)\s*\((\w+)\)")
+_BREAKDOWN_ROW = re.compile(r"\|\s*-\s*(?P<name>[^|]+?)\s*\|(?P<rest>[^|]*)\|?\s*$")
+_DEVICE_MEM = re.compile(r"-\s+(?P<name>[^\s:]+)\s+:\s+.*\((\d+) MiB,\s*(\d+) MiB free\)")
+_BUILD = re.compile(r"\bbuild(?:\s*=|:)?\s*(\d+)\s*\((\w+)\)")
+_DRAFT = re.compile(r"draft (?:model|context)|MTP draft", re.I)
+_MMPROJ = re.compile(r"(?:compute_meta|clip_\w+|mtmd_\w+)\s*:")
 
 
-def _num(s: str) -> float | None:
+@dataclass
+class _Ctx:
+    draft: bool = False
+    kv: dict[str, float] = field(default_factory=dict)
+    rs: dict[str, float] = field(default_factory=dict)
+    output: dict[str, float] = field(default_factory=dict)
+    compute: dict[str, float] = field(default_factory=dict)
+    pass_open: bool = False
+    summaries: list[KvSummary] = field(default_factory=list)
+    pending: dict[str, float] = field(default_factory=dict)  # KV/RS buffers since the last summary
+    pending_swa: bool | None = None
+    kv_size: tuple[int | None, str | None, str | None, int | None] | None = None
+    scalars: dict[str, object] = field(default_factory=dict)
+    ended: bool = False
+    failed: bool = False
+    started: bool = False
+
+
+@dataclass
+class _State:
+    led: Ledger
+    model: dict[str, float] = field(default_factory=dict)  # buffer name → model MiB (this load, with draft)
+    ctxs: list[_Ctx] = field(default_factory=list)
+    draft_mode: bool = False
+    breakdown: list[BreakdownRow] | None = None
+    fit_args_next: bool = False
+    fit_phase: bool = False  # between a --fit start line and the real model load: tables are projections
+
+    def ctx(self) -> _Ctx:
+        if not self.ctxs:
+            self.ctxs.append(_Ctx(draft=self.draft_mode))
+        return self.ctxs[-1]
+
+    def ctx_for_context_line(self) -> _Ctx:
+        """The context a KV/output/n_ctx line belongs to: a new one after a finished or failed context."""
+        cur = self.ctx()
+        if cur.ended or cur.failed:
+            cur = _Ctx(draft=self.draft_mode)
+            self.ctxs.append(cur)
+        cur.started = True
+        return cur
+
+    def any_context(self) -> bool:
+        return any(c.started for c in self.ctxs)
+
+
+def parse(lines: Iterable) -> Ledger:
+    """Parse llama.cpp / llama-server log lines into a Ledger. Never raises."""
+    led = Ledger()
+    st = _State(led=led)
+    failure_lines: list[str] = []  # failure-looking lines since the last context finished
     try:
-        return float(s)
-    except ValueError:
-        return None
+        for line in _lines(lines):
+            if not line:
+                continue
+            try:
+                was_ended = bool(st.ctxs) and st.ctx().ended
+                _line(st, line)
+                if _FAILURE_HINT.search(line):
+                    failure_lines.append(line)
+                if st.ctxs and st.ctx().ended and not was_ended:
+                    failure_lines.clear()  # what failed on the way (a retried allocation) did not stop the load
+            except Exception as e:  # a malformed line never costs the rest of the log
+                led.errors.append(f"{type(e).__name__}: {e}")
+    except Exception as e:
+        led.errors.append(f"{type(e).__name__}: {e}")
+    try:
+        _finish(st)
+        led.failure = failure_reason(failure_lines)
+    except Exception as e:
+        led.errors.append(f"{type(e).__name__}: {e}")
+    return led
+
+
+def _line(st: _State, line: str) -> None:
+    led = st.led
+    # memory breakdown tables: a header, then "| - NAME | numbers |" rows
+    if st.breakdown is not None:
+        m = _BREAKDOWN_ROW.search(line)
+        if m and not _BREAKDOWN_HEAD.search(line):
+            st.breakdown.append(_breakdown_row(m.group("name"), m.group("rest")))
+            return
+        st.breakdown = None
+    if _BREAKDOWN_HEAD.search(line):
+        table: list[BreakdownRow] = []
+        if not st.fit_phase and any(c.started and (c.ended or c.compute) for c in st.ctxs):
+            led.breakdown_final = table
+        else:
+            led.breakdown_projected_tables.append(table)
+        st.breakdown = table
+        return
+    if st.fit_args_next:
+        st.fit_args_next = False
+        if line.startswith("-"):
+            led.fit_args = line
+            if m := re.search(r"(?:^|\s)-c\s+(\d+)", line):
+                led.fit_ctx_to = int(m.group(1))
+            return
+    if _FIT_START.search(line) and not st.fit_phase:
+        st.fit_phase = True
+        if st.any_context():  # a new run's fit: what the previous run projected no longer applies
+            led.breakdown_projected_tables = []
+            led.fit_ctx_from = led.fit_ctx_to = led.fit_status = None
+    if _DRAFT.search(line):
+        st.draft_mode = True
+
+    if "buffer size" in line:
+        for m in _BUF.finditer(line):
+            _buffer(st, line, m.group("name"), (m.group("kind") or "").split(" ")[0], float(m.group("mib")))
+        if _BUF.search(line):
+            return
+    for pat, name, kind in _LEGACY:
+        if m := pat.search(line):
+            _add_buffer(st, line, name, kind, float(m.group(1)))
+            return
+
+    if m := _KV_SUM.search(line):
+        if _kv_summary(st, line, m):
+            return
+    if m := _KV_SIZE.search(line):
+        c = st.ctx_for_context_line()
+        types = _KV_TYPES.search(line)
+        nl = _KV_NLAYER.search(line)
+        c.kv_size = (int(m.group(1)), types.group(1) if types else None, types.group(2) if types else None,
+                     int(nl.group(1)) if nl else None)
+    if m := _ISWA.search(line):
+        st.ctx_for_context_line().pending_swa = m.group(1) == "SWA"
+
+    if m := _CTX_KEY.search(line):
+        key, val = m.group(1), m.group(2)
+        c = st.ctx_for_context_line()
+        if key in c.scalars and (c.kv or c.compute or c.output):
+            # a second n_ctx for a context that already has buffers: a new context
+            c.ended = True
+            c = st.ctx_for_context_line()
+        if key in ("flash_attn", "kv_unified"):
+            c.scalars[key] = _boolish(val)
+        elif val.isdigit():
+            c.scalars["n_ctx_seq" if key == "n_ctx_per_seq" else key] = int(val)
+        return
+    if m := _FA_AUTO.search(line):
+        st.ctx().scalars["flash_attn"] = m.group(1) == "enabled"
+    if m := _META.search(line):
+        key, val = m.group(1), int(m.group(2))
+        if not st.draft_mode:
+            setattr(led, key, val)
+        return
+
+    if m := _PP.search(line):
+        c = st.ctx()
+        c.scalars["pp_enabled_line"] = True
+        if m.group(1):
+            c.scalars["pp_enabled_copies"] = int(m.group(1))
+        return
+    if _PP_RETRY.search(line):
+        c = st.ctx()
+        c.scalars["pp_retry"] = True
+        c.compute.clear()
+        c.pass_open = False
+    if _ALLOC_FAIL.search(line):
+        st.ctx().scalars["compute_alloc_failed"] = True
+    if m := _ALLOC_BUF.search(line):
+        st.ctx().scalars.setdefault("alloc_failures", []).append(
+            {"buffer": m.group(1), "mib": round(int(m.group(2)) / MIB, 2)})
+    if _CTX_FAIL.search(line) and st.ctxs and not _PP_RETRY.search(line):
+        c = st.ctx()
+        if c.started or "context" in line or "compute" in line:
+            c.failed = True
+            c.pass_open = False
+    if m := _GRAPH_NEW.search(line):
+        c = st.ctx()
+        c.scalars["graph_nodes"], c.scalars["graph_splits"] = int(m.group(3)), int(m.group(5))
+        c.scalars["graph_nodes_tg"] = int(m.group(4)) if m.group(4) else int(m.group(3))
+        c.scalars["graph_splits_tg"] = int(m.group(6)) if m.group(6) else int(m.group(5))
+        c.ended, c.pass_open = True, False
+    else:
+        if m := _GRAPH_NODES.search(line):
+            c = st.ctx()
+            c.scalars["graph_nodes"] = int(m.group(1))
+            c.scalars["graph_nodes_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+            c.pass_open = False
+        if m := _GRAPH_SPLITS.search(line):
+            c = st.ctx()
+            c.scalars["graph_splits"] = int(m.group(1))
+            c.scalars["graph_splits_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+            c.ended, c.pass_open = True, False
+    if m := _SCHED_COPIES.search(line):
+        c = st.ctx()
+        c.scalars["sched_copies"] = int(m.group(1))
+        c.ended, c.pass_open = True, False
+        if c.draft:
+            st.draft_mode = False
+    elif st.ctxs and st.ctx().draft and st.ctx().ended and "graph" in line:
+        st.draft_mode = False
+
+    if m := _OFFLOADED.search(line):
+        if not st.draft_mode:
+            _maybe_new_load(st)
+            led.layers_offloaded, led.layers_total = int(m.group(1)), int(m.group(2))
+    if m := _FIT_REDUCED.search(line):
+        if led.fit_ctx_from is None:
+            led.fit_ctx_from = int(m.group(1))
+        led.fit_ctx_to = int(m.group(2))
+    if _FIT_OK.search(line):
+        led.fit_status = "ok"
+    elif _FIT_FAILED.search(line):
+        led.fit_status = "failed"
+    if _FIT_END.search(line):
+        st.fit_phase = False
+    if _FIT_ARGS_HEAD.search(line):
+        st.fit_args_next = True
+    if m := _DEVICE_MEM.search(line):
+        led.device_memory[m.group("name")] = (int(m.group(2)), int(m.group(3)))
+    if led.build is None and "build" in line and (m := _BUILD.search(line)):
+        led.build = f"b{m.group(1)}-{m.group(2)}"
+
+
+def _boolish(val: str) -> bool | None:
+    v = val.strip().strip("'\"").lower()
+    if v in ("1", "true", "enabled", "on", "yes"):
+        return True
+    if v in ("0", "false", "disabled", "off", "no"):
+        return False
+    return None
+
+
+def _maybe_new_load(st: _State) -> None:
+    """A model line after a context started: a new model load (unless a draft model is loading)."""
+    if st.draft_mode or not st.any_context():
+        return
+    st.model.clear()
+    st.ctxs = []
+    st.led.draft = False
+    st.led.mmproj_compute.clear()
+    st.led.layers_offloaded = st.led.layers_total = None
+
+
+def _buffer(st: _State, line: str, name: str, kind: str, mib: float) -> None:
+    kind = {"model": "model", "KV": "kv", "RS": "rs", "compute": "compute", "output": "output", "input": "compute",
+            "LoRA": "lora", "DSV4": "rs", "": "model"}.get(kind, "")
+    if not kind:
+        return
+    if kind == "model" and not re.search(r"[A-Z0-9\[(]", name):
+        return  # "… the buffer size = …" in prose, not a buffer type name
+    _add_buffer(st, line, name, kind, mib)
+
+
+def _add_buffer(st: _State, line: str, name: str, kind: str, mib: float) -> None:
+    led = st.led
+    if kind == "lora":
+        led.lora[name] = round(led.lora.get(name, 0.0) + mib, 2)
+        return
+    if _MMPROJ.search(line):  # the multimodal projector (clip): its own model and compute buffers
+        if kind == "compute":
+            led.mmproj_compute[name] = round(led.mmproj_compute.get(name, 0.0) + mib, 2)
+        return
+    if kind == "model":
+        _maybe_new_load(st)
+        if not st.model and not st.draft_mode:
+            led.n_loads += 1
+        if st.draft_mode:
+            led.draft = True
+        st.model[name] = round(st.model.get(name, 0.0) + mib, 2)
+        return
+    if kind == "compute":
+        c = st.ctx()
+        if not c.pass_open:
+            c.compute = {}
+            c.pass_open = True
+        c.started = True
+        # a real load prints each compute buffer once (ggml-alloc skips a buffer type shared by two backends),
+        # so a name repeated in one pass is another buffer: summed. A --fit dry run prints per backend: max.
+        c.compute[name] = max(c.compute.get(name, 0.0), mib) if st.fit_phase else round(c.compute.get(name, 0.0) + mib, 2)
+        return
+    c = st.ctx_for_context_line()
+    if kind in ("kv", "rs"):
+        # a KV line after this context's compute pass is a new context (a second run pasted below)
+        if c.compute and not c.pass_open:
+            c.ended = True
+            c = st.ctx_for_context_line()
+        target = c.kv if kind == "kv" else c.rs
+        target[name] = round(target.get(name, 0.0) + mib, 2)
+        if kind == "kv":
+            c.pending[name] = round(c.pending.get(name, 0.0) + mib, 2)
+    else:  # output
+        c.output[name] = round(c.output.get(name, 0.0) + mib, 2)
+
+
+def _kv_summary(st: _State, line: str, m: re.Match) -> bool:
+    pairs = _PAIR.findall(m.group("pairs"))
+    if not pairs:
+        return False
+    inner = m.group("inner") or ""
+    first = pairs[0][0].upper()
+    kind = "rs" if first.startswith(("R", "S")) and not first.startswith("K") else "kv"
+    c = st.ctx_for_context_line()
+    s = KvSummary(size_mib=float(m.group(1)), kind=kind)
+    if cm := _CELLS.search(inner):
+        s.cells = int(cm.group(1))
+    if lm := _LAYERS.search(inner):
+        s.layers = int(lm.group(1))
+    if sm := _SEQS.search(inner):
+        s.seqs = sm.group(0).replace(" seqs", "").replace(" ", "")
+        if sm.group(2):
+            s.n_stream = int(sm.group(2))
+    if kind == "kv":
+        s.k_type, s.k_mib = pairs[0][1], float(pairs[0][2])
+        if len(pairs) > 1:
+            s.v_type, s.v_mib = pairs[1][1], float(pairs[1][2])
+        if c.kv_size:
+            cells, kt, vt, nl = c.kv_size
+            s.cells = s.cells or cells
+            s.layers = s.layers or nl
+            c.kv_size = None
+        s.swa = c.pending_swa
+        c.pending_swa = None
+        s.buffers = dict(c.pending)
+        c.pending = {}
+    s_list = c.summaries
+    s_list.append(s)
+    return True
 
 
 def _breakdown_row(name: str, rest: str) -> BreakdownRow:
     nums = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", rest)]
     row = BreakdownRow(name=name.strip())
-    if len(nums) == 7:
-        row.total, row.free, row.self_, row.model, row.context, row.compute, row.unaccounted = nums
-    elif len(nums) == 4:  # host row: self = model + context + compute
-        row.self_, row.model, row.context, row.compute = nums
+    if len(nums) >= 7:
+        row.total, row.free, row.self_, row.model, row.context, row.compute, row.unaccounted = nums[:7]
+    elif len(nums) >= 4:  # host row: self = model + context + compute
+        row.self_, row.model, row.context, row.compute = nums[:4]
     return row
 
 
-def parse(lines: Iterable[str]) -> Ledger:
-    """Parse llama.cpp / llama-server log lines into a Ledger. Never raises."""
-    led = Ledger()
-    compute: dict[str, float] = {}
-    in_breakdown: list[BreakdownRow] | None = None
-    fit_phase = True  # breakdown tables before the model loads are projections (fit); after, final
-    try:
-        for raw in lines:
-            try:
-                _line(led, clean(str(raw)), compute, state := {"bd": in_breakdown, "fit": fit_phase})
-                in_breakdown, fit_phase = state["bd"], state["fit"]
-            except Exception as e:  # a malformed line never costs the rest of the log
-                led.errors.append(f"{type(e).__name__}: {e}")
-    except Exception as e:
-        led.errors.append(f"{type(e).__name__}: {e}")
-    for name, mib in compute.items():
-        (led.host if is_host(name) else led.devices).setdefault(name, Buffers()).compute_mib = mib
+def _finish(st: _State) -> None:
+    led = st.led
+    mains = [c for c in st.ctxs if not c.draft and (c.started or c.scalars)]
+    drafts = [c for c in st.ctxs if c.draft and (c.started or c.scalars)]
+    # the last context; a last one cut off before any buffer line (a truncated paste) leaves the one before
+    main = mains[-1] if mains else None
+    with_buffers = [c for c in mains if c.kv or c.rs or c.output or c.compute]
+    if main is not None and with_buffers and main is not with_buffers[-1] and not (main.kv or main.output
+                                                                                   or main.compute or main.rs):
+        main = with_buffers[-1]
+
+    def table(name: str) -> Buffers:
+        return (led.host if is_host(name) else led.devices).setdefault(name, Buffers())
+
+    for name, mib in st.model.items():
+        table(name).add("model", mib)
+    for c in ([main] if main else []) + drafts:
+        for kind, d in (("kv", c.kv), ("rs", c.rs), ("output", c.output), ("compute", c.compute)):
+            for name, mib in d.items():
+                table(name).add(kind, mib)
+    if any(c.kv or c.compute or c.output or c.rs for c in drafts):
+        led.draft = True
+    if led.breakdown_projected_tables:
+        led.breakdown_projected = led.breakdown_projected_tables[0]
+    if main is None:
+        return
+    sc = main.scalars
+    for key in ("n_ctx", "n_ctx_seq", "n_seq_max", "n_batch", "n_ubatch", "flash_attn", "kv_unified", "graph_nodes",
+                "graph_splits", "graph_nodes_tg", "graph_splits_tg", "sched_copies", "pp_enabled_copies"):
+        if key in sc:
+            setattr(led, key, sc[key])
+    led.pp_enabled_line = bool(sc.get("pp_enabled_line"))
+    led.pp_retry = bool(sc.get("pp_retry"))
+    led.compute_alloc_failed = bool(sc.get("compute_alloc_failed"))
+    led.alloc_failures = list(sc.get("alloc_failures", []))
+    led.context_failed = main.failed and not main.ended
+    led.kv_caches = [s for s in main.summaries if s.kind == "kv"]
+    led.rs_caches = [s for s in main.summaries if s.kind == "rs"]
+    if main.kv_size and not led.kv_caches:  # kv_size printed, summary cut off
+        cells, kt, vt, nl = main.kv_size
+        led.kv_caches = [KvSummary(cells=cells, layers=nl, k_type=kt, v_type=vt, buffers=dict(main.pending))]
+    for s in led.kv_caches:
+        if s.cells is None and led.n_ctx and len(led.kv_caches) == 1:
+            s.cells = led.n_ctx  # 2024: the KV cache has n_ctx cells
+        if not s.buffers and len(led.kv_caches) == 1:
+            s.buffers = dict(main.kv)
+    if led.kv_caches:
+        led.kv = max(led.kv_caches, key=lambda s: (s.swa is not True, s.total_cells or 0, s.size_mib or 0))
+    led.n_copies = led.sched_copies if led.sched_copies is not None else led.pp_enabled_copies
     led.pipeline_parallel = _pp_state(led)
-    return led
 
 
 def _pp_state(led: Ledger) -> bool | None:
+    """Issue 3's rule: `sched copies = N` decides where printed (pipeline_parallel = N > 1), because the "enabled"
+    line also prints when the build has one copy; otherwise an "enabled" line (either form) not followed by a retry
+    without it means on, and a retry line means off; a log that says none of these gives None. The N of an old
+    "enabled (n_copies=N)" line is only a printed number (`n_copies`), not a verdict."""
     if led.sched_copies is not None:
         return led.sched_copies > 1
     if led.pp_retry:
@@ -191,106 +663,48 @@ def _pp_state(led: Ledger) -> bool | None:
     return None
 
 
-def _line(led: Ledger, line: str, compute: dict[str, float], st: dict) -> None:
-    if not line:
-        return
-    if st["bd"] is not None:
-        m = _BREAKDOWN_ROW.search(line)
-        if m:
-            st["bd"].append(_breakdown_row(m.group("name"), m.group("rest")))
-            return
-        st["bd"] = None
-    if _BREAKDOWN_HEAD.search(line):
-        table: list[BreakdownRow] = []
-        if st["fit"]:
-            led.breakdown_projected = table
-        else:
-            led.breakdown_final = table
-        st["bd"] = table
-        return
-    if "buffer size" in line and "MiB" in line:
-        m = _BUF.search(line)
-        if m and "ctx size" not in line:
-            name, kind, mib = m.group("name"), m.group("kind").strip(), float(m.group(3))
-            kind = {"model": "model", "KV": "kv", "RS": "rs", "compute": "compute", "output": "output", "": "model"}[kind]
-            if kind == "compute":
-                compute[name] = mib
-            else:
-                (led.host if is_host(name) else led.devices).setdefault(name, Buffers()).add(kind, mib)
-            st["fit"] = False
-            return
-    if m := _SCHED_COPIES.search(line):
-        led.sched_copies = int(m.group(1))
-    if m := _PP.search(line):
-        led.pp_enabled_line = True
-        if m.group(1):
-            led.n_copies = int(m.group(1))
-        return
-    if _PP_RETRY.search(line):
-        led.pp_retry = True
-        compute.clear()
-    if _ALLOC_FAIL.search(line):
-        led.compute_alloc_failed = True
-    if m := _GRAPH_NEW.search(line):
-        led.graph_nodes, led.graph_splits = int(m.group(1)), int(m.group(2))
-    else:
-        if m := _GRAPH_NODES.search(line):
-            led.graph_nodes = int(m.group(1))
-        if m := _GRAPH_SPLITS.search(line):
-            led.graph_splits = int(m.group(1))
-    if m := _CTX_LINE.search(line):
-        key, val = m.group(1), int(m.group(2))
-        if key == "n_ctx":
-            led.n_ctx = val
-        elif key in ("n_ctx_seq", "n_ctx_per_seq"):
-            led.n_ctx_seq = val
-        elif key == "n_seq_max":
-            led.n_seq_max = val
-        elif key == "n_ubatch":
-            led.n_ubatch = val
-    if m := _OFFLOADED.search(line):
-        led.layers_offloaded, led.layers_total = int(m.group(1)), int(m.group(2))
-        st["fit"] = False
-    if m := _KV_SUMMARY.search(line):
-        led.kv = KvSummary(size_mib=float(m.group(1)), cells=int(m.group(2)), layers=int(m.group(3)), seqs=m.group(4),
-                           k_type=m.group(5), k_mib=float(m.group(6)), v_type=m.group(7), v_mib=float(m.group(8)))
-    if m := _FIT_REDUCED.search(line):
-        if led.fit_ctx_from is None:
-            led.fit_ctx_from = int(m.group(1))
-        led.fit_ctx_to = int(m.group(2))
-    if m := _DEVICE_MEM.search(line):
-        led.device_memory[m.group("name")] = (int(m.group(2)), int(m.group(3)))
-    if led.build is None and "build" in line and (m := _BUILD.search(line)):
-        led.build = f"b{m.group(1)}-{m.group(2)}"
-
-
 # ---------------------------------------------------------------- failures
 
 _FAILURES: list[tuple[re.Pattern, str]] = [
-    (re.compile(r"(?:cudaMalloc|ggml_backend_\w*alloc\w*|ggml_gallocr\w*|alloc_tensor_range).*fail|failed to allocate|out of memory|CUDA error: out of memory|ErrorOutOfDeviceMemory|std::bad_alloc", re.I),
-     "out of memory"),
+    (re.compile(r"(?:cudaMalloc|ggml_backend_\w*alloc\w*|ggml_gallocr\w*|alloc_tensor_range).*fail|failed to allocate"
+                r"|unable to allocate|out of memory|ErrorOutOfDeviceMemory|std::bad_alloc|hipErrorOutOfMemory"
+                r"|kIOGPUCommandBufferCallbackErrorOutOfMemory",
+                re.I), "out of memory"),
+    (re.compile(r"invalid magic characters|not a GGUF file|gguf_init_from_\w+: failed to read magic", re.I),
+     "the model file is not a GGUF file"),
     (re.compile(r"error: (?:invalid argument|unknown argument|invalid value)[: ]*(.*)", re.I), "unsupported flag"),
     (re.compile(r"unknown argument:?\s*(.*)|error while handling argument", re.I), "unsupported flag"),
-    (re.compile(r"failed to load model|error loading model|llama_model_load: error", re.I), "model load error"),
+    (re.compile(r"failed to load model|error loading model|llama_model_load: error|unable to load model", re.I),
+     "model load error"),
     (re.compile(r"couldn't bind|address already in use|failed to bind", re.I), "port already in use"),
     (re.compile(r"failed to connect to (?:RPC|rpc)|rpc.*(?:connection refused|failed to connect)|Failed to connect", re.I),
      "could not reach an rpc-server"),
-    (re.compile(r"GGML_ASSERT|Segmentation fault|Aborted|terminate called", re.I), "llama.cpp crashed (assertion or signal)"),
+    (re.compile(r"GGML_ASSERT|Segmentation fault|Aborted|terminate called", re.I),
+     "llama.cpp crashed (assertion or signal)"),
 ]
+_FAILURE_HINT = re.compile(r"fail|error|out of memory|invalid|unknown arg|bind|abort|segmentation|terminate|bad_alloc"
+                           r"|assert|refused|connect", re.I)
+# lines that mention a failure but are not one: pipeline parallelism's own fallback, fit's dry-run diagnostics
+_NOT_FAILURE = re.compile(r"retrying without pipeline parallelism|failed to fit params|for bugs during this step"
+                          r"|failed to allocate host buffer for async uploads", re.I)
+_PRIORITY = {"out of memory": 0, "the model file is not a GGUF file": 1}
 
 
-def failure_reason(lines: Iterable[str]) -> str | None:
+def failure_reason(lines: Iterable) -> str | None:
     """The most likely reason a llama-server run failed, from its log (None if the log shows none)."""
     found: str | None = None
     detail = ""
-    for raw in lines:
-        line = clean(str(raw))
-        for pat, reason in _FAILURES:
-            m = pat.search(line)
-            if m:
-                if found is None or reason == "out of memory":
-                    found, detail = reason, line[:200]
-                break
+    try:
+        for line in _lines(lines):
+            if not line or _NOT_FAILURE.search(line):
+                continue
+            for pat, reason in _FAILURES:
+                if pat.search(line):
+                    if found is None or _PRIORITY.get(reason, 9) < _PRIORITY.get(found, 9):
+                        found, detail = reason, line[:200]
+                    break
+    except Exception:
+        pass
     if found is None:
         return None
     return f"{found} ({detail})" if detail else found

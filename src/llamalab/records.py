@@ -38,6 +38,7 @@ class Trial:
     requests: tuple[RequestResult, ...]
     wall_s: float  # first request sent → last response done
     started: float = 0.0  # unix time
+    foreign_load: float | None = None  # CPU cores other processes used during the trial (sysload.py)
 
     def ok_requests(self) -> list[RequestResult]:
         return [r for r in self.requests if r.ok]

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, build as buildmod, crosscheck, devices, gpu, ledger, models, proc, source, sysinfo, workload
+from . import __version__, build as buildmod, crosscheck, devices, gpu, ledger, models, nvmlcheck, proc, source, sysinfo, workload
 from . import remote
 from .build import BuildArtifact, Builder
 from .errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
@@ -23,7 +23,7 @@ from .records import ConfigOutcome
 from . import server as servermod
 from .server import launch
 from .store import Store
-from .study import Config, Pass, Study, configs, expand
+from .study import Config, Pass, Study, configs, expand, to_toml
 
 
 @dataclass
@@ -181,9 +181,11 @@ def check_copies(led: ledger.Ledger, art: BuildArtifact) -> str | None:
     return None
 
 
-def execute(prep: Prepared, study_toml: str, opts: Options, progress: Progress) -> str:
-    """Run every pass of the study into the store; returns the run id."""
+def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress) -> str:
+    """Run every pass of the study into the store; returns the run id. The run records the effective study
+    (file plus overrides) as TOML, whatever `study_toml` held."""
     study = prep.study
+    study_toml = to_toml(study)
     shash = study_hash(study, prep.model_path)
     with Store(opts.db) as store:
         run_id = opts.resume
@@ -313,12 +315,20 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         progress.warn(f"{label} trial {t.trial} at concurrency {t.concurrency}: "
                                       f"{t.errors} request(s) failed: {t.requests[0].error}")
 
+                nvml_load = gpu.process_used_mib({srv.child.pid}) if prep.backend == "cuda" else None
                 progress.trial(counter[0] + 1, total, label)
                 workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
                                  concurrency=wl.concurrency, shape=shape, warmup=wl.warmup, on_trial=on_trial)
                 if not srv.alive():
                     raise LaunchError("llama-server exited during the workload: "
                                       + (ledger.failure_reason(srv.log_lines()) or "no reason in its log"))
+                if prep.backend == "cuda":
+                    nvml_run = gpu.process_used_mib({srv.child.pid})
+                    physical = len(gpu.probe())
+                    store.save_nvml(config_id, {
+                        "after_load": nvmlcheck.compare(led.to_json(), nvml_load, physical),
+                        "after_workload": nvmlcheck.compare(led.to_json(), nvml_run, physical),
+                    })
                 # the final ledger (with exit-time breakdown tables) is read after the server stops
             led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines())
             store.save_ledger(config_id, led)

@@ -114,6 +114,12 @@ MIGRATIONS: list[tuple[str, str]] = [
             PRIMARY KEY (run_id, build, setting)
         );
     """),
+    ("0003_trial_load", """
+        ALTER TABLE trials ADD COLUMN foreign_load REAL;  -- cores used by other processes during the trial
+    """),
+    ("0004_config_nvml", """
+        ALTER TABLE configs ADD COLUMN nvml_json TEXT;  -- per GPU: NVML used MiB of the server vs the ledger
+    """),
 ]
 
 
@@ -122,8 +128,11 @@ def _now() -> str:
 
 
 class Store:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, create: bool = True):
         self.path = Path(path)
+        if not create and not self.path.is_file():
+            raise StoreError(f"there is no results database at {self.path}.",
+                             tip="check --db (or LLAMALAB_DATA); `llamalab demo` or `llamalab run` creates one.")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
@@ -228,6 +237,10 @@ class Store:
             db.execute("UPDATE configs SET server_argv_json=?, env_json=?, devices_json=? WHERE id=?",
                        (_j(argv), _j(env), _j(devices), config_id))
 
+    def save_nvml(self, config_id: int, nvml: dict) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE configs SET nvml_json=? WHERE id=?", (_j(nvml), config_id))
+
     def finish_config(self, config_id: int, status: str, reason: str | None = None,
                       load_seconds: float | None = None) -> None:
         with self.tx() as db:
@@ -238,7 +251,8 @@ class Store:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO ledgers VALUES (?,?,?,?,?,?)",
                        (config_id, None if led.pipeline_parallel is None else int(led.pipeline_parallel),
-                        led.sched_copies, led.n_ctx, led.graph_splits, _j(led.to_json())))
+                        led.sched_copies, led.n_ctx, led.graph_splits,
+                        json.dumps(led.to_json(), default=str)))  # not sorted: device order is the log's order
             db.execute("DELETE FROM buffers WHERE config_id=?", (config_id,))
             for is_host, table in ((0, led.devices), (1, led.host)):
                 for name, b in table.items():
@@ -255,10 +269,10 @@ class Store:
             db.execute(
                 "INSERT INTO trials (run_id, config_id, build, setting, trial, concurrency, input_tokens, input_tps,"
                 " output_tokens, output_tps, wall_s, aggregate_output_tps, aggregate_total_tps, errors, started,"
-                " requests_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " requests_json, foreign_load) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, config_id, t.build, t.setting, t.trial, t.concurrency, t.input_tokens, t.input_tps,
                  t.output_tokens, t.output_tps, t.wall_s, t.aggregate_output_tps, t.aggregate_total_tps,
-                 t.errors, t.started, _j([asdict(r) for r in t.requests])))
+                 t.errors, t.started, _j([asdict(r) for r in t.requests]), t.foreign_load))
 
     def save_crosscheck(self, run_id: str, build: str, setting: str, result: dict, error: str | None) -> None:
         with self.tx() as db:
@@ -325,14 +339,16 @@ class Store:
             "SELECT build, setting, trial, concurrency FROM trials WHERE run_id=? AND errors = 0", (run_id,))}
 
     def unfinished_run(self, study_hash: str) -> str | None:
+        """The latest unfinished run of this study made on this host (an imported run from another rig is
+        never resumed here by default)."""
         row = self.db.execute("SELECT id FROM runs WHERE study_hash=? AND status IN ('running','interrupted')"
-                              " ORDER BY started DESC LIMIT 1", (study_hash,)).fetchone()
+                              " AND host=? ORDER BY started DESC LIMIT 1", (study_hash, socket.gethostname())).fetchone()
         return row[0] if row else None
 
     # ------------------------------------------------------------ whole runs (reports, export / import)
 
     # The tables that hold one run, parents first (the order rows are inserted in).
-    RUN_TABLES = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials")
+    RUN_TABLES = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials", "crosschecks")
     _DUMP = {
         "runs": "SELECT * FROM runs WHERE id=? ORDER BY rowid",
         "system_info": "SELECT * FROM system_info WHERE run_id=? ORDER BY rowid",
@@ -343,6 +359,7 @@ class Store:
         "buffers": "SELECT b.* FROM buffers b JOIN configs c ON c.id = b.config_id WHERE c.run_id=?"
                    " ORDER BY b.config_id, b.rowid",
         "trials": "SELECT * FROM trials WHERE run_id=? ORDER BY id",
+        "crosschecks": "SELECT * FROM crosschecks WHERE run_id=? ORDER BY rowid",
     }
 
     def columns(self, table: str) -> list[str]:
@@ -398,6 +415,8 @@ class Store:
             for row in tables.get("trials") or []:
                 insert(db, "trials", {**{k: v for k, v in row.items() if k != "id"}, "run_id": run_id,
                                       "config_id": ids[row["config_id"]]})
+            for row in tables.get("crosschecks") or []:
+                insert(db, "crosschecks", {**row, "run_id": run_id})
         return run_id
 
 

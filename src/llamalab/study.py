@@ -6,6 +6,7 @@ trials against it. `expand()` turns a study into the ordered list of configurati
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from importlib import resources
@@ -288,6 +289,43 @@ def _loc(loc: tuple, data: dict[str, Any] | None) -> str:
             out += ("." if out else "") + str(part)
             node = node.get(part) if isinstance(node, dict) else None
     return out or "(top level)"
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def to_toml(study: Study) -> str:
+    """The effective study (file + overrides) as a TOML document that `load` reads back to an equal Study."""
+    data = study.model_dump(exclude_none=True)
+    lines = []
+    for k, v in data.items():
+        if not isinstance(v, (dict, list)) or (isinstance(v, list) and not (v and isinstance(v[0], dict))):
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    for k, v in data.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{_toml_key(k)}]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items()]
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            for item in v:
+                lines += ["", f"[[{_toml_key(k)}]]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in item.items()]
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- expansion

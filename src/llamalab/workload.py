@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from . import sysload
 from .errors import WorkloadError
 from .records import RequestResult, Trial
 
@@ -144,7 +145,9 @@ def measure(
 ) -> list[Trial]:
     """Warm up, then for each trial number and concurrency level run one level and hand the Trial to `on_trial`
     (which stores it) before the next starts."""
-    limits = httpx.Limits(max_connections=max(concurrency) + 2, max_keepalive_connections=max(concurrency) + 2)
+    # No keep-alive: a pooled connection that llama-server closed while idle fails the next request at once
+    # ("Server disconnected without sending a response"); a fresh loopback connection costs ~0.1 ms.
+    limits = httpx.Limits(max_connections=max(concurrency) + 2, max_keepalive_connections=0)
     out: list[Trial] = []
     with httpx.Client(base_url=base_url, timeout=shape.timeout_s, limits=limits, transport=transport) as client:
         prompts = [prompt_ids(client, shape.prompt_tokens, rotate=7 * k) for k in range(max(concurrency))]
@@ -156,9 +159,10 @@ def measure(
         for trial in trials:
             for c in concurrency:
                 started = time.time()
+                before = sysload.snapshot()
                 reqs, wall = run_level(client, c, prompts, shape)
                 t = Trial(build=build, setting=setting, trial=trial, concurrency=c, requests=tuple(reqs),
-                          wall_s=wall, started=started)
+                          wall_s=wall, started=started, foreign_load=sysload.foreign_cores(before, sysload.snapshot()))
                 on_trial(t)
                 out.append(t)
     return out

@@ -70,8 +70,39 @@ def device_labels(names: list[str]) -> list[str]:
     return [f"{s}{i}" for i, s in enumerate(stems)]
 
 
-def compute_by_label(ledger: dict) -> dict[str, float | None]:
+_NAME = re.compile(r"^(?P<base>[^\[\s(]+)\s*(?:[\[(](?P<inner>[^\])]*)[\])])?")
+
+
+def _natural(s: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
+
+
+def device_names(ledger: dict) -> list[str]:
+    """The ledger's device buffer names in llama.cpp's device order. A stored ledger's keys come back sorted (the
+    store writes JSON with sorted keys), so the order is taken from the memory breakdown table, which lists devices
+    in order (`RPC0 (127.0.0.1:50052)`, `CUDA0 (NVIDIA …)`); names it does not list follow in natural order."""
     names = list(ledger.get("devices", {}))
+    rows = [r.get("name") or "" for r in (ledger.get("breakdown_final") or ledger.get("breakdown_projected") or [])]
+    parsed = [_NAME.match(r.strip().lstrip("- ").strip()) for r in rows]
+
+    def rank(name: str) -> int:
+        m = _NAME.match(name)
+        base, inner = (m.group("base"), m.group("inner")) if m else (name, None)
+        for i, p in enumerate(parsed):
+            if p is None:
+                continue
+            if inner and "[" in name:
+                if p.group("inner") == inner and p.group("base") == base:
+                    return i
+            elif p.group("base") == base:
+                return i
+        return 1 << 30
+
+    return sorted(names, key=lambda n: (rank(n), _natural(n)))
+
+
+def compute_by_label(ledger: dict) -> dict[str, float | None]:
+    names = device_names(ledger)
     return {lab: ledger["devices"][n].get("compute_mib") for lab, n in zip(device_labels(names), names)}
 
 

@@ -34,15 +34,14 @@ def rows(data: RunData, concurrency: int = 1) -> list[dict]:
 
 
 def _order(data: RunData) -> dict[tuple[str, str], int]:
-    import tomllib
+    """Study order of the configurations: the study file's builds × settings, then any the store holds that it
+    does not name (or all of them, in stored order, when the study file cannot be read)."""
+    from .verdict import study_builds, study_settings
 
-    try:
-        st = tomllib.loads(data.study_toml)
-        b = [x["name"] for x in st.get("builds", [])]
-        s = [x["name"] for x in st.get("settings", [])] or ["default"]
-        return {(bb, ss): i for i, (bb, ss) in enumerate((bb, ss) for bb in b for ss in s)}
-    except Exception:
-        return {}
+    b = study_builds(data) + [t["build"] for t in data.trials]
+    s = study_settings(data) + [t["setting"] for t in data.trials]
+    pairs = [(bb, ss) for bb in dict.fromkeys(b) for ss in dict.fromkeys(s)]
+    return {k: i for i, k in enumerate(pairs)}
 
 
 def _ledger_of_config(data: RunData, config_id: int) -> dict | None:

@@ -1,0 +1,139 @@
+"""The JSON report: every stored figure of a run, nested the way people read it, plus what the renderers derive.
+
+Stored rows keep their column names, except that a `*_json` column appears decoded under its name without the
+suffix (`requests_json` → `requests`). Each configuration carries its `ledger` (the whole stored ledger) and its
+`buffers` rows. `tables_of` turns a report back into the stored rows, so a test can check nothing was lost.
+Any other table of the run (`crosschecks`, …) appears top-level under its name, one readable row per stored row.
+Derived parts: `rows` (the seed table, every concurrency level), `throughput`, `comparisons` and `memory`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import speed, tables, verdict
+from .data import RunData
+
+FORMAT = "llamalab-report"
+VERSION = 1
+SUFFIX = "_json"
+
+
+def readable(row: dict) -> dict:
+    """A stored row with `x_json` text decoded under the key `x`."""
+    out = {}
+    for k, v in row.items():
+        if k.endswith(SUFFIX):
+            out[k[: -len(SUFFIX)]] = json.loads(v) if isinstance(v, str) else v
+        else:
+            out[k] = v
+    return out
+
+
+def stored(row: dict, columns: list[str]) -> dict:
+    """The inverse of `readable` for a table with these columns."""
+    out = {}
+    for c in columns:
+        if c.endswith(SUFFIX):
+            v = row.get(c[: -len(SUFFIX)])
+            out[c] = None if v is None else json.dumps(v, sort_keys=True, default=str)
+        elif c in row:
+            out[c] = row[c]
+    return out
+
+
+def levels(data: RunData) -> list[int]:
+    return sorted({int(t["concurrency"]) for t in data.trials})
+
+
+def all_rows(data: RunData) -> list[dict]:
+    """The seed table at every concurrency level, single stream first."""
+    return [r for level in levels(data) for r in tables.rows(data, level)]
+
+
+def configs_of(data: RunData) -> list[dict]:
+    """Every stored configuration row, readable, each with its `ledger` (or None) and its `buffers` rows."""
+    t = data.tables
+    if not t:  # a RunData made by hand, not loaded from a store
+        return [{**c, "buffers": c.get("buffers", [])} for c in data.configs]
+    ledgers = {r["config_id"]: readable(r) for r in t.get("ledgers", [])}
+    buffers: dict[int, list[dict]] = {}
+    for b in t.get("buffers", []):
+        buffers.setdefault(b["config_id"], []).append({k: v for k, v in b.items() if k != "config_id"})
+    configs = []
+    for c in t.get("configs", []):
+        c = readable(c)
+        led = ledgers.get(c["id"])
+        c["ledger"] = led["ledger"] if led else None
+        c["buffers"] = buffers.get(c["id"], [])
+        configs.append(c)
+    return configs
+
+
+def trials_of(data: RunData) -> list[dict]:
+    """Every stored trial row, readable (`requests` decoded)."""
+    if not data.tables:
+        return data.trials
+    return [readable(x) for x in data.tables.get("trials", [])]
+
+
+# Tables the report nests or reshapes; any other table of a run (crosschecks, …) appears top-level under its own
+# name, one readable row per stored row.
+NESTED = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials")
+
+
+def other_tables(data: RunData) -> dict[str, list[dict]]:
+    return {name: [readable(r) for r in rows] for name, rows in data.tables.items() if name not in NESTED}
+
+
+def document(data: RunData, *, seed: int = 0) -> dict:
+    t = data.tables
+    system = t.get("system_info") or []
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "run": readable(t["runs"][0]) if t.get("runs") else readable(data.run),
+        "system": readable(system[0])["info"] if system else data.system,
+        "builds": [readable(b) for b in t.get("builds", data.builds)],
+        "configs": configs_of(data),
+        "trials": trials_of(data),
+        "rows": all_rows(data),
+        "throughput": speed.throughput_table(data),
+        "comparisons": speed.comparisons(data, seed=seed),
+        "memory": verdict.memory_comparisons(data),
+    }
+    for name, rows in other_tables(data).items():
+        if name in doc:
+            raise ValueError(f"table {name!r} collides with a part of the JSON report")
+        doc[name] = rows
+    return doc
+
+
+def ledger_row(config_id: int, ledger: dict) -> dict:
+    """The `ledgers` row the store keeps for a ledger (its scalar columns copy the ledger's own figures)."""
+    pp = ledger.get("pipeline_parallel")
+    return {"config_id": config_id, "pipeline_parallel": None if pp is None else int(pp),
+            "sched_copies": ledger.get("sched_copies"), "n_ctx": ledger.get("n_ctx"),
+            "graph_splits": ledger.get("graph_splits"), "ledger": ledger}
+
+
+def tables_of(doc: dict, columns: dict[str, list[str]]) -> dict[str, list[dict]]:
+    """The stored rows a report was made from (`columns`: each table's columns, from Store.columns)."""
+    run_id = doc["run"]["id"]
+    out: dict[str, list[dict]] = {
+        "runs": [stored(doc["run"], columns["runs"])],
+        "system_info": ([stored({"run_id": run_id, "info": doc["system"]}, columns["system_info"])]
+                        if doc.get("system") is not None else []),
+        "builds": [stored(b, columns["builds"]) for b in doc["builds"]],
+        "configs": [], "ledgers": [], "buffers": [],
+        "trials": [stored(x, columns["trials"]) for x in doc["trials"]],
+    }
+    for c in doc["configs"]:
+        out["configs"].append(stored(c, columns["configs"]))
+        if c.get("ledger") is not None:
+            out["ledgers"].append(stored(ledger_row(c["id"], c["ledger"]), columns["ledgers"]))
+        out["buffers"] += [stored({**b, "config_id": c["id"]}, columns["buffers"]) for b in c.get("buffers", [])]
+    for name, cols in columns.items():
+        if name not in NESTED:
+            out[name] = [stored(r, cols) for r in doc.get(name, [])]
+    return out

@@ -1,0 +1,43 @@
+"""Which renderer makes which format, and which files a report consists of. Pure: returns text and bytes;
+the CLI hands them to `write.atomic_write`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import csvfile, document, html, markdown, plots
+from .data import RunData, dumps
+
+FORMATS = ("md", "csv", "json", "html")
+
+
+def render(data: RunData, fmt: str) -> str:
+    """The main text of a report in one format (CSV: the trials × requests table)."""
+    if fmt == "md":
+        return markdown.render(data)
+    if fmt == "csv":
+        return csvfile.trials_csv(data)
+    if fmt == "json":
+        return dumps(document.document(data)) + "\n"
+    if fmt == "html":
+        return html.render(data)
+    raise ValueError(f"unknown report format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def companion(output: Path) -> Path:
+    """Where the configurations CSV goes next to a trials CSV: run.csv → run.configs.csv."""
+    return output.with_name(f"{output.stem}.configs{output.suffix or '.csv'}")
+
+
+def files(data: RunData, fmt: str, output: Path) -> dict[Path, str]:
+    """Every file of a report written to `output` (CSV is two files)."""
+    out = {output: render(data, fmt)}
+    if fmt == "csv":
+        out[companion(output)] = csvfile.configs_csv(data)
+    return out
+
+
+def plot_files(data: RunData, folder: Path, formats: tuple[str, ...] = plots.FORMATS) -> dict[Path, bytes]:
+    """The plots as `<folder>/<run id>-<plot>.<png|svg>`."""
+    return {folder / f"{data.id}-{name}": blob for name, blob in plots.render(data, formats).items()}

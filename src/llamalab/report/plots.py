@@ -1,0 +1,163 @@
+"""Plots of a stored run, as matplotlib Figures (Agg canvas, no pyplot state) or PNG / SVG bytes. No file writes.
+
+- `compute_figure`: compute buffer MiB per device (host included) per configuration, grouped bars.
+- `context_figure`: the context (n_ctx, tokens) each configuration ran with.
+- `throughput_figure`: aggregate output t/s against concurrency per configuration, median with min–max bars.
+Each returns None when the run holds nothing to draw.
+"""
+
+from __future__ import annotations
+
+import io
+
+from matplotlib import rc_context
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from . import speed
+from .data import RunData, compute_by_label, host_compute
+from .verdict import study_builds, study_settings
+
+FORMATS = ("png", "svg")
+DPI = 110
+COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974",
+          "#64b5cd"]
+HOST_COLOR = "#7f7f7f"
+
+
+def _t(s: object) -> str:
+    """Text for matplotlib: `$` would start mathtext."""
+    return str(s).replace("$", r"\$")
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _configs(data: RunData) -> list[tuple[str, str, dict]]:
+    """(build, setting, ledger) for every configuration with a ledger, in study order."""
+    out = []
+    builds = study_builds(data)
+    settings = study_settings(data)
+    seen = {(c["build"], c["setting"]) for c in data.ok_configs()}
+    order = [(b, s) for b in builds for s in settings if (b, s) in seen]
+    order += sorted(k for k in seen if k not in order)
+    for b, s in order:
+        led = data.ledger_for(b, s)
+        if led:
+            out.append((b, s, led))
+    return out
+
+
+def _label(build: str, setting: str) -> str:
+    return f"{_t(build)}\n{_t(setting)}"
+
+
+def compute_figure(data: RunData) -> Figure | None:
+    cfgs = _configs(data)
+    if not cfgs:
+        return None
+    devs: list[str] = []
+    for _, _, led in cfgs:
+        for d in compute_by_label(led):
+            if d not in devs:
+                devs.append(d)
+    series = devs + ["host"]
+    fig = _figure(max(6.0, 1.3 * len(cfgs) * max(1, len(series)) * 0.45 + 2), 4.2)
+    ax = fig.add_subplot()
+    width = 0.8 / len(series)
+    for j, name in enumerate(series):
+        xs, ys = [], []
+        for i, (_, _, led) in enumerate(cfgs):
+            v = host_compute(led) if name == "host" else compute_by_label(led).get(name)
+            if v is not None:
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(v)
+        color = HOST_COLOR if name == "host" else COLORS[j % len(COLORS)]
+        bars = ax.bar(xs, ys, width=width * 0.95, label=_t(name), color=color)
+        ax.bar_label(bars, labels=[f"{y:,.0f}" if y >= 100 else f"{y:,.1f}" for y in ys], fontsize=7, padding=1)
+    ax.set_xticks(range(len(cfgs)), [_label(b, s) for b, s, _ in cfgs], fontsize=8)
+    ax.set_ylabel("compute buffer (MiB)")
+    ax.set_title(_t(f"Compute buffers per device — run {data.id}"), fontsize=10)
+    ax.legend(fontsize=8, ncols=min(len(series), 6))
+    ax.margins(y=0.15)
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def context_figure(data: RunData) -> Figure | None:
+    cfgs = [(b, s, led) for b, s, led in _configs(data) if led.get("n_ctx")]
+    if not cfgs:
+        return None
+    fig = _figure(max(5.0, 1.1 * len(cfgs) + 2), 3.8)
+    ax = fig.add_subplot()
+    builds = list(dict.fromkeys(b for b, _, _ in cfgs))
+    colors = [COLORS[builds.index(b) % len(COLORS)] for b, _, _ in cfgs]
+    ys = [led["n_ctx"] for _, _, led in cfgs]
+    bars = ax.bar(range(len(cfgs)), ys, color=colors, width=0.6)
+    ax.bar_label(bars, labels=[f"{y:,}" for y in ys], fontsize=8, padding=1)
+    ax.set_xticks(range(len(cfgs)), [_label(b, s) for b, s, _ in cfgs], fontsize=8)
+    ax.set_ylabel("context (tokens)")
+    ax.set_title(_t(f"Context each configuration ran with — run {data.id}"), fontsize=10)
+    ax.margins(y=0.15)
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def throughput_figure(data: RunData) -> Figure | None:
+    table = [r for r in speed.throughput_table(data) if r["aggregate_output_tps"] is not None]
+    if not table:
+        return None
+    fig = _figure(7.0, 4.2)
+    ax = fig.add_subplot()
+    keys = list(dict.fromkeys((r["build"], r["setting"]) for r in table))
+    levels = sorted({r["concurrency"] for r in table})
+    n = len(keys)
+    for i, key in enumerate(keys):
+        rows = [r for r in table if (r["build"], r["setting"]) == key]
+        # a small sideways offset keeps overlapping interval bars readable
+        xs = [levels.index(r["concurrency"]) + (i - (n - 1) / 2) * 0.06 for r in rows]
+        ys = [r["aggregate_output_tps"] for r in rows]
+        lo = [y - r["aggregate_output_tps_min"] for y, r in zip(ys, rows)]
+        hi = [r["aggregate_output_tps_max"] - y for y, r in zip(ys, rows)]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.2,
+                    color=COLORS[i % len(COLORS)], label=_t(f"{key[0]} × {key[1]}"))
+    ax.set_xticks(range(len(levels)), [str(x) for x in levels])
+    ax.set_xlim(-0.5, len(levels) - 0.5)
+    ax.set_xlabel("parallel requests")
+    ax.set_ylabel("aggregate output (tokens/s)")
+    ax.set_title(_t(f"Throughput vs concurrency (median, min–max over trials) — run {data.id}"), fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+PLOTS = {"compute": compute_figure, "context": context_figure, "throughput": throughput_figure}
+
+
+def to_bytes(fig: Figure, fmt: str = "png") -> bytes:
+    if fmt not in FORMATS:
+        raise ValueError(f"plot format {fmt!r}: use one of {', '.join(FORMATS)}")
+    buf = io.BytesIO()
+    meta = {"Date": None} if fmt == "svg" else {"Software": None}
+    with rc_context({"svg.hashsalt": "llamalab"}):  # the same run gives the same SVG bytes
+        fig.savefig(buf, format=fmt, metadata=meta)
+    return buf.getvalue()
+
+
+def figures(data: RunData) -> dict[str, Figure]:
+    """Every plot this run has data for, by name."""
+    out = {}
+    for name, make in PLOTS.items():
+        fig = make(data)
+        if fig is not None:
+            out[name] = fig
+    return out
+
+
+def render(data: RunData, formats: tuple[str, ...] = FORMATS) -> dict[str, bytes]:
+    """{"compute.png": b"…", "compute.svg": b"…", …} for every plot this run has data for."""
+    return {f"{name}.{fmt}": to_bytes(fig, fmt) for name, fig in figures(data).items() for fmt in formats}
+

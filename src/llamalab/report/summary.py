@@ -1,0 +1,169 @@
+"""What every human-readable report says besides the table: the machine, what was not measured, the verdict lines
+and how to reproduce each configuration. Plain strings; each renderer escapes them its own way.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from . import speed, verdict
+from .data import RunData
+
+
+def _json(text: str | None):
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
+def model(data: RunData) -> dict:
+    return _json(data.run.get("model_json")) or {}
+
+
+def system_items(data: RunData) -> list[tuple[str, str]]:
+    """(label, value) pairs describing where and with what the run happened."""
+    s = data.system or {}
+    r = data.run
+    src = s.get("llama_cpp") or {}
+    m = model(data)
+    opts = _json(r.get("options_json")) or {}
+    gpus = ", ".join(f"{g.get('name', '?')} ({g.get('total_mib') or 0:,} MiB)" for g in s.get("gpus") or []) or "none"
+    items = [
+        ("Run", f"{r['id']} — study {r['study']}, {r['status']}"),
+        ("Started / finished", f"{r.get('started') or '?'} / {r.get('finished') or '–'}"),
+        ("Host", str(r.get("host") or "?")),
+        ("CPU", f"{s.get('cpu', '?')}, {s.get('cores', '?')} cores, {s.get('ram_mib') or 0:,} MiB RAM"),
+        ("GPUs", gpus + (f"; driver {s['gpu_driver']}" if s.get("gpu_driver") else "")),
+        ("OS", str(s.get("os", "?"))),
+        ("llama.cpp", f"{src.get('version', '?')} ({(src.get('commit') or '?')[:9]}"
+                      f"{', modified' if src.get('dirty') else ''}) from {src.get('origin', '?')}"),
+        ("Backend", str(opts.get("backend", "?"))),
+        ("Model", f"{m.get('name') or m.get('path') or '?'} ({m.get('architecture', '?')}, {m.get('n_layer', '?')} "
+                  f"layers, {(m.get('size_bytes') or 0) / (1 << 20):,.0f} MiB, fingerprint "
+                  f"{m.get('fingerprint', '?')})"),
+        ("Software", f"llamalab {r.get('llamalab_version', '?')}, Python {s.get('python', '?')}"),
+    ]
+    if s.get("loadavg"):
+        items.append(("Load at start", ", ".join(f"{x:.2f}" for x in s["loadavg"])))
+    return items
+
+
+def not_measured(data: RunData) -> list[str]:
+    out = []
+    for b in data.builds:
+        if b["status"] != "ok":
+            out.append(f"build {b['name']}: {b['status']} — {b['reason'] or 'no reason recorded'}")
+    for c in data.configs:
+        if c["status"] == "failed":
+            first = (c["reason"] or "").splitlines()[0] if c["reason"] else "unknown reason"
+            out.append(f"{c['build']} × {c['setting']}: failed — {first}")
+    return out
+
+
+def memory_lines(data: RunData) -> list[str]:
+    return verdict.memory_sentences(data)
+
+
+def speed_lines(data: RunData) -> list[str]:
+    return speed.sentences(data)
+
+
+def _study_cmake(data: RunData, name: str) -> dict:
+    import tomllib
+
+    try:
+        for b in tomllib.loads(data.study_toml).get("builds", []):
+            if b.get("name") == name:
+                return dict(b.get("cmake") or {})
+    except (tomllib.TOMLDecodeError, AttributeError):
+        pass
+    return {}
+
+
+def cmake_flags(build: dict, study_cmake: dict | None = None) -> str:
+    """The -D options a build added to llama.cpp's defaults ("(defaults)" when none). A build that was never made
+    stored none: the study's own `cmake` table says what it would have been."""
+    opts = _json(build.get("options_json"))
+    if opts is None:
+        opts = study_cmake or {}
+    if not opts:
+        return "(defaults)"
+    return " ".join(f"-D{k}={_cm(v)}" for k, v in opts.items())
+
+
+def _cm(v) -> str:
+    if isinstance(v, bool):
+        return "ON" if v else "OFF"
+    return str(v)
+
+
+def server_flags(config: dict) -> str:
+    """llama-server's arguments for a configuration, without the binary and model paths."""
+    argv = _json(config.get("server_argv_json")) or []
+    args = list(argv[1:])
+    if len(args) >= 2 and args[0] == "-m":
+        args = args[2:]
+    return shlex.join(str(a) for a in args)
+
+
+def reproduce(data: RunData) -> list[dict]:
+    """Per measured configuration: build, setting, CMake flags, server flags and environment that matters."""
+    builds = {b["name"]: b for b in data.builds}
+    out = []
+    for c in data.ok_configs():
+        env = _json(c.get("env_json")) or {}
+        out.append({"build": c["build"], "setting": c["setting"],
+                    "cmake": cmake_flags(builds.get(c["build"], {}), _study_cmake(data, c["build"])),
+                    "server": server_flags(c),
+                    "env": " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))})
+    return out
+
+
+def build_items(data: RunData) -> list[dict]:
+    """Each build of the run: name, the study's label, status, the CMake options it added, source and build time."""
+    out = []
+    for b in data.builds:
+        secs = b.get("build_seconds")
+        out.append({"name": b["name"], "label": data.build_label(b["name"]), "status": b["status"],
+                    "reason": b.get("reason"), "cmake": cmake_flags(b, _study_cmake(data, b["name"])),
+                    "source": (f"{b['source_version']} ({(b.get('source_commit') or '?')[:9]})"
+                               if b.get("source_version") else "–"),
+                    "build": "reused" if b.get("reused") else (f"{secs:,.0f} s" if secs else "–")})
+    return out
+
+
+def fidelity_lines(data: RunData) -> list[str]:
+    """How far the figures can be trusted: llama-bench and client-vs-server timing crosschecks, and NVML's view of
+    each GPU next to the ledger (the difference is shown as unaccounted, never hidden)."""
+    from .. import crosscheck, nvmlcheck
+
+    out = []
+    for row in data.tables.get("crosschecks", []):
+        result = _json(row.get("result_json")) or {}
+        where = f"{row['build']} × {row['setting']}"
+        out += [f"{where}: {line}" for line in crosscheck.sentences(result)]
+        if row.get("error"):
+            out.append(f"{where}: {row['error']}")
+    for c in data.configs:
+        nv = _json(c.get("nvml_json"))
+        if nv:
+            for line in nvmlcheck.sentences(nv.get("after_workload") or nv.get("after_load") or []):
+                out.append(f"{c['build']} × {c['setting']}: {line}")
+    return out
+
+
+BUSY_CORES = 0.25  # other processes using more than this many cores during a trial make its speed suspect
+
+
+def noise_lines(data: RunData) -> list[str]:
+    """A warning when other processes used the CPU while trials ran (trials.foreign_load, in cores)."""
+    loads = [t.get("foreign_load") for t in data.trials if t.get("foreign_load") is not None]
+    busy = [x for x in loads if x > BUSY_CORES]
+    if not busy:
+        return []
+    loads.sort()
+    return [f"other processes used the CPU during {len(busy)} of {len(loads)} trials (median "
+            f"{loads[len(loads) // 2]:.2f} cores, max {loads[-1]:.2f}): speed figures from this run are noisier than "
+            "the machine allows; rerun on an idle machine before trusting small differences."]

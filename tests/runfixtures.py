@@ -1,0 +1,66 @@
+"""Real stored runs for report and exchange tests: JSON exports (`llamalab export`) of runs made by `llamalab demo`
+on a 2-core CPU VM, kept under tests/fixtures/runs/. `fill` puts one into a Store through the Store API
+(`restore_run`), so every figure a test sees is one a real run stored. No GGUF, no binaries."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+from pathlib import Path
+
+from llamalab.exchange import encode_row
+from llamalab.store import Store
+
+RUNS = Path(__file__).parent / "fixtures" / "runs"
+DEMO = "demo-cpu-rpc"  # 2 builds × 2 KV settings × 3 trials, single stream (no-pp-blas skipped: no OpenBLAS)
+CONCURRENCY = "demo-cpu-rpc-concurrency"  # 3 builds (OpenBLAS present) × 2 settings × 3 trials × 1, 2, 4 requests
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in RUNS.glob("*.json"))
+
+
+def doc(name: str = DEMO) -> dict:
+    """A fresh copy of the exported document (tests may change it)."""
+    return copy.deepcopy(_load(name))
+
+
+_cache: dict[str, dict] = {}
+
+
+def _load(name: str) -> dict:
+    if name not in _cache:
+        _cache[name] = json.loads((RUNS / f"{name}.json").read_text(encoding="utf-8"))
+    return _cache[name]
+
+
+def fill(store: Store, name: str = DEMO, *, document: dict | None = None) -> str:
+    """Store the run of fixture `name` (or an altered `document`) in `store`; returns its run id."""
+    d = document or doc(name)
+    return store.restore_run({t: [encode_row(r) for r in rows] for t, rows in d["tables"].items()})
+
+
+# Strings that would run or load something if a report printed them unescaped.
+SCRIPT = "<script>document.title='pwned'</script>"
+IMG = "<img src=x onerror=alert(document.domain)>"
+SVG = "<svg onload=alert(1)>"
+
+
+def hostile_doc(name: str = DEMO) -> dict:
+    """The real run with markup where logs, study files and the machine put text: a build label in the study file,
+    a failed configuration whose reason is a log line, a skipped build's reason, the CPU name and the host name."""
+    d = doc(name)
+    t = d["tables"]
+    run = t["runs"][0]
+    run["study_toml"] = run["study_toml"].replace('label = "Pipeline parallelism, 4 sched copies"',
+                                                  f"label = {json.dumps(SCRIPT + IMG)}")
+    assert tomllib.loads(run["study_toml"])["builds"][0]["label"] == SCRIPT + IMG
+    run["host"] = f"rig{SVG}"
+    t["system_info"][0]["info_json"]["cpu"] = f"EPYC {SVG}"
+    skipped = next(b for b in t["builds"] if b["status"] == "skipped")
+    skipped["reason"] = f"cmake said: {SCRIPT}"
+    t["configs"].append({**{k: None for k in t["configs"][0]}, "id": max(c["id"] for c in t["configs"]) + 1,
+                         "run_id": run["id"], "build": "copies4", "setting": "kv-f16-q8_0", "pass": 9,
+                         "status": "failed", "reason": f"llama-server said: {IMG}\nand {SCRIPT}"})
+    return d

@@ -1,0 +1,78 @@
+"""`llamalab inspect`: JSON contract, stdin, and the human report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llamalab.cli import cli
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = sorted(p.name[: -len(".expected.json")] for p in LOGS.glob("*.expected.json"))
+CONTRACT = ("pipeline_parallel", "n_copies", "n_ctx", "graph_nodes", "graph_splits", "devices", "host")
+
+
+def run(*args, input=None):
+    result = CliRunner().invoke(cli, ["inspect", *args], input=input)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_json_matches_the_expected_ledger(name):
+    out = json.loads(run("--json", str(LOGS / f"{name}.log")))
+    exp = json.loads((LOGS / f"{name}.expected.json").read_text())
+    for key in CONTRACT[:5]:
+        assert out[key] == exp[key], key
+    for side in ("devices", "host"):
+        got = {n: {k: b[k] for k in ("model_mib", "kv_mib", "compute_mib", "output_mib")} for n, b in out[side].items()}
+        assert got == exp[side]
+
+
+def test_json_from_stdin():
+    text = (LOGS / "rpc-b11312-copies4.log").read_text()
+    out = json.loads(run("--json", "-", input=text))
+    assert out["pipeline_parallel"] is True and out["n_copies"] == 4 and out["graph_splits"] == 3
+    assert out["devices"]["RPC0[127.0.0.1:51711]"]["compute_mib"] == 48.10
+    assert out["host"]["CPU"]["output_mib"] == 0.49
+    assert out["one_copy_saving"]["estimate"] is True
+
+
+def test_human_output_names_the_saving_in_mib_and_tokens():
+    out = run(str(LOGS / "rpc-b11312-copies4.log"))
+    assert "Pipeline parallelism: on, sched copies = 4" in out
+    assert "ESTIMATED saving with one scheduler copy instead of 4" in out
+    assert "RPC0[127.0.0.1:51711] 27.00 MiB" in out
+    assert "5,727 more tokens of context" in out
+    assert "basis:" in out and "estimate" in out
+    for col in ("model", "KV", "compute", "output", "total"):
+        assert col in out
+
+
+@pytest.mark.parametrize("name,line,saving", [
+    pytest.param("rpc-b11312-copies1", "Pipeline parallelism: off, sched copies = 1", False, id="copies1"),
+    pytest.param("cuda-2025-12-retry-without-pp-truncated", "retried without it", False, id="retry"),
+    pytest.param("cuda-2024-03-pp4-truncated", "Pipeline parallelism: on, n_copies = 4", True, id="2024"),
+    pytest.param("rocm-2025-05-sm-row", "Pipeline parallelism: unknown", False, id="unknown"),
+    pytest.param("cpu-b11312-not-gguf", "not a GGUF file", False, id="not-gguf"),
+    pytest.param("rpc-b11312-fit-reduced", "context size reduced from 8,192 to 3,840", True, id="fit"),
+    pytest.param("vulkan-2025-08-compute-oom", "Allocation failed: Vulkan0 buffer of 4,536.75 MiB", False, id="oom"),
+])
+def test_human_output_states(name, line, saving):
+    out = run(str(LOGS / f"{name}.log"))
+    assert line in out
+    assert ("ESTIMATED saving" in out) is saving
+
+
+def test_empty_input_is_not_an_error():
+    out = run("-", input="")
+    assert "No buffer lines found" in out
+    assert json.loads(run("--json", "-", input="hello\n"))["devices"] == {}
+
+
+def test_missing_file_is_a_clean_error():
+    result = CliRunner().invoke(cli, ["inspect", "/nonexistent/server.log"])
+    assert result.exit_code != 0 and "Traceback" not in result.output

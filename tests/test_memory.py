@@ -1,0 +1,104 @@
+"""KV bytes per token, MiB ↔ tokens, and the one-copy saving estimate checked against real copies=1 logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamalab import ledger, memory
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+RPC1, RPC2 = "RPC0[127.0.0.1:51711]", "RPC0[127.0.0.1:51712]"
+MIB = 1024 * 1024
+
+
+def led(name: str) -> ledger.Ledger:
+    return ledger.parse((LOGS / f"{name}.log").read_text(encoding="utf-8", errors="replace").splitlines())
+
+
+def test_kv_bytes_per_token_per_device():
+    per = memory.kv_bytes_per_token(led("rpc-b11312-copies4"))  # 30.62 + 18.38 MiB over 8192 cells
+    assert per == pytest.approx({RPC1: 30.62 * MIB / 8192, RPC2: 18.38 * MIB / 8192})
+    assert memory.total_kv_bytes_per_token(led("rpc-b11312-copies4")) == pytest.approx(49.0 * MIB / 8192)
+
+
+def test_kv_bytes_per_token_on_host_and_2024_logs():
+    assert memory.kv_bytes_per_token(led("rpc-b11312-nkvo")) == pytest.approx({"CPU": 64 * MIB / 8192})
+    # 2024: no cells in the summary, the cache holds n_ctx cells
+    assert memory.kv_bytes_per_token(led("cuda-2024-03-pp4-truncated")) == pytest.approx(
+        {"CUDA0": 1536 * MIB / 4096, "CUDA1": 3584 * MIB / 4096})
+
+
+def test_sliding_window_cache_does_not_scale():
+    ld = led("sycl-2025-11-iswa")
+    assert [c.total_cells for c in memory.scaling_caches(ld)] == [4096]
+    assert memory.kv_bytes_per_token(ld) == pytest.approx({"SYCL0": 96 * MIB / 4096})
+
+
+def test_no_kv_lines_no_figure():
+    assert memory.kv_bytes_per_token(led("metal-2026-08-mtl0-two-passes")) == {}
+    assert memory.total_kv_bytes_per_token(led("rpc-b11312-unknown-flag")) is None
+
+
+@pytest.mark.parametrize("mib,bpt,tokens", [
+    pytest.param(1.0, 1024.0, 1024, id="one-mib-at-1k"),
+    pytest.param(0.0, 1024.0, 0, id="nothing-freed"),
+    pytest.param(5.0, 0.0, 0, id="no-kv"),
+    pytest.param(-1.0, 10.0, 0, id="negative"),
+])
+def test_tokens_for_mib(mib, bpt, tokens):
+    assert memory.tokens_for_mib(mib, bpt) == tokens
+
+
+def test_the_tightest_device_decides():
+    assert memory.context_tokens_for({"a": 1.0, "b": 1.0}, {"a": 1024.0, "b": 4096.0}) == 256
+    assert memory.context_tokens_for({"a": 1.0}, {}) is None
+
+
+def test_no_estimate_without_pipeline_parallelism():
+    for name in ("rpc-b11312-copies1", "rpc-b11312-sm-none", "cpu-b11312-cpu-only", "cuda-2025-fork-n_copies1",
+                 "cuda-2025-12-retry-without-pp-truncated", "sycl-2025-05-pp4-alloc-cut"):
+        assert memory.one_copy_saving(led(name)) is None, name
+
+
+def test_estimate_matches_the_real_copies1_log():
+    """copies4 vs copies1, same flags, same machine: the estimate lands within 15 % of the measured saving."""
+    four, one = led("rpc-b11312-copies4"), led("rpc-b11312-copies1")
+    s = memory.one_copy_saving(four)
+    assert s.n_copies == 4 and s.method == "inputs"
+    for name in (RPC1, RPC2):
+        real = four.devices[name].compute_mib - one.devices[name].compute_mib  # 48.10 - 19.03 = 29.07
+        assert s.low[name] <= real <= s.high[name]
+        assert abs(s.per_device[name] - real) / real < 0.15
+    real_host = four.compute_host_mib() - one.compute_host_mib()  # 37.11 - 10.03
+    assert abs(s.host_mib - real_host) / real_host < 0.15
+    # 3 × (8192 × 512 × f16 mask + 512 × 512 × f32 activation) = 27 MiB
+    assert s.per_device[RPC1] == 27.0
+    assert s.tokens == memory.context_tokens_for(s.per_device, {
+        n: b + 512 * 2 for n, b in memory.kv_bytes_per_token(four).items()})
+    assert s.tokens_low <= s.tokens <= s.tokens_high
+
+
+def test_many_splits_or_unknown_context_use_the_proportional_figure():
+    s = memory.one_copy_saving(led("cuda-2026-04-sched-reserve-4gpu"))
+    assert s.method == "proportional"
+    assert s.per_device["CUDA3"] == round(5223.02 * 3 / 4, 2)
+    assert s.tokens is None  # no KV lines: no tokens figure
+    assert "estimate" in s.basis
+
+
+def test_saving_json_is_labelled_an_estimate():
+    out = memory.one_copy_saving(led("rpc-b11312-copies4")).to_json()
+    assert out["estimate"] is True and out["basis"] and set(out["per_device_mib"]) == {RPC1, RPC2}
+
+
+def test_tokens_estimate_matches_what_fit_gave_one_copy():
+    """Same margin (-fitt), same flags: --fit gave copies=4 n_ctx 2304 and copies=1 n_ctx 4608 (fit rounds to 256).
+    The estimate from the copies=4 log alone should land within 20 % of the 2304 tokens measured."""
+    four, one = led("rpc-b11312-fit-copies4"), led("rpc-b11312-fit-copies1")
+    real = one.n_ctx - four.n_ctx
+    s = memory.one_copy_saving(four)
+    assert real == 2304
+    assert abs(s.tokens - real) / real < 0.20
+    assert s.tokens_low <= real <= s.tokens_high

@@ -1,0 +1,44 @@
+"""Device order and labels in reports: llama.cpp's device order, though the store keeps ledger keys sorted."""
+
+from __future__ import annotations
+
+import pytest
+
+import runfixtures
+from llamalab.report.data import compute_by_label, device_names
+
+
+@pytest.mark.parametrize("name", runfixtures.names())
+def test_rpc_devices_follow_the_rpc_flag_order(name):
+    """Real runs: every local rpc-server prints as RPC0[host:port]; the report's RPC0/RPC1 must be the first and
+    second endpoints given to --rpc, whatever order their ports sort in."""
+    t = runfixtures.doc(name)["tables"]
+    argv = {c["id"]: c["server_argv_json"] for c in t["configs"]}
+    checked = 0
+    for led in t["ledgers"]:
+        args = argv[led["config_id"]]
+        endpoints = args[args.index("--rpc") + 1].split(",")
+        assert [n.split("[", 1)[1].rstrip("]") for n in device_names(led["ledger_json"])] == endpoints
+        checked += 1
+    assert checked >= 4
+
+
+@pytest.mark.parametrize("ledger,expected", [
+    pytest.param({"devices": {"CUDA10": {}, "CUDA2": {}, "CUDA0": {}}}, ["CUDA0", "CUDA2", "CUDA10"],
+                 id="natural-order-without-breakdown"),
+    pytest.param({"devices": {"CUDA1": {}, "CUDA0": {}},
+                  "breakdown_final": [{"name": "CUDA1 (NVIDIA H200)"}, {"name": "CUDA0 (NVIDIA H200)"},
+                                      {"name": "Host"}]},
+                 ["CUDA1", "CUDA0"], id="breakdown-order-wins"),
+    pytest.param({"devices": {"RPC0[10.0.0.3:50052]": {}, "RPC0[10.0.0.2:50052]": {}},
+                  "breakdown_projected": [{"name": "RPC0 (10.0.0.3:50052)"}, {"name": "RPC0 (10.0.0.2:50052)"}]},
+                 ["RPC0[10.0.0.3:50052]", "RPC0[10.0.0.2:50052]"], id="remote-endpoints"),
+])
+def test_device_names(ledger, expected):
+    assert device_names(ledger) == expected
+
+
+def test_labels_of_a_real_ledger():
+    led = runfixtures.doc()["tables"]["ledgers"][0]["ledger_json"]
+    assert list(led["devices"]) == sorted(led["devices"])  # as stored: sorted by endpoint, not in device order
+    assert compute_by_label(led) == {"RPC0": 48.1, "RPC1": 48.1}
