@@ -15,6 +15,7 @@ from llamalab.store import Store
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 DEMO = "demo-cpu-rpc"  # 2 builds × 2 KV settings × 3 trials, single stream (no-pp-blas skipped: no OpenBLAS)
 CONCURRENCY = "demo-cpu-rpc-concurrency"  # 3 builds (OpenBLAS present) × 2 settings × 3 trials × 1, 2, 4 requests
+BUDGET = "demo-budget-concurrency"  # 4 builds × 2 settings × 3 trials × 1, 4 requests; 1200 MiB budgets: fit chooses n_ctx
 
 
 def names() -> list[str]:

@@ -36,7 +36,8 @@ def test_export_document(source):
     assert doc["run_id"] == doc["tables"]["runs"][0]["id"] == source.run()["id"]
     t = doc["tables"]
     assert {k: len(v) for k, v in t.items()} == {"runs": 1, "system_info": 1, "builds": 3, "configs": 4,
-                                                  "ledgers": 4, "buffers": 16, "trials": 12, "crosschecks": 1}
+                                                  "ledgers": 4, "buffers": 16, "trials": 12, "crosschecks": 1,
+                                                  "context_checks": 0}
     # JSON columns are decoded, so the file reads as JSON
     assert isinstance(t["trials"][0]["requests_json"], list)
     assert t["ledgers"][0]["ledger_json"]["sched_copies"] == 4

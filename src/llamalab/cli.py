@@ -46,10 +46,21 @@ def _study_options(f):
     f = click.option("--json", "as_json", is_flag=True, help="Print the table rows as JSON on stdout.")(f)
     f = click.option("--resume", metavar="RUN_ID", default=None, help="Complete an unfinished run.")(f)
     f = click.option("--fresh", is_flag=True, help="Start a new run even if this study has an unfinished one.")(f)
+    f = click.option("--crosscheck", is_flag=True,
+                     help="Afterwards, run llama-bench on the first configuration and compare its speeds, and the "
+                     "client's wall time with the server's own timings.")(f)
+    f = click.option("--max-context", type=click.Choice(["off", "verify", "search"]), default="off", show_default=True,
+                     help="Afterwards, load every fitted context again with fit off (verify), or also bisect -c up "
+                     "to the model's training context for the largest that loads, within [devices] vram budgets "
+                     "if any (search; at most 6 loads per configuration).")(f)
+    f = click.option("--host", default=None, metavar="ADDR",
+                     help="Bind llama-server and rpc-servers to ADDR instead of 127.0.0.1 (rpc-server has no "
+                     "authentication: only on networks you trust).")(f)
     return f
 
 
-def _run_study(ref: str, overrides, llama_cpp, db, as_json, resume, fresh, model=None) -> None:
+def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, crosscheck, max_context, host,
+               model=None) -> None:
     from . import runner, study as studymod
     from .paths import default_db
     from .progress import RichProgress, StderrProgress
@@ -57,8 +68,15 @@ def _run_study(ref: str, overrides, llama_cpp, db, as_json, resume, fresh, model
     from .report.write import atomic_write
     from .store import Store
 
+    overrides = list(overrides)
+    if host:
+        overrides += [f"server.host={json.dumps(host)}", f"devices.host={json.dumps(host)}"]
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            click.echo(f"warning: servers will listen on {host}; rpc-server has no authentication, so anyone who can "
+                       "reach that address can use this machine's devices.", err=True)
     st, text = studymod.load(ref, overrides)
-    opts = runner.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh)
+    opts = runner.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
+                          crosscheck=crosscheck, max_context=max_context)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         prep = runner.prepare(st, opts, progress)
@@ -78,35 +96,50 @@ def _run_study(ref: str, overrides, llama_cpp, db, as_json, resume, fresh, model
 
 
 def _print_table(data) -> None:
+    """The terminal view of a stored run: the seed-style table, throughput per concurrency level, and the
+    memory, speed and fidelity lines (the same pieces as the Markdown report)."""
     from rich.console import Console
     from rich.table import Table
 
-    from .report import tables, verdict
+    from .report import context, recommend, speed, summary, tables
 
-    rows = tables.rows(data)
-    head, body = tables.table_cells(rows)
     console = Console(width=200 if not sys.stdout.isatty() else None)
-    t = Table(title=f"{data.run['study']} — run {data.id}", show_lines=False)
-    for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i < 2 else "right")
-    for row in body:
-        t.add_row(*row)
-    console.print(t)
-    for b in data.builds:
-        if b["status"] != "ok":
-            console.print(f"[yellow]build {b['name']} not measured:[/] {b['reason']}")
-    for c in data.configs:
-        if c["status"] == "failed":
-            console.print(f"[red]{c['build']} × {c['setting']} failed:[/] {(c['reason'] or '').splitlines()[0]}")
-    for s in verdict.memory_sentences(data):
-        console.print("• " + s)
+
+    def show(title: str, head: list[str], body: list[list[str]], left: int = 2) -> None:
+        t = Table(title=title)
+        for i, h in enumerate(head):
+            t.add_column(h, justify="left" if i < left else "right")
+        for row in body:
+            t.add_row(*row)
+        console.print(t)
+
+    head, body = tables.table_cells(tables.rows(data))
+    show(f"{data.run['study']} — run {data.id}", head, body)
+    if len({t["concurrency"] for t in data.trials}) > 1:
+        f = tables._fmt
+        body = [[r["build"], r["setting"], f(r["concurrency"]), f(r["n"]), f(r["aggregate_output_tps"]),
+                 f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}", f(r["ttft_ms_p50"]),
+                 f(r["itl_ms_p50"])] for r in speed.throughput_table(data)]
+        show("Throughput by concurrency", ["Build", "Setting", "Parallel requests", "Trials", "Aggregate output t/s",
+                                           "min–max", "TTFT p50 (ms)", "ITL p50 (ms)"], body)
+    for line in summary.not_measured(data):
+        console.print(f"[yellow]not measured:[/] {line}", highlight=False)
+    for line in summary.memory_lines(data) + context.sentences(data):
+        console.print("• " + line, highlight=False)
+    for line in summary.key_speed_lines(data):
+        console.print("• " + line, highlight=False)
+    for line in summary.noise_lines(data):
+        console.print("[yellow]• " + line + "[/]", highlight=False)
+    for line in summary.fidelity_lines(data):
+        console.print("• " + line, highlight=False)
+    console.print("\n[bold]Recommendation.[/] " + recommend.recommendation(data), highlight=False)
 
 
 # ---------------------------------------------------------------- commands
 
 @cli.command(context_settings=CONTEXT)
 @_study_options
-def demo(overrides, llama_cpp, db, as_json, resume, fresh) -> None:
+def demo(**kw) -> None:
     """Run the pipeline-parallel study on an embedded default: pinned llama.cpp b11312 built for CPU + RPC,
     two local rpc-servers as devices, a synthetic model. Prints the table and the memory verdict.
 
@@ -116,14 +149,14 @@ def demo(overrides, llama_cpp, db, as_json, resume, fresh) -> None:
       llamalab demo --json
       llamalab demo --set workload.repeats=5 --set workload.concurrency=[1,4]
     """
-    _run_study("demo", overrides, llama_cpp, db, as_json, resume, fresh)
+    _run_study("demo", **kw)
 
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("study")
 @click.option("--model", type=click.Path(path_type=Path), default=None, help="A GGUF model file to study.")
 @_study_options
-def run(study, model, overrides, llama_cpp, db, as_json, resume, fresh) -> None:
+def run(study, model, **kw) -> None:
     """Run a study: a preset name (pipeline-parallel, demo) or a study .toml file.
 
     \b
@@ -132,72 +165,299 @@ def run(study, model, overrides, llama_cpp, db, as_json, resume, fresh) -> None:
       llamalab run my-study.toml --set devices.count=2
       llamalab run pipeline-parallel --resume 20261129-101500-ab12cd
     """
-    _run_study(study, overrides, llama_cpp, db, as_json, resume, fresh, model=model)
+    _run_study(study, model=model, **kw)
+
+
+@cli.command("build", context_settings=CONTEXT)
+@click.argument("study")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a study key (repeatable).")
+@click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
+              help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--json", "as_json", is_flag=True, help="Print the builds as JSON.")
+def build_cmd(study, overrides, llama_cpp, as_json) -> None:
+    """Make every build of a study ahead of time (cached under ~/.cache/llamalab; LLAMALAB_HOME overrides),
+    without running anything. A later `llamalab run` reuses them.
+
+    \b
+    Examples:
+      llamalab build pipeline-parallel
+      llamalab build my-study.toml --llama-cpp ~/src/llama.cpp
+    """
+    from . import runner, study as studymod
+    from .progress import RichProgress, StderrProgress
+
+    st, _ = studymod.load(study, overrides)
+    progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
+    try:
+        prep = runner.prepare(st, runner.Options(llama_cpp=llama_cpp), progress)
+    finally:
+        progress.close()
+    items = [{"build": name, **art.as_dict()} for name, art in prep.artifacts.items()]
+    items += [{"build": name, "skipped": why} for name, why in prep.skipped.items()]
+    if as_json:
+        click.echo(json.dumps(items, indent=2))
+        return
+    for it in items:
+        if "skipped" in it:
+            click.echo(f"{it['build']:<16} not built: {it['skipped']}")
+        else:
+            how = "reused" if it["reused"] else f"built in {it['build_seconds']:.0f} s"
+            lib = f" (LD_LIBRARY_PATH={it['lib_dir']})" if it["lib_dir"] else ""
+            click.echo(f"{it['build']:<16} {it['bin_dir']}{lib} — {how}")
 
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("run_id", required=False)
 @click.option("--db", type=click.Path(path_type=Path), default=None, help="Results database.")
-@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "html"]), default="md", show_default=True,
+              help="md: table and verdict; csv: one row per trial × request (with -o, also FILE.configs.csv: every "
+                   "ledger figure); json: every stored figure plus the derived tables; html: one self-contained page.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write to this file.")
-def report(run_id, db, fmt, output) -> None:
-    """Render a stored run (default: the latest) from the database.
+@click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write the plots (PNG and SVG) into this folder.")
+def report(run_id, db, fmt, output, plots_dir) -> None:
+    """Render a stored run (default: the latest) from the database, never from a live run.
 
     \b
     Examples:
       llamalab report
       llamalab report 20261129-101500-ab12cd --format json -o run.json
+      llamalab report --format csv -o run.csv        # run.csv and run.configs.csv
+      llamalab report --format html -o run.html --plots plots/
     """
     from .paths import default_db
-    from .report import data as rdata, markdown, tables, verdict
+    from .report import data as rdata, formats
     from .report.write import atomic_write
     from .store import Store
 
-    with Store(db or default_db()) as store:
+    with Store(db or default_db(), create=False) as store:
         data = rdata.load(store, run_id)
-    if fmt == "md":
-        text = markdown.render(data)
-    else:
-        text = rdata.dumps({"run": data.run, "rows": tables.rows(data), "memory": verdict.memory_comparisons(data)})
     if output:
-        atomic_write(output, text)
-        click.echo(f"wrote {output}", err=True)
+        for path, text in formats.files(data, fmt, output).items():
+            atomic_write(path, text)
+            click.echo(f"wrote {path}", err=True)
     else:
-        click.echo(text)
+        click.echo(formats.render(data, fmt), nl=False)
+        if fmt == "csv":
+            click.echo("(the per-configuration ledger figures go to FILE.configs.csv when you pass -o FILE.csv)",
+                       err=True)
+    if plots_dir:
+        for path, blob in formats.plot_files(data, plots_dir).items():
+            atomic_write(path, blob)
+            click.echo(f"wrote {path}", err=True)
 
 
 @cli.command(context_settings=CONTEXT)
 @click.option("--db", type=click.Path(path_type=Path), default=None, help="Results database.")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print as JSON: id, study, status (finished | interrupted | failed | running), started, finished, "
+                   "host, trials.")
 def runs(db, as_json) -> None:
-    """List stored runs."""
+    """List stored runs, oldest first.
+
+    \b
+    Examples:
+      llamalab runs
+      llamalab runs --json
+    """
     from .paths import default_db
     from .store import Store
 
-    with Store(db or default_db()) as store:
+    with Store(db or default_db(), create=False) as store:
         items = store.runs()
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
+    if not items:
+        click.echo("no runs stored yet; `llamalab demo` makes one.", err=True)
     for r in items:
-        click.echo(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}")
+        click.echo(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}  "
+                   f"{r['host']}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--db", type=click.Path(path_type=Path), default=None, help="Results database holding both runs.")
+@click.option("--threshold", type=click.FloatRange(0, 1, max_open=True), default=None,
+              help="Smallest speed change that counts (default: run A's study threshold, else 0.02).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare(run_a, run_b, db, threshold, as_json) -> None:
+    """Compare two stored runs (A is the baseline): every build × setting both measured, in compute MiB per device,
+    context and speed (B/A ratios with 95% bootstrap intervals and a verdict). The runs may come from different
+    machines (`llamalab import`).
+
+    \b
+    Examples:
+      llamalab compare 20261129-101500-ab12cd 20261130-090000-ef34ab
+      llamalab compare RUN_A RUN_B --json
+    """
+    from .paths import default_db
+    from .report import compare as cmp, data as rdata
+    from .store import Store
+
+    with Store(db or default_db(), create=False) as store:
+        a, b = rdata.load(store, run_a), rdata.load(store, run_b)
+    result = cmp.compare(a, b, threshold)
+    click.echo(rdata.dumps(result) if as_json else cmp.markdown(result), nl=as_json)
+
+
+@cli.command("export", context_settings=CONTEXT)
+@click.argument("run_id", required=False)
+@click.option("--db", type=click.Path(path_type=Path), default=None, help="Results database.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Write to this file (default: stdout).")
+def export_cmd(run_id, db, output) -> None:
+    """Write one stored run (default: the latest) as a versioned JSON document with everything stored, for
+    `llamalab import` on another machine.
+
+    \b
+    Examples:
+      llamalab export 20261129-101500-ab12cd -o rig1.json
+    """
+    from . import exchange
+    from .paths import default_db
+    from .report.write import atomic_write
+    from .store import Store
+
+    with Store(db or default_db(), create=False) as store:
+        text = exchange.dumps(exchange.export_run(store, run_id))
+    if output:
+        atomic_write(output, text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command("import", context_settings=CONTEXT)
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--db", type=click.Path(path_type=Path), default=None, help="Results database to import into.")
+def import_cmd(file, db) -> None:
+    """Load a run written by `llamalab export` into this database, under its own id. Importing the same run again
+    changes nothing; a different run with the same id is refused.
+
+    \b
+    Examples:
+      llamalab import rig1.json
+      llamalab compare RIG1_RUN LOCAL_RUN
+    """
+    from . import exchange
+    from .paths import default_db
+    from .store import Store
+
+    doc = exchange.loads(file.read_text(encoding="utf-8", errors="replace"), name=str(file))
+    with Store(db or default_db()) as store:
+        result = exchange.import_run(store, doc)
+    click.echo(result.message)
 
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("log", type=click.File("r", encoding="utf-8", errors="replace"))
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger as JSON.")
 def inspect(log, as_json) -> None:
-    """Read any llama.cpp / llama-server log (or - for stdin) and show where memory went.
+    """Read any llama.cpp / llama-server log (or - for stdin) and show where memory went: MiB per device
+    (model / KV / compute / output), pipeline parallelism and its copies, context, graph splits, and, when
+    pipeline parallelism is on, the estimated saving with one scheduler copy in MiB and tokens of context.
 
     \b
     Examples:
       llamalab inspect server.log
       llama-server ... -lv 4 2>&1 | tee server.log; llamalab inspect --json server.log
+      pbpaste | llamalab inspect -
     """
-    from . import ledger
+    from . import inspect_view, ledger
 
     led = ledger.parse(log.read().splitlines())
-    click.echo(json.dumps(led.to_json(), indent=2))
+    if as_json:
+        click.echo(json.dumps(inspect_view.inspect_json(led), indent=2))
+    else:
+        click.echo(inspect_view.render(led), nl=False)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+def doctor(as_json) -> None:
+    """Show what this machine has for building and running llama.cpp (Python, CMake, compilers, Ninja, ccache,
+    CUDA toolkit and driver, Vulkan SDK, ROCm, Metal, OpenBLAS, GPUs with memory), which backends llamalab can
+    build and run here, and the exact command that installs anything missing (this OS's command first).
+
+    \b
+    Examples:
+      llamalab doctor
+      llamalab doctor --json
+    """
+    from . import doctor as doctormod
+
+    rep = doctormod.examine()
+    click.echo(json.dumps(rep.to_json(), indent=2) if as_json else doctormod.render(rep), nl=as_json)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("study", required=False)
+@click.option("--model", type=click.Path(path_type=Path), default=None,
+              help="A GGUF model, or only the first MiB of one (a stand-in is made from its header).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a study key, e.g. --set devices.count=3 (repeatable).")
+@click.option("--budget", default=None, metavar="SIZES",
+              help="Free memory per device of the rig to plan for, e.g. 16GiB,12GiB (replaces [devices] vram).")
+@click.option("--target", type=click.Choice(["cuda", "vulkan", "rocm", "metal", "cpu-rpc"]), default=None,
+              help="The backend the figures are for (default: the one the dry runs use); labels CPU-RPC figures "
+                   "as approximations of it.")
+@click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
+              help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep the dry runs' llama-server logs in this folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(study, model, overrides, budget, target, llama_cpp, logs_dir, as_json) -> None:
+    """Memory per device, fitted context and pipeline-parallel copies for every build × setting of a study, from
+    llama.cpp's no-alloc dry run: no weights are loaded, so it takes seconds, and a model's header is enough.
+    STUDY defaults to pipeline-parallel.
+
+    \b
+    Examples:
+      llamalab plan demo
+      llamalab plan --model ~/models/qwen3-8b-q4_k_m.gguf --budget 16GiB,12GiB
+      head -c 64M llama-70b.gguf > head.gguf; llamalab plan --model head.gguf --budget 24GiB,24GiB
+      llamalab plan pipeline-parallel --model m.gguf --target cuda --json
+    """
+    from rich.console import Console
+
+    from . import plan as planmod, study as studymod
+    from .progress import RichProgress, StderrProgress
+
+    st, _ = studymod.load(study or "pipeline-parallel", overrides)
+    opts = planmod.PlanOptions(llama_cpp=llama_cpp, model=model, budgets=[budget] if budget else None,
+                               target=target, logs_dir=logs_dir)
+    progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
+    try:
+        result = planmod.plan_study(st, opts, progress)
+    finally:
+        progress.close()
+    if as_json:
+        click.echo(planmod.dumps(result))
+        return
+    Console(width=200 if not sys.stdout.isatty() else None).print(planmod.render(result))
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the stand-in.")
+def stub(model, output) -> None:
+    """Write a header-only stand-in of a GGUF model: its real header, then a sparse hole up to the model's full
+    size. It takes a few MiB of disk, and `llamalab plan --model` accepts it (a dry run never reads weights).
+    MODEL may be the whole file or only its first MiB (e.g. `head -c 64M model.gguf > head.gguf`).
+
+    \b
+    Examples:
+      llamalab stub ~/models/llama-70b-q4_k_m.gguf -o llama-70b.stub.gguf
+    """
+    from . import standin
+
+    out = standin.write(model, output)
+    st = out.stat()
+    click.echo(f"wrote {out}: {st.st_size / 2**30:.2f} GiB as the model, {st.st_blocks * 512 / 2**20:.1f} MiB on disk",
+               err=True)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from . import proc
@@ -28,43 +29,52 @@ def probe() -> list[Gpu]:
     return gpus if gpus is not None else _smi()
 
 
-def _nvml() -> list[Gpu] | None:
+@contextmanager
+def _session():
+    """pynvml, initialised, or None where nvidia-ml-py or the driver is missing; shut down afterwards."""
     try:
         import pynvml
-    except ImportError:
-        return None
-    try:
+
         pynvml.nvmlInit()
     except Exception:
-        return None
+        yield None
+        return
     try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else driver
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            name = name.decode() if isinstance(name, bytes) else name
-            try:
-                cc = "%d.%d" % pynvml.nvmlDeviceGetCudaComputeCapability(h)
-            except Exception:
-                cc = None
-            try:
-                uuid = pynvml.nvmlDeviceGetUUID(h)
-                uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-            except Exception:
-                uuid = None
-            out.append(Gpu(index=i, name=name, total_mib=mem.total // (1 << 20), used_mib=mem.used // (1 << 20),
-                           driver=driver, uuid=uuid, compute_capability=cc))
-        return out
-    except Exception:
-        return None
+        yield pynvml
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _nvml() -> list[Gpu] | None:
+    with _session() as nv:
+        if nv is None:
+            return None
+        try:
+            driver = _text(nv.nvmlSystemGetDriverVersion())
+            out = []
+            for i in range(nv.nvmlDeviceGetCount()):
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                try:
+                    cc = "%d.%d" % nv.nvmlDeviceGetCudaComputeCapability(h)
+                except Exception:
+                    cc = None
+                try:
+                    uuid = _text(nv.nvmlDeviceGetUUID(h))
+                except Exception:
+                    uuid = None
+                out.append(Gpu(index=i, name=_text(nv.nvmlDeviceGetName(h)), total_mib=mem.total // (1 << 20),
+                               used_mib=mem.used // (1 << 20), driver=driver, uuid=uuid, compute_capability=cc))
+            return out
+        except Exception:
+            return None
 
 
 def _smi() -> list[Gpu]:
@@ -85,32 +95,23 @@ def _smi() -> list[Gpu]:
 
 def process_used_mib(pids: set[int]) -> dict[int, int] | None:
     """Per GPU index, the memory (MiB) used by the given processes (NVML); None where NVML is unavailable."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        out: dict[int, int] = {}
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            used = 0
-            for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-                try:
-                    for p in getattr(pynvml, getter)(h):
-                        if p.pid in pids and p.usedGpuMemory:
-                            used += p.usedGpuMemory
-                except Exception:
-                    pass
-            out[i] = used // (1 << 20)
-        return out
-    except Exception:
-        return None
-    finally:
+    with _session() as nv:
+        if nv is None:
+            return None
         try:
-            pynvml.nvmlShutdown()
+            out: dict[int, int] = {}
+            for i in range(nv.nvmlDeviceGetCount()):
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                used = 0
+                for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                    try:
+                        used += sum(p.usedGpuMemory or 0 for p in getattr(nv, getter)(h) if p.pid in pids)
+                    except Exception:
+                        pass
+                out[i] = used // (1 << 20)
+            return out
         except Exception:
-            pass
+            return None
 
 
 def visible_count() -> int:

@@ -202,3 +202,16 @@ def one_copy_saving(led: Ledger) -> OneCopySaving | None:
         n_copies=n, per_device=dict(point), low=low, high=high, host_mib=host_mib,
         tokens=context_tokens_for(point, per_token), tokens_low=context_tokens_for(low, per_token) if low else None,
         tokens_high=context_tokens_for(high, per_token), method=method, basis=basis)
+
+
+# ---------------------------------------------------------------- stored form
+
+def ledger_record(led: Ledger) -> dict:
+    """What the results database keeps of a ledger: `Ledger.to_json()` plus the memory figures derived from it
+    (KV bytes per token per buffer, and the one-copy saving estimate), so that reports built from the database
+    alone can turn MiB into tokens of context."""
+    out = led.to_json()
+    out["kv_bytes_per_token"] = {k: round(v, 3) for k, v in kv_bytes_per_token(led).items()}
+    saving = one_copy_saving(led)
+    out["one_copy_saving"] = saving.to_json() if saving is not None else None
+    return out

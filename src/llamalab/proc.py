@@ -95,22 +95,24 @@ def spawn(
     cwd: Path | None = None,
 ) -> Child:
     """Start `argv` in a new process group with stdout and stderr appended to `log_path`."""
-    argv = [str(a) for a in argv]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    full_env = dict(os.environ)
-    if env:
-        full_env.update(env)
     with open(log_path, "ab") as log:
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=full_env,
-            cwd=cwd,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        return _start(argv, log_path, log, env, cwd)
+
+
+def _start(argv: Sequence[str], log_path: Path, stdout, env: Mapping[str, str] | None, cwd: Path | None) -> Child:
+    """Popen in a new session (its own process group), dying with llamalab, registered as live."""
+    argv = [str(a) for a in argv]
+    popen = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
     child = Child(argv=argv, log_path=log_path, popen=popen)
     with _live_lock:
         _live.add(child)
@@ -139,26 +141,12 @@ def run(
     `on_line` sees each output line as it arrives (progress display). Returns the exit status; the caller
     decides what a non-zero status means. The group is killed if the caller is interrupted.
     """
-    argv = [str(a) for a in argv]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    full_env = dict(os.environ)
-    if env:
-        full_env.update(env)
     start = time.monotonic()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=full_env,
-            cwd=cwd,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        child = Child(argv=argv, log_path=log_path, popen=popen)
-        with _live_lock:
-            _live.add(child)
+        child = _start(argv, log_path, subprocess.PIPE, env, cwd)
+        popen = child.popen
+        argv = child.argv
         try:
             assert popen.stdout is not None
             for raw in popen.stdout:

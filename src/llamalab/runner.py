@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, build as buildmod, crosscheck, devices, gpu, ledger, models, nvmlcheck, proc, source, sysinfo, workload
+from . import __version__, budget, build as buildmod, crosscheck, devices, gpu, ledger, maxctx, models, nvmlcheck, proc, source, sysinfo, workload
 from . import remote
 from .build import BuildArtifact, Builder
 from .errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
@@ -37,6 +37,8 @@ class Options:
     fresh: bool = False  # never resume automatically
     jobs: int | None = None
     crosscheck: bool = False  # after the study: llama-bench on the first configuration, and wall vs server time
+    max_context: str = "off"  # off | verify (load each fitted context again, fit off) | search (bisect -c upwards)
+    max_context_probes: int = 6
 
 
 @dataclass
@@ -171,6 +173,32 @@ def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
                           tip="use cpu-rpc, cuda or cpu.")
 
 
+def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
+                    args: list[str]) -> tuple[list[str], dict | None]:
+    """With `[devices] vram` budgets, the -fitt (and -ts) that make these devices behave like the budgeted ones,
+    computed from what llama.cpp reports free right now (see budget.py). A budget that cannot be emulated here is a
+    ConfigError: the whole study stops, since every configuration would fail the same way."""
+    if not study.devices.vram:
+        return args, None
+    from .plan import list_devices
+
+    mem = list_devices(art.binary("llama-server"), dev.server_args, env)
+    emu = budget.emulate(budget.parse_budgets(study.devices.vram), mem, margins_mib=study.server.fit_target_mib,
+                         user_args=args)
+    return budget.with_args(args, emu.args()), emu.as_dict()
+
+
+def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger) -> tuple[list[int], list[int]]:
+    """Concurrency levels whose requests fit in the context the server has (unified KV: they share n_ctx), and
+    the ones that do not — those are reported, not run into a wall of 'context size exceeded' errors."""
+    if not led.n_ctx:
+        return list(levels), []
+    need = shape.prompt_tokens + shape.output_tokens
+    per_seq = led.n_ctx_seq or led.n_ctx
+    ok = [c for c in levels if c * need <= led.n_ctx and need <= per_seq]
+    return ok, [c for c in levels if c not in ok]
+
+
 def check_copies(led: ledger.Ledger, art: BuildArtifact) -> str | None:
     """A copies variant whose log shows another number of copies ran the wrong library: say so."""
     if led.sched_copies is None or not led.pipeline_parallel and led.sched_copies == 1:
@@ -231,6 +259,9 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                 _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
             if opts.crosscheck:
                 _crosscheck(prep, store, run_id, run_dir / "logs", progress)
+            if opts.max_context != "off":
+                _context_checks(prep, store, run_id, run_dir / "logs", progress, opts.max_context,
+                                opts.max_context_probes)
             store.set_run_status(run_id, "finished")
         except KeyboardInterrupt:
             proc.terminate_all()
@@ -271,6 +302,62 @@ def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress:
         progress.warn("crosscheck: " + error)
 
 
+def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress, mode: str,
+                    probes: int) -> None:
+    """For every configuration that ran: load its fitted context again with fit off (verify), and with `search`
+    bisect -c up to the model's training context for the largest that loads (within the budgets, if any)."""
+    budgets = budget.parse_budgets(prep.study.devices.vram) if prep.study.devices.vram else None
+    hi = prep.model_info.n_ctx_train or 0
+    fitted_by = {(c["build"], c["setting"]): (c.get("ledger") or {}).get("n_ctx")
+                 for c in store.configs(run_id) if c["status"] == "ok"}
+    for cfg in configs(prep.study):
+        fitted = fitted_by.get((cfg.build.name, cfg.setting.name))
+        if cfg.build.name not in prep.artifacts or not fitted:
+            continue
+        art = prep.artifacts[cfg.build.name]
+        label = f"{cfg.build.name} × {cfg.setting.name}"
+        count = [0]
+
+        def probe(n: int) -> dict:
+            count[0] += 1
+            log_dir = logs / f"context-{cfg.build.name}-{cfg.setting.name}-{count[0]}".replace("/", "_")
+            log_dir.mkdir(parents=True, exist_ok=True)
+            progress.message(f"context check {label}: loading with -c {n}")
+            with device_setup(prep, art, log_dir) as dev:
+                env = {**art.env(), **dev.env}
+                args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+                try:
+                    with launch(art.binary("llama-server"), prep.model_path, args=maxctx.probe_args(args, n),
+                                log_path=log_dir / "llama-server.log", env=env, host=prep.study.server.host,
+                                ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
+                        led = ledger.parse(srv.log_lines())
+                except LaunchError as e:
+                    return {"loaded": False, "reason": e.message.splitlines()[0]}
+            names = report_device_names(led)
+            totals = [led.devices[name].total() for name in names]
+            ok, why = maxctx.within_budgets(totals, budgets)
+            return {"loaded": ok and led.n_ctx == n, "device_mib": dict(zip(names, totals)), "reason": why,
+                    "n_ctx_loaded": led.n_ctx}
+
+        if mode == "verify":
+            res = maxctx.search(fitted, fitted, probe, max_probes=1)
+        else:
+            res = maxctx.search(fitted, max(fitted, hi), probe, max_probes=probes)
+        verified = bool(res.steps and res.steps[0]["n_ctx"] == fitted // maxctx.STEP * maxctx.STEP
+                        and res.steps[0]["loaded"])
+        store.save_context_check(run_id, cfg.build.name, cfg.setting.name, mode, fitted, verified, res.max_loaded,
+                                 res.steps)
+        progress.message(f"context check {label}: fitted {fitted:,} {'loads' if verified else 'DOES NOT load'}"
+                         + (f"; largest that loads: {res.max_loaded:,}" if mode == "search" and res.max_loaded else ""))
+
+
+def report_device_names(led: ledger.Ledger) -> list[str]:
+    """Device buffer names in llama.cpp's device order (as the reports order them)."""
+    from .report.data import device_names
+
+    return device_names(led.to_json())
+
+
 def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
               logs: Path, index: int, progress: Progress, counter: list[int], total: int) -> None:
     cfg = p.config
@@ -289,10 +376,10 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
     config_id = store.start_config(run_id, outcome, pass_no=index)
     try:
         with device_setup(prep, art, log_dir) as dev:
-            args = server_args(prep.study, cfg, dev)
             env = {**art.env(), **dev.env}
+            args, emulation = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
             store.set_config_command(config_id, [str(art.binary("llama-server")), "-m", str(prep.model_path), *args],
-                                     env, dev.as_dict())
+                                     env, {**dev.as_dict(), "emulation": emulation})
             progress.message(f"starting llama-server for {label} ({dev.description})")
             with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
                         env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
@@ -316,9 +403,16 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                                       f"{t.errors} request(s) failed: {t.requests[0].error}")
 
                 nvml_load = gpu.process_used_mib({srv.child.pid}) if prep.backend == "cuda" else None
+                levels, too_big = fitting_levels(wl.concurrency, shape, led)
+                if too_big:
+                    note = (f"concurrency {', '.join(map(str, too_big))} not run: that many requests of "
+                            f"{shape.prompt_tokens}+{shape.output_tokens} tokens do not fit in n_ctx {led.n_ctx}")
+                    progress.warn(f"{label}: {note}")
+                    store.note_config(config_id, note)
                 progress.trial(counter[0] + 1, total, label)
-                workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
-                                 concurrency=wl.concurrency, shape=shape, warmup=wl.warmup, on_trial=on_trial)
+                if levels:
+                    workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
+                                     concurrency=levels, shape=shape, warmup=wl.warmup, on_trial=on_trial)
                 if not srv.alive():
                     raise LaunchError("llama-server exited during the workload: "
                                       + (ledger.failure_reason(srv.log_lines()) or "no reason in its log"))
@@ -336,7 +430,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
     except KeyboardInterrupt:
         store.finish_config(config_id, "interrupted", reason="stopped by SIGINT/SIGTERM")
         raise
-    except (LaunchError, WorkloadError, ConfigError) as e:
+    except (LaunchError, WorkloadError) as e:
         progress.warn(f"{label} failed: {e.message.splitlines()[0]}")
         store.finish_config(config_id, "failed", reason=e.message)
         logs_text = (log_dir / "llama-server.log")

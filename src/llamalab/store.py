@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .errors import StoreError
+from . import memory
 from .ledger import Ledger
 from .records import ConfigOutcome, Trial
 
@@ -119,6 +120,19 @@ MIGRATIONS: list[tuple[str, str]] = [
     """),
     ("0004_config_nvml", """
         ALTER TABLE configs ADD COLUMN nvml_json TEXT;  -- per GPU: NVML used MiB of the server vs the ledger
+    """),
+    ("0005_context_checks", """
+        CREATE TABLE context_checks (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            build TEXT NOT NULL,
+            setting TEXT NOT NULL,
+            mode TEXT NOT NULL,                 -- verify | search
+            fitted_n_ctx INTEGER,
+            verified INTEGER,                   -- the fitted context loaded (and fit the budgets)
+            max_loaded_n_ctx INTEGER,           -- the largest context that loaded (search)
+            steps_json TEXT NOT NULL,           -- every probe: n_ctx, loaded, per-device MiB, reason
+            PRIMARY KEY (run_id, build, setting)
+        );
     """),
 ]
 
@@ -237,6 +251,12 @@ class Store:
             db.execute("UPDATE configs SET server_argv_json=?, env_json=?, devices_json=? WHERE id=?",
                        (_j(argv), _j(env), _j(devices), config_id))
 
+    def note_config(self, config_id: int, note: str) -> None:
+        """A remark on a configuration that ran (e.g. a concurrency level that could not run); kept in `reason`."""
+        with self.tx() as db:
+            db.execute("UPDATE configs SET reason = CASE WHEN reason IS NULL THEN ? ELSE reason || '; ' || ? END"
+                       " WHERE id=?", (note, note, config_id))
+
     def save_nvml(self, config_id: int, nvml: dict) -> None:
         with self.tx() as db:
             db.execute("UPDATE configs SET nvml_json=? WHERE id=?", (_j(nvml), config_id))
@@ -244,15 +264,15 @@ class Store:
     def finish_config(self, config_id: int, status: str, reason: str | None = None,
                       load_seconds: float | None = None) -> None:
         with self.tx() as db:
-            db.execute("UPDATE configs SET status=?, reason=?, load_seconds=COALESCE(?, load_seconds), finished=?"
-                       " WHERE id=?", (status, reason, load_seconds, _now(), config_id))
+            db.execute("UPDATE configs SET status=?, reason=COALESCE(?, reason), load_seconds=COALESCE(?, load_seconds),"
+                       " finished=? WHERE id=?", (status, reason, load_seconds, _now(), config_id))
 
     def save_ledger(self, config_id: int, led: Ledger) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO ledgers VALUES (?,?,?,?,?,?)",
                        (config_id, None if led.pipeline_parallel is None else int(led.pipeline_parallel),
                         led.sched_copies, led.n_ctx, led.graph_splits,
-                        json.dumps(led.to_json(), default=str)))  # not sorted: device order is the log's order
+                        json.dumps(memory.ledger_record(led), default=str)))  # not sorted: device order is the log's
             db.execute("DELETE FROM buffers WHERE config_id=?", (config_id,))
             for is_host, table in ((0, led.devices), (1, led.host)):
                 for name, b in table.items():
@@ -273,6 +293,13 @@ class Store:
                 (run_id, config_id, t.build, t.setting, t.trial, t.concurrency, t.input_tokens, t.input_tps,
                  t.output_tokens, t.output_tps, t.wall_s, t.aggregate_output_tps, t.aggregate_total_tps,
                  t.errors, t.started, _j([asdict(r) for r in t.requests]), t.foreign_load))
+
+    def save_context_check(self, run_id: str, build: str, setting: str, mode: str, fitted: int | None,
+                           verified: bool | None, max_loaded: int | None, steps: list[dict]) -> None:
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO context_checks VALUES (?,?,?,?,?,?,?,?)",
+                       (run_id, build, setting, mode, fitted, None if verified is None else int(verified), max_loaded,
+                        _j(steps)))
 
     def save_crosscheck(self, run_id: str, build: str, setting: str, result: dict, error: str | None) -> None:
         with self.tx() as db:
@@ -348,7 +375,8 @@ class Store:
     # ------------------------------------------------------------ whole runs (reports, export / import)
 
     # The tables that hold one run, parents first (the order rows are inserted in).
-    RUN_TABLES = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials", "crosschecks")
+    RUN_TABLES = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials", "crosschecks",
+                  "context_checks")
     _DUMP = {
         "runs": "SELECT * FROM runs WHERE id=? ORDER BY rowid",
         "system_info": "SELECT * FROM system_info WHERE run_id=? ORDER BY rowid",
@@ -360,6 +388,7 @@ class Store:
                    " ORDER BY b.config_id, b.rowid",
         "trials": "SELECT * FROM trials WHERE run_id=? ORDER BY id",
         "crosschecks": "SELECT * FROM crosschecks WHERE run_id=? ORDER BY rowid",
+        "context_checks": "SELECT * FROM context_checks WHERE run_id=? ORDER BY rowid",
     }
 
     def columns(self, table: str) -> list[str]:
@@ -415,8 +444,9 @@ class Store:
             for row in tables.get("trials") or []:
                 insert(db, "trials", {**{k: v for k, v in row.items() if k != "id"}, "run_id": run_id,
                                       "config_id": ids[row["config_id"]]})
-            for row in tables.get("crosschecks") or []:
-                insert(db, "crosschecks", {**row, "run_id": run_id})
+            for t in ("crosschecks", "context_checks"):
+                for row in tables.get(t) or []:
+                    insert(db, t, {**row, "run_id": run_id})
         return run_id
 
 

@@ -130,12 +130,12 @@ class ServerSpec(_Strict):
     ready_timeout_s: Annotated[float, Field(gt=0)] = 600.0
 
 
-class BuildSpec(_Strict):
+class _Named(_Strict):
+    """A build or setting: a name that goes into folder names and report columns, a label for people."""
+
     name: str
     label: str | None = None
-    cmake: dict[str, str | int | bool] = Field(default_factory=dict)
-    args: list[str] = Field(default_factory=list)  # extra llama-server arguments for this build
-    requires: list[Literal["openblas"]] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list)  # extra llama-server arguments
 
     @field_validator("name")
     @classmethod
@@ -143,23 +143,19 @@ class BuildSpec(_Strict):
         if not NAME.match(v):
             raise ValueError(f"{v!r}: use letters, digits and . _ + / -")
         return v
+
+
+class BuildSpec(_Named):
+    cmake: dict[str, str | int | bool] = Field(default_factory=dict)
+    requires: list[Literal["openblas"]] = Field(default_factory=list)
 
     @property
     def title(self) -> str:
         return self.label or self.name
 
 
-class SettingSpec(_Strict):
-    name: str
-    label: str | None = None
-    args: list[str] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not NAME.match(v):
-            raise ValueError(f"{v!r}: use letters, digits and . _ + / -")
-        return v
+class SettingSpec(_Named):
+    pass
 
 
 class WorkloadSpec(_Strict):

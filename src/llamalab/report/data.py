@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..store import Store
 
@@ -24,16 +25,26 @@ class RunData:
     def id(self) -> str:
         return self.run["id"]
 
-    def build_label(self, name: str) -> str:
+    @cached_property
+    def study(self) -> dict:
+        """The run's effective study file, parsed once ({} where it cannot be read)."""
         import tomllib
 
         try:
-            for b in tomllib.loads(self.study_toml).get("builds", []):
-                if b.get("name") == name:
-                    return b.get("label") or name
-        except Exception:
-            pass
-        return name
+            d = tomllib.loads(self.study_toml or "")
+        except (tomllib.TOMLDecodeError, TypeError):
+            return {}
+        return d if isinstance(d, dict) else {}
+
+    def study_entry(self, table: str, name: str) -> dict:
+        """The `[[builds]]` or `[[settings]]` entry of that name ({} when the study file does not name it)."""
+        for e in self.study.get(table) or []:
+            if isinstance(e, dict) and e.get("name") == name:
+                return e
+        return {}
+
+    def build_label(self, name: str) -> str:
+        return self.study_entry("builds", name).get("label") or name
 
     def ok_configs(self) -> list[dict]:
         """The last successful configuration row per (build, setting) — the one whose ledger describes it."""
@@ -78,9 +89,11 @@ def _natural(s: str) -> list:
 
 
 def device_names(ledger: dict) -> list[str]:
-    """The ledger's device buffer names in llama.cpp's device order. A stored ledger's keys come back sorted (the
-    store writes JSON with sorted keys), so the order is taken from the memory breakdown table, which lists devices
-    in order (`RPC0 (127.0.0.1:50052)`, `CUDA0 (NVIDIA …)`); names it does not list follow in natural order."""
+    """The ledger's device buffer names in llama.cpp's device order. Ledgers stored by older llamalab versions have
+    sorted keys, so the order is taken from the memory breakdown table where it lists the devices
+    (`RPC1 (127.0.0.1:50052)`, `CUDA0 (NVIDIA …)`; an rpc device matches by its endpoint, since every local
+    rpc-server's device prints as RPC0[host:port]); names it does not list go by their number, then their stored order (the
+    log's order in current ledgers)."""
     names = list(ledger.get("devices", {}))
     rows = [r.get("name") or "" for r in (ledger.get("breakdown_final") or ledger.get("breakdown_projected") or [])]
     parsed = [_NAME.match(r.strip().lstrip("- ").strip()) for r in rows]
@@ -92,13 +105,14 @@ def device_names(ledger: dict) -> list[str]:
             if p is None:
                 continue
             if inner and "[" in name:
-                if p.group("inner") == inner and p.group("base") == base:
+                if p.group("inner") == inner:
                     return i
             elif p.group("base") == base:
                 return i
         return 1 << 30
 
-    return sorted(names, key=lambda n: (rank(n), _natural(n)))
+    # unlisted: llama.cpp numbers devices in order (CUDA0 < CUDA2 < CUDA10); equal bases keep the stored order
+    return sorted(names, key=lambda n: (rank(n), _natural(_ENDPOINT.sub("", n)), names.index(n)))
 
 
 def compute_by_label(ledger: dict) -> dict[str, float | None]:

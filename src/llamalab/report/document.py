@@ -4,14 +4,15 @@ Stored rows keep their column names, except that a `*_json` column appears decod
 suffix (`requests_json` → `requests`). Each configuration carries its `ledger` (the whole stored ledger) and its
 `buffers` rows. `tables_of` turns a report back into the stored rows, so a test can check nothing was lost.
 Any other table of the run (`crosschecks`, …) appears top-level under its name, one readable row per stored row.
-Derived parts: `rows` (the seed table, every concurrency level), `throughput`, `comparisons` and `memory`.
+Derived parts: `rows` (the seed table, every concurrency level), `throughput`, `comparisons`, `memory`, `context`
+(fitted context per configuration, predicted vs measured difference) and `recommendation`.
 """
 
 from __future__ import annotations
 
 import json
 
-from . import speed, tables, verdict
+from . import context, recommend, speed, tables, verdict
 from .data import RunData
 
 FORMAT = "llamalab-report"
@@ -101,6 +102,8 @@ def document(data: RunData, *, seed: int = 0) -> dict:
         "throughput": speed.throughput_table(data),
         "comparisons": speed.comparisons(data, seed=seed),
         "memory": verdict.memory_comparisons(data),
+        "context": context.rows(data),
+        "recommendation": recommend.recommendation(data),
     }
     for name, rows in other_tables(data).items():
         if name in doc:

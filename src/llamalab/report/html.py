@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import html
 
-from . import plots, speed, summary, tables
+from . import context, plots, recommend, speed, summary, tables
 from .data import RunData
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -121,6 +121,7 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
         f"<style>{CSS}</style></head><body>",
         f"<h1>llamalab: {esc(r['study'])} — run {esc(r['id'])}</h1>",
         f'<p class="sub">{esc(r["status"])}, started {esc(r.get("started"))} on {esc(r.get("host"))}</p>',
+        f'<p class="rec"><b>Recommendation.</b> {esc(recommend.recommendation(data))}</p>',
         "<h2>System</h2>",
         '<dl class="sys">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in summary.system_items(data))
         + "</dl>",
@@ -129,7 +130,7 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
         '<p class="note">Compute buffers are llama.cpp\'s own <code>compute buffer size</code> lines (MiB); context '
         "is the <code>n_ctx</code> the server ran with; copies is the log's <code>sched copies</code>.</p>",
     ]
-    verdict_mem = summary.memory_lines(data)
+    verdict_mem = summary.memory_lines(data) + context.sentences(data)
     comparisons = speed.comparisons(data)
     parts.append("<h2>Verdict</h2>")
     if verdict_mem:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import network, speed, summary, tables
+from . import context, network, recommend, speed, summary, tables
 from .data import RunData
 
 
@@ -20,6 +20,7 @@ def _throughput(data: RunData) -> str:
 def render(data: RunData) -> str:
     r = data.run
     out = [f"# llamalab: {r['study']} — run {r['id']}", ""]
+    out += ["**Recommendation.** " + recommend.recommendation(data), ""]
     items = dict(summary.system_items(data))
     out.append(f"- llama.cpp {items['llama.cpp']}")
     out.append(f"- machine: {items['CPU']}; GPUs: {items['GPUs']}")
@@ -43,9 +44,9 @@ def render(data: RunData) -> str:
     missing = summary.not_measured(data)
     if missing:
         out += ["## Not measured", ""] + [f"- {s}" for s in missing] + [""]
-    mem = summary.memory_lines(data)
+    mem = summary.memory_lines(data) + context.sentences(data)
     if mem:
-        out += ["## Memory", ""] + [f"- {s}" for s in mem] + [""]
+        out += ["## Memory and context", ""] + [f"- {s}" for s in mem] + [""]
     spd = summary.speed_lines(data)
     if spd:
         out += [f"## Speed (ratio of medians, 95% bootstrap interval, threshold {speed.threshold_of(data):.0%})", ""]

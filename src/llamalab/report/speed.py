@@ -9,7 +9,6 @@ request failed is left out of both the comparisons and the table, and counted (`
 from __future__ import annotations
 
 import statistics
-import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -114,10 +113,7 @@ def _order(data: RunData) -> tuple[list[str], list[str]]:
 
 def threshold_of(data: RunData) -> float:
     """The study's `[workload] threshold`, else 2%."""
-    try:
-        v = tomllib.loads(data.study_toml).get("workload", {}).get("threshold")
-    except tomllib.TOMLDecodeError:
-        return DEFAULT_THRESHOLD
+    v = (data.study.get("workload") or {}).get("threshold")
     return float(v) if isinstance(v, (int, float)) and v >= 0 else DEFAULT_THRESHOLD
 
 

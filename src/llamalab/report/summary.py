@@ -59,6 +59,8 @@ def not_measured(data: RunData) -> list[str]:
         if c["status"] == "failed":
             first = (c["reason"] or "").splitlines()[0] if c["reason"] else "unknown reason"
             out.append(f"{c['build']} × {c['setting']}: failed — {first}")
+        elif c["status"] == "ok" and c.get("reason"):
+            out.append(f"{c['build']} × {c['setting']}: {c['reason']}")
     return out
 
 
@@ -70,16 +72,16 @@ def speed_lines(data: RunData) -> list[str]:
     return speed.sentences(data)
 
 
-def _study_cmake(data: RunData, name: str) -> dict:
-    import tomllib
+def key_speed_lines(data: RunData) -> list[str]:
+    """The speed verdicts a reader needs first: generation t/s of one stream, and aggregate output t/s at every
+    parallel level (the full list, with prompt speed, TTFT and ITL, is in the reports)."""
+    return [speed.sentence(c) for c in speed.comparisons(data)
+            if (c["metric"] == "output_tps" and c["concurrency"] == 1)
+            or (c["metric"] == "aggregate_output_tps" and c["concurrency"] > 1)]
 
-    try:
-        for b in tomllib.loads(data.study_toml).get("builds", []):
-            if b.get("name") == name:
-                return dict(b.get("cmake") or {})
-    except (tomllib.TOMLDecodeError, AttributeError):
-        pass
-    return {}
+
+def _study_cmake(data: RunData, name: str) -> dict:
+    return dict(data.study_entry("builds", name).get("cmake") or {})
 
 
 def cmake_flags(build: dict, study_cmake: dict | None = None) -> str:

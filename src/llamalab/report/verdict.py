@@ -5,26 +5,18 @@ from __future__ import annotations
 from .data import RunData, compute_by_label, host_compute
 
 
-def study_builds(data: RunData) -> list[str]:
-    import tomllib
+def _in_study_order(data: RunData, table: str, column: str) -> list[str]:
+    """Names the study file lists in `table`, then any others the stored configurations use."""
+    names = [e["name"] for e in data.study.get(table) or [] if isinstance(e, dict) and "name" in e]
+    return names + [n for n in dict.fromkeys(c[column] for c in data.configs) if n not in names]
 
-    try:
-        names = [b["name"] for b in tomllib.loads(data.study_toml).get("builds", [])]
-    except Exception:
-        names = []
-    stored = [c["build"] for c in data.configs]
-    return names + [b for b in dict.fromkeys(stored) if b not in names]
+
+def study_builds(data: RunData) -> list[str]:
+    return _in_study_order(data, "builds", "build")
 
 
 def study_settings(data: RunData) -> list[str]:
-    import tomllib
-
-    try:
-        names = [s["name"] for s in tomllib.loads(data.study_toml).get("settings", [])]
-    except Exception:
-        names = []
-    stored = [c["setting"] for c in data.configs]
-    return names + [s for s in dict.fromkeys(stored) if s not in names] or ["default"]
+    return _in_study_order(data, "settings", "setting") or ["default"]
 
 
 def memory_comparisons(data: RunData) -> list[dict]:

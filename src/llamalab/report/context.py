@@ -1,0 +1,119 @@
+"""Context per configuration: the n_ctx llama.cpp's fit chose, and — next to each measured difference from the
+baseline build — the difference predicted from the compute buffers it frees and the KV bytes one token costs.
+Pure: takes a stored RunData.
+
+Prediction: a build that frees ΔC_i MiB of compute buffer on device i lets the fit give that memory to the KV
+cache, which costs b_i bytes per token on device i (from the baseline's KV lines). Every device must hold its
+share of each new token, so the tightest device decides: Δtokens = min_i ΔC_i / b_i (memory.context_tokens_for).
+The prediction is exact only if --fit filled the same memory in both builds. It does not quite: fit decides from
+its own projected buffers (a no-alloc dry run at the full context), not from the buffers finally allocated at the
+reduced context, and it steps the context in multiples of 256. On the demo's 1200 MiB devices that slack is
+±10 MiB, i.e. thousands of tokens of a tiny model's context (measured 13,568 vs predicted 10,249); on a real
+model with GiB-sized buffers it is a few percent. The comparison is shown, not hidden.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .. import memory
+from .data import RunData, compute_by_label, device_labels, device_names
+from .verdict import study_builds, study_settings
+
+
+def _kv_by_label(ledger: dict) -> dict[str, float]:
+    names = device_names(ledger)
+    per = ledger.get("kv_bytes_per_token") or {}
+    return {lab: per[n] for lab, n in zip(device_labels(names), names) if per.get(n)}
+
+
+def _budgets(config: dict) -> list[int] | None:
+    try:
+        dev = json.loads(config.get("devices_json") or "null") or {}
+    except ValueError:
+        return None
+    emu = dev.get("emulation") or {}
+    return emu.get("budgets_mib")
+
+
+def _config(data: RunData, build: str, setting: str) -> dict | None:
+    for c in reversed(data.configs):
+        if c["build"] == build and c["setting"] == setting and c["status"] == "ok" and c.get("ledger"):
+            return c
+    return None
+
+
+def predicted_delta_tokens(base: dict, cand: dict) -> int | None:
+    """Tokens of context the candidate's compute-buffer difference from the baseline is worth (negative: it costs)."""
+    bc, cc = compute_by_label(base), compute_by_label(cand)
+    kv = _kv_by_label(base)
+    freed = {d: bc[d] - cc[d] for d in bc if bc.get(d) is not None and cc.get(d) is not None}
+    if not freed or not kv:
+        return None
+    if all(v >= 0 for v in freed.values()):
+        return memory.context_tokens_for(freed, kv)
+    if all(v <= 0 for v in freed.values()):
+        t = memory.context_tokens_for({d: -v for d, v in freed.items()}, kv)
+        return None if t is None else -t
+    return None  # frees memory on one device and takes it on another: no single figure
+
+
+def _checks(data: RunData) -> dict[tuple[str, str], dict]:
+    return {(r["build"], r["setting"]): r for r in data.tables.get("context_checks", [])}
+
+
+def rows(data: RunData) -> list[dict]:
+    """One row per build × setting with a stored ledger: fitted context, and predicted vs measured difference
+    from the setting's baseline (the study's first build with a ledger)."""
+    out = []
+    checks = _checks(data)
+    for setting in study_settings(data):
+        builds = [b for b in study_builds(data) if _config(data, b, setting)]
+        if not builds:
+            continue
+        base_cfg = _config(data, builds[0], setting)
+        base = base_cfg["ledger"]
+        for b in builds:
+            cfg = _config(data, b, setting)
+            led = cfg["ledger"]
+            fitted = led.get("n_ctx")
+            measured = None if fitted is None or base.get("n_ctx") is None else fitted - base["n_ctx"]
+            predicted = 0 if b == builds[0] else predicted_delta_tokens(base, led)
+            fit = led.get("fit") or {}
+            out.append({
+                "build": b, "setting": setting, "baseline": builds[0],
+                "fitted_n_ctx": fitted,
+                "fit_reduced_from": led.get("fit_ctx_from") or fit.get("ctx_from"),
+                "budgets_mib": _budgets(cfg),
+                "kv_bytes_per_token": round(sum(_kv_by_label(led).values()), 1) or None,
+                "predicted_delta_tokens": predicted,
+                "measured_delta_tokens": measured,
+                "prediction_error_tokens": None if predicted is None or measured is None else measured - predicted,
+                "verified": None if (chk := checks.get((b, setting))) is None else bool(chk["verified"]),
+                "max_loaded_n_ctx": chk["max_loaded_n_ctx"] if chk and chk["mode"] == "search" else None,
+            })
+    return out
+
+
+def sentences(data: RunData) -> list[str]:
+    out = []
+    for r in rows(data):
+        if r["build"] == r["baseline"] or r["measured_delta_tokens"] is None:
+            continue
+        pred = r["predicted_delta_tokens"]
+        base_ctx = r["fitted_n_ctx"] - r["measured_delta_tokens"]
+        pct = f" ({100 * r['measured_delta_tokens'] / base_ctx:+.0f}%)" if base_ctx else ""
+        s = (f"{r['setting']}: {r['build']} fits {r['fitted_n_ctx']:,} tokens vs {base_ctx:,} for {r['baseline']}: "
+             f"{r['measured_delta_tokens']:+,} tokens{pct}")
+        if pred is not None:
+            s += f"; predicted from its compute buffers and KV bytes per token: {pred:+,}"
+        out.append(s + ".")
+    for r in rows(data):
+        if r["verified"] is not None:
+            s = (f"{r['setting']}: {r['build']}'s fitted context of {r['fitted_n_ctx']:,} tokens "
+                 f"{'loads again with fit off' if r['verified'] else 'did NOT load again with fit off'}")
+            if r["max_loaded_n_ctx"]:
+                s += (f"; the largest that loads{' within the budgets' if r['budgets_mib'] else ''} is "
+                      f"{r['max_loaded_n_ctx']:,} (fit keeps a safety margin)")
+            out.append(s + ".")
+    return out

@@ -1,0 +1,234 @@
+"""`llamalab doctor` on fake machines (the Probe seam) and once on this one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+
+import pytest
+from click.testing import CliRunner
+
+from llamalab import doctor
+from llamalab.cli import cli
+from llamalab.gpu import Gpu
+
+DEBIAN12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
+UBUNTU2404 = 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\nID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n'
+
+GCC = "gcc (Debian 12.2.0-14) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.\n"
+LINUX_TOOLS = {
+    "cmake": "cmake version 3.28.3\n\nCMake suite maintained and supported by Kitware (kitware.com/cmake).\n",
+    "cc": GCC, "c++": GCC.replace("gcc", "g++"), "ninja": "1.11.1\n", "make": "GNU Make 4.3\n",
+    "git": "git version 2.43.0\n", "pkg-config": "1.8.1\n",
+}
+NVCC = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.4, V12.4.131\n"
+
+
+def fake(*, programs: dict[str, str] | None = None, files: dict[str, str] | None = None, gpus=(),
+         openblas=(False, "OpenBLAS is not installed"), system="linux", os_release: str | None = DEBIAN12,
+         env: dict[str, str] | None = None, machine="x86_64") -> doctor.Probe:
+    """A machine that has exactly `programs` (name → --version output) and `files` (path → text)."""
+    programs = dict(programs or {})
+    files = dict(files or {})
+    if os_release is not None:
+        files["/etc/os-release"] = os_release
+
+    def which(name: str) -> str | None:
+        return f"/usr/bin/{name}" if name in programs else None
+
+    def capture(argv) -> tuple[int, str]:
+        name = PurePosixPath(str(argv[0])).name
+        if str(argv[0]) in files:  # a program found by path, not on PATH
+            return 0, files[str(argv[0])]
+        if name in programs:
+            return 0, programs[name]
+        return 127, f"{name}: not found"
+
+    return doctor.Probe(which=which, capture=capture, read=files.get, gpus=lambda: list(gpus),
+                        openblas=lambda: openblas, env=env or {}, system=system, machine=machine,
+                        python="3.12.3", python_path="/usr/bin/python3")
+
+
+def assert_actionable(rep: doctor.Report) -> None:
+    """Every missing or too-old line, and every backend that cannot be built, says what to run on this OS."""
+    fam = rep.os.family
+    for t in rep.tools:
+        if t.status in ("missing", "old"):
+            assert t.fix, f"{t.key} has no fix"
+            if fam:
+                assert fam in t.fix, f"{t.key} has no fix for {fam}"
+    for b in rep.backends:
+        if not b.buildable and b.missing:
+            assert b.fix and (fam is None or fam in b.fix), f"backend {b.name} has no fix for {fam}"
+
+
+def test_bare_debian_machine_says_what_to_install():
+    rep = doctor.examine(fake())
+    assert rep.os.family == "debian"
+    assert rep.tool("cmake").status == "missing"
+    assert rep.tool("cmake").fix["debian"] == ["sudo apt-get install -y cmake"]
+    assert rep.tool("cmake").fix["fedora"] == ["sudo dnf install -y cmake"]
+    assert rep.tool("cmake").fix["arch"] == ["sudo pacman -S --needed cmake"]
+    assert rep.tool("cmake").fix["macos"] == ["brew install cmake"]
+    for name in ("cpu", "cpu-rpc", "cuda", "vulkan", "no-pp-blas"):
+        assert not rep.backend(name).buildable, name
+    # One command installs everything the cpu build needs.
+    assert rep.backend("cpu").fix["debian"] == ["sudo apt-get install -y cmake g++ make ninja-build"]
+    assert rep.backend("no-pp-blas").fix["debian"][-1].endswith("libopenblas-dev")
+    # Debian 12's Vulkan packages are too old: the SDK is the fix here, packages elsewhere.
+    vk = rep.tool("vulkan-headers").fix
+    assert "LunarG" in vk["debian"][0]
+    assert vk["fedora"] == ["sudo dnf install -y vulkan-headers vulkan-loader-devel glslc spirv-headers-devel"]
+    assert rep.study_backend == "cpu-rpc"
+    assert_actionable(rep)
+    text = doctor.render(rep)
+    assert "install commands for Debian/Ubuntu first" in text
+    assert "run: sudo apt-get install -y cmake\n" in text
+    # The detected OS's command comes before the others.
+    assert text.index("run: sudo apt-get install -y cmake") < text.index("Fedora: sudo dnf install -y cmake")
+
+
+def test_cuda_machine_builds_and_runs_cuda():
+    gpus = [Gpu(0, "NVIDIA GeForce RTX 4090", 24564, 512, driver="570.86.15", compute_capability="8.9"),
+            Gpu(1, "NVIDIA GeForce RTX 3090", 24576, 300, driver="570.86.15", compute_capability="8.6")]
+    rep = doctor.examine(fake(programs={**LINUX_TOOLS, "nvcc": NVCC, "nvidia-smi": ""}, gpus=gpus,
+                              os_release=UBUNTU2404, openblas=(True, "pkg-config finds openblas")))
+    assert rep.tool("nvcc").status == "ok" and rep.tool("nvcc").version == "12.4"
+    assert rep.tool("nvidia-driver").status == "ok" and rep.tool("nvidia-driver").version == "570.86.15"
+    cuda = rep.backend("cuda")
+    assert cuda.buildable and cuda.runnable
+    assert "2 GPU(s)" in cuda.detail and "RTX 4090 (24564 MiB)" in cuda.detail
+    assert rep.backend("no-pp-blas").buildable
+    assert rep.study_backend == "cuda"
+    # Ubuntu 24.04's own packages are new enough for Vulkan: no SDK needed.
+    assert rep.tool("vulkan-headers").fix["debian"] == ["sudo apt-get install -y libvulkan-dev glslc spirv-headers"]
+    assert_actionable(rep)
+    text = doctor.render(rep)
+    assert "GPU 0: NVIDIA GeForce RTX 4090, 24564 MiB total, 512 MiB in use, driver 570.86.15" in text
+    assert "devices.backend = cuda here (2 GPUs)" in text
+
+
+def test_cuda_toolkit_without_gpu_needs_an_architecture():
+    rep = doctor.examine(fake(programs={**LINUX_TOOLS, "nvcc": NVCC}))
+    cuda = rep.backend("cuda")
+    assert not cuda.buildable and not cuda.runnable
+    assert "LLAMALAB_CUDA_ARCH" in cuda.missing
+    assert cuda.fix["debian"][0].startswith("export LLAMALAB_CUDA_ARCH=")
+    rep = doctor.examine(fake(programs={**LINUX_TOOLS, "nvcc": NVCC}, env={"LLAMALAB_CUDA_ARCH": "89"}))
+    assert rep.backend("cuda").buildable and not rep.backend("cuda").runnable
+
+
+def test_nvcc_installed_but_not_on_path():
+    rep = doctor.examine(fake(programs=LINUX_TOOLS, files={"/usr/local/cuda/bin/nvcc": NVCC}))
+    t = rep.tool("nvcc")
+    assert t.status == "missing" and t.path == "/usr/local/cuda/bin/nvcc" and t.version == "12.4"
+    assert t.fix["debian"][0].startswith("export PATH=/usr/local/cuda/bin:$PATH")
+
+
+def test_mac():
+    clang = "Apple clang version 16.0.0 (clang-1600.0.26.6)\nTarget: arm64-apple-darwin24.3.0\n"
+    rep = doctor.examine(fake(
+        programs={"cmake": "cmake version 3.31.6\n", "cc": clang, "c++": clang, "ninja": "1.12.1\n",
+                  "make": "GNU Make 3.81\n", "git": "git version 2.39.5 (Apple Git-154)\n", "xcrun": "",
+                  "sw_vers": "15.3.1\n"},
+        system="darwin", os_release=None, machine="arm64"))
+    assert rep.os.family == "macos" and rep.os.name == "macOS 15.3.1"
+    assert rep.tool("metal").status == "ok"
+    assert rep.tool("nvcc").status == "info" and rep.tool("nvidia-driver").status == "info"
+    assert not rep.backend("cuda").buildable and "macOS" in rep.backend("cuda").detail
+    assert rep.backend("cpu-rpc").buildable
+    assert rep.tool("openblas").fix["macos"] == ["brew install openblas"]
+    assert rep.tool("ccache").fix["macos"] == ["brew install ccache"]
+    assert_actionable(rep)
+    text = doctor.render(rep)
+    assert "install commands for macOS first" in text
+    assert "run: brew install openblas" in text
+
+
+def test_old_vulkan_headers_and_old_cmake():
+    rep = doctor.examine(fake(
+        programs={**LINUX_TOOLS, "cmake": "cmake version 3.10.2\n", "glslc": "shaderc v2023.2\n"},
+        files={"/usr/include/vulkan/vulkan_core.h": "#define VK_HEADER_VERSION_COMPLETE x\n#define VK_HEADER_VERSION 239\n",
+               "/usr/include/spirv/unified1/spirv.hpp": "// spirv\n"}))
+    vk = rep.tool("vulkan-headers")
+    assert vk.status == "old" and vk.version == "239" and "LunarG" in vk.fix["debian"][0]
+    assert rep.tool("glslc").status == "ok" and rep.tool("spirv-headers").status == "ok"
+    assert rep.tool("cmake").status == "old" and "pip install --upgrade cmake" in rep.tool("cmake").fix["debian"][0]
+    assert not rep.backend("cpu").buildable
+    assert_actionable(rep)
+
+
+def test_vulkan_sdk_env_is_searched_first():
+    rep = doctor.examine(fake(
+        programs={**LINUX_TOOLS, "glslc": "shaderc v2025.2\n"}, env={"VULKAN_SDK": "/opt/vk/x86_64"},
+        files={"/opt/vk/x86_64/include/vulkan/vulkan_core.h": "#define VK_HEADER_VERSION 321\n",
+               "/usr/include/vulkan/vulkan_core.h": "#define VK_HEADER_VERSION 239\n",
+               "/opt/vk/x86_64/include/spirv/unified1/spirv.hpp": ""}))
+    assert rep.tool("vulkan-headers").status == "ok" and rep.tool("vulkan-headers").version == "321"
+    assert rep.backend("vulkan").buildable
+    assert not rep.backend("vulkan").runnable  # studies cannot use Vulkan devices yet
+
+
+def test_make_without_ninja_and_neither():
+    rep = doctor.examine(fake(programs={k: v for k, v in LINUX_TOOLS.items() if k != "ninja"}))
+    assert rep.tool("make").status == "ok" and rep.tool("ninja").status == "missing"
+    assert rep.backend("cpu").buildable
+    rep = doctor.examine(fake(programs={k: v for k, v in LINUX_TOOLS.items() if k not in ("ninja", "make")}))
+    assert rep.tool("make").status == "missing" and not rep.backend("cpu").buildable
+
+
+def test_cc_from_environment():
+    rep = doctor.examine(fake(programs={**LINUX_TOOLS, "clang-18": "Ubuntu clang version 18.1.3\n"},
+                              env={"CC": "clang-18", "CXX": "clang++-18"}))
+    assert rep.tool("cc").status == "ok" and "as $CC" in rep.tool("cc").detail
+    assert rep.tool("cxx").status == "missing" and "$CXX=clang++-18" in rep.tool("cxx").detail
+
+
+@pytest.mark.parametrize("text, family, ident", [
+    pytest.param(DEBIAN12, "debian", "debian", id="debian"),
+    pytest.param(UBUNTU2404, "debian", "ubuntu", id="ubuntu"),
+    pytest.param('ID=linuxmint\nID_LIKE="ubuntu debian"\n', "debian", "linuxmint", id="mint"),
+    pytest.param('ID=fedora\nVERSION_ID=41\n', "fedora", "fedora", id="fedora"),
+    pytest.param('ID="rocky"\nID_LIKE="rhel centos fedora"\n', "fedora", "rocky", id="rocky"),
+    pytest.param('ID=arch\n', "arch", "arch", id="arch"),
+    pytest.param('ID=manjaro\nID_LIKE=arch\n', "arch", "manjaro", id="manjaro"),
+    pytest.param('ID=opensuse-tumbleweed\nID_LIKE="opensuse suse"\n', None, "opensuse-tumbleweed", id="unknown"),
+    pytest.param(None, None, "", id="no-os-release"),
+])
+def test_detect_os(text, family, ident):
+    info = doctor.detect_os("linux", text)
+    assert (info.family, info.id) == (family, ident)
+
+
+@pytest.mark.parametrize("ident, version, too_old", [
+    ("debian", "12", True), ("debian", "13", False), ("ubuntu", "22.04", True), ("ubuntu", "24.04", False),
+    ("fedora", "41", False),
+])
+def test_vulkan_packages_too_old(ident, version, too_old):
+    assert doctor.OsInfo("x", "x", ident, version).vulkan_packages_too_old is too_old
+
+
+def test_unknown_os_lists_every_family():
+    rep = doctor.examine(fake(os_release='ID=gentoo\n'))
+    text = doctor.render(rep)
+    assert "OS not recognised" in text
+    assert "Debian/Ubuntu: sudo apt-get install -y cmake" in text and "macOS: brew install cmake" in text
+
+
+def test_this_machine():
+    """The real probe must not crash, and this machine (and CI's) has CMake and GCC."""
+    rep = doctor.examine()
+    assert rep.tool("cmake").status == "ok"
+    assert rep.tool("cc").status == "ok" and rep.tool("cxx").status == "ok"
+    assert "gcc" in (rep.tool("cc").version or "").lower() or "cc" in (rep.tool("cc").version or "")
+    assert rep.backend("cpu-rpc").buildable
+    json.dumps(rep.to_json())
+    assert "Backends" in doctor.render(rep)
+
+
+def test_cli_json():
+    res = CliRunner().invoke(cli, ["doctor", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert {b["name"] for b in doc["backends"]} == {"cpu", "cpu-rpc", "cuda", "vulkan", "no-pp-blas"}
+    assert any(t["key"] == "cmake" and t["status"] == "ok" for t in doc["tools"])
