@@ -2,8 +2,10 @@
 # Runs llamalab on the device machine (NVIDIA H200, CUDA, no network), the way a user would.
 # Everything the machine lacks travels with the call: .carry/llama.cpp-b11312.tar.gz (the pinned source,
 # without docs and model files) and .whl/ (gguf, pydantic and their needs, for Python 3.12).
-#   bash benchmarks/device/run.sh build   # doctor + `llamalab build` of the study's builds (CUDA, sm_90)
-#   bash benchmarks/device/run.sh study   # plan (dry run), the study, crosscheck, reports, export
+#   bash benchmarks/device/run.sh build     # doctor + `llamalab build` of the study's builds (CUDA, sm_90)
+#   bash benchmarks/device/run.sh study     # plan (dry run), the study, crosscheck, reports, export, logs
+#   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
+# At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
 stage=${1:?stage: build or study}
 study=${STUDY:-benchmarks/h200/study.toml}
@@ -22,11 +24,22 @@ fi
 t0=$(date +%s)
 case "$stage" in
   build)
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia-smi.txt"
-    ll doctor > "$OUT/doctor.txt" 2>&1; cat "$OUT/doctor.txt"
-    ll build "$study" --json > "$OUT/builds.json" 2> "$OUT/build.err"; rc=$?
-    tail -5 "$OUT/build.err"; cat "$OUT/builds.json"
-    echo "build stage: rc=$rc in $(( $(date +%s) - t0 )) s"
+    # The CUDA build may outlast one call (10 minutes): it runs in its own session and survives the call's end
+    # while the machine stays warm; calling this stage again waits for the same build.
+    work=/tmp/llamalab-build; mkdir -p "$work"
+    if [ ! -f "$work/pid" ] || ! kill -0 "$(cat "$work/pid")" 2>/dev/null; then
+      if [ ! -f "$work/rc" ]; then
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$work/nvidia-smi.txt" 2>&1
+        python3 -m llamalab.cli doctor > "$work/doctor.txt" 2>&1
+        setsid bash -c "python3 -m llamalab.cli build '$study' --json > '$work/builds.json' 2> '$work/build.err'; echo \$? > '$work/rc'" &
+        echo $! > "$work/pid"
+      fi
+    fi
+    while [ ! -f "$work/rc" ] && [ $(( $(date +%s) - t0 )) -lt ${WAIT_S:-560} ]; do sleep 5; done
+    cp "$work"/*.txt "$work"/builds.json "$work"/build.err "$OUT/" 2>/dev/null
+    cat "$work/nvidia-smi.txt"; tail -3 "$work/build.err"
+    if [ -f "$work/rc" ]; then echo "build finished: rc=$(cat "$work/rc")"; cat "$work/builds.json";
+    else echo "build still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
     ;;
   study)
     # at most 8 files come back: stderr of every step goes to one file
@@ -42,5 +55,16 @@ case "$stage" in
     tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs" . 2>/dev/null
     cat "$OUT/report.md" | head -80
     echo "study stage: done in $(( $(date +%s) - t0 )) s"
+    ;;
+  validate)
+    builds='builds=[{name="copies4"},{name="copies1",cmake={GGML_SCHED_MAX_COPIES=1}},{name="no-pp-override",args=["-ot","token_embd\\.weight=CPU"]}]'
+    python3 benchmarks/plan_validation.py demo --set 'devices.backend="cuda"' --set "$builds" --label h200 \
+      --out-dir "$OUT" 2> "$OUT/validate.err"; echo "tiny rc=$? in $(( $(date +%s) - t0 )) s"
+    python3 benchmarks/plan_validation.py "$study" --label h200-8b --out-dir "$OUT" 2>> "$OUT/validate.err"
+    echo "8b rc=$? in $(( $(date +%s) - t0 )) s"
+    python3 benchmarks/plan_validation.py --cross benchmarks/results/plan-validation-cpu-rpc.json \
+      "$OUT/plan-validation-h200.json" > "$OUT/plan-validation-cross.md" 2>> "$OUT/validate.err"
+    tail -5 "$OUT/validate.err"; cat "$OUT"/plan-validation-h200*.md "$OUT/plan-validation-cross.md" | head -60
+    echo "validate stage: done in $(( $(date +%s) - t0 )) s"
     ;;
 esac

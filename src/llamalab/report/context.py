@@ -43,6 +43,25 @@ def _config(data: RunData, build: str, setting: str) -> dict | None:
     return None
 
 
+def _over_budget(ledger: dict, budgets: list[int] | None) -> list[str]:
+    """Devices (labels) whose allocated model + KV + compute + output exceed their emulated budget — the fit could
+    not meet it (e.g. `-sm none` puts the whole model on one device) and the server loaded anyway on the larger
+    real device; on the emulated rig it would not load."""
+    if not budgets:
+        return []
+    names = device_names(ledger)
+    labels = device_labels(names)
+    if len(budgets) == 1:
+        budgets = budgets * len(names)
+    out = []
+    for lab, n, b in zip(labels, names, budgets):
+        buf = ledger["devices"][n]
+        total = sum(buf.get(k) or 0.0 for k in ("model_mib", "kv_mib", "rs_mib", "compute_mib", "output_mib"))
+        if total > b:
+            out.append(f"{lab} {total:,.0f} > {b:,} MiB")
+    return out
+
+
 def predicted_delta_tokens(base: dict, cand: dict) -> int | None:
     """Tokens of context the candidate's compute-buffer difference from the baseline is worth (negative: it costs)."""
     bc, cc = compute_by_label(base), compute_by_label(cand)
@@ -80,11 +99,14 @@ def rows(data: RunData) -> list[dict]:
             measured = None if fitted is None or base.get("n_ctx") is None else fitted - base["n_ctx"]
             predicted = 0 if b == builds[0] else predicted_delta_tokens(base, led)
             fit = led.get("fit") or {}
+            budgets = _budgets(cfg)
+            over = _over_budget(led, budgets)
             out.append({
                 "build": b, "setting": setting, "baseline": builds[0],
                 "fitted_n_ctx": fitted,
                 "fit_reduced_from": led.get("fit_ctx_from") or fit.get("ctx_from"),
-                "budgets_mib": _budgets(cfg),
+                "budgets_mib": budgets,
+                "over_budget": over,  # devices whose allocated buffers exceed their budget: would not load there
                 "kv_bytes_per_token": round(sum(_kv_by_label(led).values()), 1) or None,
                 "predicted_delta_tokens": predicted,
                 "measured_delta_tokens": measured,
@@ -105,6 +127,9 @@ def sentences(data: RunData) -> list[str]:
         pct = f" ({100 * r['measured_delta_tokens'] / base_ctx:+.0f}%)" if base_ctx else ""
         s = (f"{r['setting']}: {r['build']} fits {r['fitted_n_ctx']:,} tokens vs {base_ctx:,} for {r['baseline']}: "
              f"{r['measured_delta_tokens']:+,} tokens{pct}")
+        if r["over_budget"]:
+            s += (f" — but it is over budget ({'; '.join(r['over_budget'])}): fit could not meet the budgets, so this "
+                  "context would not load on the emulated devices")
         if pred is not None:
             s += f"; predicted from its compute buffers and KV bytes per token: {pred:+,}"
         out.append(s + ".")

@@ -58,7 +58,7 @@ def recommendation(data: RunData) -> str:
     # or with one copy
     best = None
     for r in rows:
-        if r["build"] == base:
+        if r["build"] == base or r.get("over_budget"):
             continue
         base_led = context._config(data, base, r["setting"])["ledger"]
         led = context._config(data, r["build"], r["setting"])["ledger"]
