@@ -45,7 +45,7 @@ case "$stage" in
     # at most 8 files come back: stderr of every step goes to one file
     ll plan "$study" --json > "$OUT/plan.json" 2> "$OUT/stderr.txt"; echo "plan rc=$? in $(( $(date +%s) - t0 )) s"
     tail -3 "$OUT/stderr.txt"
-    ll run "$study" --crosscheck > /dev/null 2>> "$OUT/stderr.txt"; rc=$?
+    ll run "$study" --crosscheck --max-context verify > /dev/null 2>> "$OUT/stderr.txt"; rc=$?
     echo "run rc=$rc in $(( $(date +%s) - t0 )) s"; tail -25 "$OUT/stderr.txt"
     ll report --format md -o "$OUT/report.md"
     ll report --format json -o "$OUT/report.json"
@@ -57,14 +57,17 @@ case "$stage" in
     echo "study stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   validate)
+    # one file back: everything this stage writes goes into validate.tar.gz
+    final_out=$OUT; OUT=/tmp/validate; rm -rf "$OUT"; mkdir -p "$OUT/logs"
     builds='builds=[{name="copies4"},{name="copies1",cmake={GGML_SCHED_MAX_COPIES=1}},{name="no-pp-override",args=["-ot","token_embd\\.weight=CPU"]}]'
     python3 benchmarks/plan_validation.py demo --set 'devices.backend="cuda"' --set "$builds" --label h200 \
-      --out-dir "$OUT" 2> "$OUT/validate.err"; echo "tiny rc=$? in $(( $(date +%s) - t0 )) s"
+      --out-dir "$OUT" --logs "$OUT/logs" 2> "$OUT/validate.err"; echo "tiny rc=$? in $(( $(date +%s) - t0 )) s"
     python3 benchmarks/plan_validation.py "$study" --label h200-8b --out-dir "$OUT" 2>> "$OUT/validate.err"
     echo "8b rc=$? in $(( $(date +%s) - t0 )) s"
     python3 benchmarks/plan_validation.py --cross benchmarks/results/plan-validation-cpu-rpc.json \
       "$OUT/plan-validation-h200.json" > "$OUT/plan-validation-cross.md" 2>> "$OUT/validate.err"
     tail -5 "$OUT/validate.err"; cat "$OUT"/plan-validation-h200*.md "$OUT/plan-validation-cross.md" | head -60
+    tar czf "$final_out/validate.tar.gz" -C "$OUT" .
     echo "validate stage: done in $(( $(date +%s) - t0 )) s"
     ;;
 esac

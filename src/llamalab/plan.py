@@ -103,11 +103,12 @@ class DryRun:
 
 
 _DEVICE_INFO = re.compile(r"common_param:\s+-\s+(?P<name>\S+)\s*:\s*(?P<desc>.*?)\s*\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
-_USING = re.compile(r"using device (?P<name>\S+) \((?P<desc>[^)]*)\)")
+_USING = re.compile(r"using device (?P<name>\S+) \((?P<desc>.*)\)")
 _KV_LAYER = re.compile(r"llama_kv_cache: layer\s+\d+: dev = (?P<dev>\S+)")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
 _COMPUTE = re.compile(r"sched_reserve:\s*(?P<buf>\S+)\s+compute buffer size =\s*(?P<mib>[\d.]+) MiB")
-_TABLE_ROW = re.compile(r"memory_breakdown_print: \|\s+-\s+(?P<name>\S+)(?: \((?P<desc>[^)]*)\))?\s*\|(?P<rest>.*)\|\s*$")
+# descriptions may nest parentheses: `CUDA0 (H200 (dev p0/v0))` with GGML_CUDA_DEVICES
+_TABLE_ROW = re.compile(r"memory_breakdown_print: \|\s+-\s+(?P<name>\S+)(?:\s+\((?P<desc>[^|]*)\))?\s*\|(?P<rest>.*)\|\s*$")
 _INT = re.compile(r"-?\d+")
 _CTX = re.compile(r"llama_context: (n_ctx|n_seq_max|n_ubatch|kv_unified)\s*=\s*(\S+)")
 _TRAIN = re.compile(r"print_info: n_ctx_train\s*=\s*(\d+)")

@@ -72,6 +72,11 @@ def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str
     args = [*study.server.args, *cfg.build.args, *cfg.setting.args, *dev.server_args]
     n_parallel = study.server.parallel or max(4, max(study.workload.concurrency))
     args += ["-np", str(n_parallel), "-kvu"]
+    # No host-RAM prompt cache: with it, each new request first copies the idle slots' KV state to host memory
+    # (measured on an H200: ~750 ms before the first token after a 4-request level), which is neither prompt
+    # nor generation time and not what a study of build options measures. Requests use cache_prompt: false anyway.
+    if not any(a in ("-cram", "--cache-ram") for a in args):
+        args += ["-cram", "0"]
     if study.server.ctx:
         args += ["-c", str(study.server.ctx)]
     if study.server.fit_target_mib:
