@@ -15,6 +15,7 @@ FAST = [
     'builds=[{name="copies4"},{name="copies1",cmake={GGML_SCHED_MAX_COPIES=1}}]',
     'settings=[{name="kv-f16-q8_0",args=["-ctk","f16","-ctv","q8_0"]}]',
     "workload.repeats=2", "workload.prompt_tokens=64", "workload.output_tokens=8", "workload.warmup=0",
+    "workload.concurrency=[1]",
 ]
 
 

@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from . import argv
 from .errors import ConfigError
 
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's default -fitt (common_params.fit_params_target)
@@ -157,17 +158,5 @@ def emulate(budgets_mib: Sequence[int], devices: Sequence[DeviceMemory], *, marg
 def with_args(args: Sequence[str], extra: Sequence[str]) -> list[str]:
     """`args` with each option in `extra` (`-fitt`, `-ts` …) replaced, or appended where absent."""
     aliases = {"-fitt": ("-fitt", "--fit-target"), "-ts": ("-ts", "--tensor-split")}
-    drop: set[str] = set()
-    for i in range(0, len(extra), 2):
-        drop.update(aliases.get(extra[i], (extra[i],)))
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a in drop:
-            skip = True
-            continue
-        out.append(a)
-    return out + list(extra)
+    drop = {name for i in range(0, len(extra), 2) for name in aliases.get(extra[i], (extra[i],))}
+    return argv.without(args, with_value=drop) + list(extra)

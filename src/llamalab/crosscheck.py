@@ -33,7 +33,8 @@ _MAP: dict[str, tuple[str, str | None]] = {
 }
 # server-only flags that do not change the speed of one stream (or that llama-bench sets itself)
 _IGNORED_WITH_VALUE = {"-np", "--parallel", "-c", "--ctx-size", "-fitt", "--fit-target", "-fit", "--fit",
-                       "--host", "--port", "-lv", "--verbosity", "-fitc", "--fit-ctx", "-cram", "--cache-ram"}
+                       "--host", "--port", "-lv", "--verbosity", "-fitc", "--fit-ctx", "-cram", "--cache-ram",
+                       "--slot-save-path"}
 _IGNORED_FLAGS = {"-kvu", "--kv-unified", "--metrics", "--no-warmup", "-no-kvu", "--no-kv-unified"}
 
 

@@ -12,22 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from . import argv
+
 STEP = 256  # llama.cpp pads the context to multiples of 256
 
 
 def probe_args(args: Sequence[str], n_ctx: int) -> list[str]:
     """The study's server arguments with fit off and the context fixed (any -c/-fitt/-fit dropped first)."""
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a in ("-c", "--ctx-size", "-fitt", "--fit-target", "-fit", "--fit", "-fitc", "--fit-ctx"):
-            skip = True
-            continue
-        out.append(a)
-    return out + ["-fit", "off", "-c", str(n_ctx)]
+    drop = ("-c", "--ctx-size", "-fitt", "--fit-target", "-fit", "--fit", "-fitc", "--fit-ctx")
+    return argv.without(args, with_value=drop) + ["-fit", "off", "-c", str(n_ctx)]
 
 
 def within_budgets(device_totals: Sequence[float], budgets_mib: Sequence[int] | None) -> tuple[bool, str | None]:

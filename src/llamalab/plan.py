@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import budget, build as buildmod, ledger, models, net, proc, runner, standin
+from . import argv, budget, build as buildmod, ledger, models, net, proc, runner, standin
 from .build import BuildArtifact
 from .errors import ConfigError, LaunchError
 from .paths import cache_home
@@ -253,24 +253,15 @@ def parse_fit_print(lines: Iterable[str]) -> dict[str, tuple[int, int, int]]:
 
 # Arguments llama-fit-params does not take (server-only), and whether each has a value.
 SERVER_ONLY = {"-kvu": False, "--kv-unified": False, "-no-kvu": False, "--no-kv-unified": False, "--metrics": False,
-               "--host": True, "--port": True, "-cram": True, "--cache-ram": True}
+               "--host": True, "--port": True, "-cram": True, "--cache-ram": True, "--slot-save-path": True}
 
 
 def fit_params_args(server_args: Sequence[str]) -> list[str]:
     """A study's llama-server arguments as llama-fit-params takes them (pure): server-only flags dropped. What
     cannot be carried over changes the figures: without -kvu the KV cache is split into -np streams, and
     fit-params reserves logits for a whole batch where the server reserves one row per slot."""
-    out: list[str] = []
-    skip = False
-    for a in server_args:
-        if skip:
-            skip = False
-            continue
-        if a in SERVER_ONLY:
-            skip = SERVER_ONLY[a]
-            continue
-        out.append(a)
-    return out
+    return argv.without(server_args, with_value={k for k, v in SERVER_ONLY.items() if v},
+                        bare={k for k, v in SERVER_ONLY.items() if not v})
 
 
 # ---------------------------------------------------------------- what design.md §5.1 predicts (pure)

@@ -193,6 +193,14 @@ def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, 
     return budget.with_args(args, emu.args()), emu.as_dict()
 
 
+def n_slots(args: list[str]) -> int:
+    """The -np the server runs with (llama-server's own default, 4, where the arguments do not say)."""
+    for flag in ("-np", "--parallel"):
+        if flag in args and args.index(flag) + 1 < len(args):
+            return int(args[args.index(flag) + 1])
+    return 4
+
+
 def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger) -> tuple[list[int], list[int]]:
     """Concurrency levels whose requests fit in the context the server has (unified KV: they share n_ctx), and
     the ones that do not — those are reported, not run into a wall of 'context size exceeded' errors."""
@@ -383,6 +391,9 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
         with device_setup(prep, art, log_dir) as dev:
             env = {**art.env(), **dev.env}
             args, emulation = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+            # slot actions (erasing the KV cache between levels) need a save path; nothing is saved there
+            (log_dir / "slots").mkdir(exist_ok=True)
+            args += ["--slot-save-path", str(log_dir / "slots")]
             store.set_config_command(config_id, [str(art.binary("llama-server")), "-m", str(prep.model_path), *args],
                                      env, {**dev.as_dict(), "emulation": emulation})
             progress.message(f"starting llama-server for {label} ({dev.description})")
@@ -415,10 +426,15 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                     progress.warn(f"{label}: {note}")
                     store.note_config(config_id, note)
                 progress.trial(counter[0] + 1, total, label)
-                if levels:
-                    workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
-                                     concurrency=levels, shape=shape, warmup=wl.warmup, on_trial=on_trial)
-                if not srv.alive():
+                try:
+                    if levels:
+                        workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
+                                         concurrency=levels, shape=shape, warmup=wl.warmup, on_trial=on_trial,
+                                         n_slots=n_slots(args))
+                except WorkloadError:
+                    if srv.alive():
+                        raise
+                if not srv.alive():  # a dead server is the cause, whatever the client saw
                     raise LaunchError("llama-server exited during the workload: "
                                       + (ledger.failure_reason(srv.log_lines()) or "no reason in its log"))
                 if prep.backend == "cuda":

@@ -110,6 +110,20 @@ def one_request(client: httpx.Client, index: int, ids: list[int], shape: Shape) 
     )
 
 
+def clear_slots(client: httpx.Client, n_slots: int) -> bool:
+    """Erase every slot's KV cache (POST /slots/N?action=erase; the server needs --slot-save-path), so that each
+    level starts from an empty cache. Without it, a request after a 4-request level attends over the idle slots'
+    stale cells in the unified KV cache — measured on an H200: 25k → 16k prompt t/s, 168 → 147 generation t/s."""
+    ok = True
+    for i in range(n_slots):
+        try:
+            r = client.post(f"/slots/{i}", params={"action": "erase"}, timeout=30.0)
+            ok = ok and r.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+    return ok
+
+
 def run_level(client: httpx.Client, concurrency: int, prompts: list[list[int]], shape: Shape
               ) -> tuple[list[RequestResult], float]:
     """`concurrency` requests released together; returns their results and the level's wall time."""
@@ -142,9 +156,10 @@ def measure(
     warmup: int = 1,
     on_trial: Callable[[Trial], None] = lambda t: None,
     transport: httpx.BaseTransport | None = None,
+    n_slots: int = 0,
 ) -> list[Trial]:
     """Warm up, then for each trial number and concurrency level run one level and hand the Trial to `on_trial`
-    (which stores it) before the next starts."""
+    (which stores it) before the next starts. With `n_slots`, every level starts with all slots erased."""
     # No keep-alive: a pooled connection that llama-server closed while idle fails the next request at once
     # ("Server disconnected without sending a response"); a fresh loopback connection costs ~0.1 ms.
     limits = httpx.Limits(max_connections=max(concurrency) + 2, max_keepalive_connections=0)
@@ -158,6 +173,9 @@ def measure(
                                     tip="see the server log; the prompt may exceed the context size.")
         for trial in trials:
             for c in concurrency:
+                if n_slots and not clear_slots(client, n_slots):
+                    raise WorkloadError("the server refused to erase its slots between levels",
+                                        tip="llama-server needs --slot-save-path for POST /slots/N?action=erase.")
                 started = time.time()
                 before = sysload.snapshot()
                 reqs, wall = run_level(client, c, prompts, shape)

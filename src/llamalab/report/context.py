@@ -65,6 +65,8 @@ def _over_budget(ledger: dict, budgets: list[int] | None) -> list[str]:
 def predicted_delta_tokens(base: dict, cand: dict) -> int | None:
     """Tokens of context the candidate's compute-buffer difference from the baseline is worth (negative: it costs)."""
     bc, cc = compute_by_label(base), compute_by_label(cand)
+    if set(bc) != set(cc):
+        return None  # another device set (e.g. -sm none puts everything on one device): no like-for-like figure
     kv = _kv_by_label(base)
     freed = {d: bc[d] - cc[d] for d in bc if bc.get(d) is not None and cc.get(d) is not None}
     if not freed or not kv:
