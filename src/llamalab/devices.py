@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import net, proc
+from . import budget, net, proc
 from .build import BuildArtifact
 from .errors import ConfigError, LaunchError
 
@@ -114,3 +114,18 @@ def cpu() -> Iterator[DeviceSetup]:
 def none() -> Iterator[DeviceSetup]:
     """No local device: backend "rpc", where every device is a remote rpc-server (remote.attached adds them)."""
     yield DeviceSetup(backend="rpc", count=0, description="")
+
+
+def list_memory(binary: Path, server_args: Sequence[str], env: dict[str, str] | None = None
+                ) -> list[budget.DeviceMemory]:
+    """The devices llama-server sees with these device arguments, and their memory (`--list-devices`, ~0.04 s,
+    no model loaded): what budgets are emulated against."""
+    dev_args: list[str] = []
+    for i, a in enumerate(server_args):  # only the arguments that add devices; --rpc must come first
+        if a == "--rpc" and i + 1 < len(server_args):
+            dev_args += [a, server_args[i + 1]]
+    rc, out = proc.capture([str(binary), *dev_args, "--list-devices"], timeout_s=60, env=env)
+    if rc != 0:
+        raise LaunchError(f"`llama-server --list-devices` failed (exit {rc}): {out.strip()[-300:]}",
+                          tip="check the build and, for cpu-rpc, that the rpc-servers started.")
+    return budget.parse_devices(out.splitlines())

@@ -34,9 +34,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import argv, budget, build as buildmod, ledger, models, net, proc, runner, standin
+from . import argv, budget, build as buildmod, devices, ledger, models, net, proc, runner, standin
 from .build import BuildArtifact
-from .errors import ConfigError, LaunchError
+from .errors import ConfigError
 from .paths import cache_home
 from .progress import Progress
 from .study import Config, Study, configs
@@ -428,19 +428,6 @@ def copies_costs(plans: Sequence[ConfigPlan], artifacts: dict[str, BuildArtifact
 # ---------------------------------------------------------------- side effects
 
 
-def list_devices(binary: Path, server_args: Sequence[str], env: dict[str, str] | None = None) -> list[budget.DeviceMemory]:
-    """The devices llama-server sees with these device arguments, and their memory (`--list-devices`)."""
-    dev_args: list[str] = []
-    for i, a in enumerate(server_args):  # only the arguments that add devices; --rpc must come first
-        if a == "--rpc" and i + 1 < len(server_args):
-            dev_args += [a, server_args[i + 1]]
-    rc, out = proc.capture([str(binary), *dev_args, "--list-devices"], timeout_s=60, env=env)
-    if rc != 0:
-        raise LaunchError(f"`llama-server --list-devices` failed (exit {rc}): {out.strip()[-300:]}",
-                          tip="check the build and, for cpu-rpc, that the rpc-servers started.")
-    return budget.parse_devices(out.splitlines())
-
-
 def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, str], log_path: Path,
             timeout_s: float = 300.0) -> DryRun:
     """Start llama-server with `args`, stop it when its memory fit ends, and read the figures."""
@@ -498,7 +485,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                 env = {**art.env(), **dev.env}
                 emu = None
                 if budgets:
-                    devs = list_devices(art.binary("llama-server"), dev.server_args, env)
+                    devs = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
                     emu = budget.emulate(budgets, devs, margins_mib=study.server.fit_target_mib,
                                          user_args=[*study.server.args, *bspec.args])
                 for cfg in cfgs:
@@ -546,7 +533,7 @@ def _baselines_at_ctx(prep: runner.Prepared, plans: list[ConfigPlan], budgets: l
             env = {**art.env(), **dev.env}
             emu = None
             if budgets:
-                emu = budget.emulate(budgets, list_devices(art.binary("llama-server"), dev.server_args, env),
+                emu = budget.emulate(budgets, devices.list_memory(art.binary("llama-server"), dev.server_args, env),
                                      margins_mib=study.server.fit_target_mib,
                                      user_args=[*study.server.args, *bspec.args])
             for setting, n_ctx in sorted(wanted):

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import budget, ledger, plan as planmod, proc, runner
+from . import budget, devices, ledger, plan as planmod, proc, runner
 from .errors import LlamalabError
 from .progress import Progress
 from .server import launch
@@ -139,7 +139,7 @@ def validate(study: Study, prep: runner.Prepared, model_full: Path, *, logs: Pat
                 env = {**art.env(), **dev.env}
                 emu = None
                 if budgets:
-                    devs = planmod.list_devices(art.binary("llama-server"), dev.server_args, env)
+                    devs = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
                     emu = budget.emulate(budgets, devs, margins_mib=study.server.fit_target_mib,
                                          user_args=[*study.server.args, *bspec.args])
                 progress.message(f"dry run and full load: {cfg.build.name} × {cfg.setting.name}")

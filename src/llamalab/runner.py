@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, budget, build as buildmod, crosscheck, devices, gpu, ledger, maxctx, models, nvmlcheck, proc, source, sysinfo, workload
-from . import remote
+from . import (__version__, budget, build as buildmod, crosscheck, devices, gpu, ledger, maxctx, models, nvmlcheck, proc,
+               remote, server as servermod, source, sysinfo, workload)
 from .build import BuildArtifact, Builder
-from .errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
+from .errors import BuildError, ConfigError, LaunchError, WorkloadError
 from .paths import cache_home, data_home, default_db
 from .progress import Progress
 from .records import ConfigOutcome
-from . import server as servermod
 from .server import launch
 from .store import Store
 from .study import Config, Pass, Study, configs, expand, to_toml
@@ -185,9 +183,7 @@ def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, 
     ConfigError: the whole study stops, since every configuration would fail the same way."""
     if not study.devices.vram:
         return args, None
-    from .plan import list_devices
-
-    mem = list_devices(art.binary("llama-server"), dev.server_args, env)
+    mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
     emu = budget.emulate(budget.parse_budgets(study.devices.vram), mem, margins_mib=study.server.fit_target_mib,
                          user_args=args)
     return budget.with_args(args, emu.args()), emu.as_dict()

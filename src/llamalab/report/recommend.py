@@ -4,13 +4,12 @@ Every number in it comes from the stored run. Pure."""
 
 from __future__ import annotations
 
-import json
 import shlex
 
 from . import context, speed
 from .data import RunData, compute_by_label
 from .summary import _study_cmake
-from .verdict import study_builds, study_settings
+from .verdict import study_settings
 
 
 def action(data: RunData, build: str) -> str:
@@ -44,7 +43,7 @@ def _pp_on(data: RunData, build: str, setting: str) -> bool | None:
 
 
 def recommendation(data: RunData) -> str:
-    builds, settings = study_builds(data), study_settings(data)
+    settings = study_settings(data)
     rows = context.rows(data)
     if not rows:
         return "No configuration finished, so there is nothing to recommend yet; see the failures above."
