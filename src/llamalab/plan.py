@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import argv, budget, build as buildmod, devices, ledger, models, net, proc, runner, standin
+from . import argv, budget, build as buildmod, ledger, models, net, proc, runner, standin
 from .build import BuildArtifact
 from .errors import ConfigError
 from .paths import cache_home
@@ -483,11 +483,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
             cfgs = [c for c in configs(study) if c.build.name == bspec.name]
             with runner.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
                 env = {**art.env(), **dev.env}
-                emu = None
-                if budgets:
-                    devs = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
-                    emu = budget.emulate(budgets, devs, margins_mib=study.server.fit_target_mib,
-                                         user_args=[*study.server.args, *bspec.args])
+                emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
                 for cfg in cfgs:
                     progress.message(f"dry run: {cfg.build.name} × {cfg.setting.name}")
                     plans.append(plan_config(prep, cfg, art, dev, env, emu, logs, opts.timeout_s))
@@ -531,11 +527,7 @@ def _baselines_at_ctx(prep: runner.Prepared, plans: list[ConfigPlan], budgets: l
         bspec = next(b for b in study.builds if b.name == bname)
         with runner.device_setup(prep, art, _mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
             env = {**art.env(), **dev.env}
-            emu = None
-            if budgets:
-                emu = budget.emulate(budgets, devices.list_memory(art.binary("llama-server"), dev.server_args, env),
-                                     margins_mib=study.server.fit_target_mib,
-                                     user_args=[*study.server.args, *bspec.args])
+            emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
             for setting, n_ctx in sorted(wanted):
                 cfg = next(c for c in configs(study) if c.build.name == bname and c.setting.name == setting)
                 progress.message(f"dry run: {bname} × {setting} at n_ctx {n_ctx} (for the copies' cost)")

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import budget, devices, ledger, plan as planmod, proc, runner
+from . import budget, ledger, plan as planmod, proc, runner
 from .errors import LlamalabError
 from .progress import Progress
 from .server import launch
@@ -137,11 +137,7 @@ def validate(study: Study, prep: runner.Prepared, model_full: Path, *, logs: Pat
             dev_logs.mkdir(parents=True, exist_ok=True)
             with runner.device_setup(prep, art, dev_logs) as dev:
                 env = {**art.env(), **dev.env}
-                emu = None
-                if budgets:
-                    devs = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
-                    emu = budget.emulate(budgets, devs, margins_mib=study.server.fit_target_mib,
-                                         user_args=[*study.server.args, *bspec.args])
+                emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
                 progress.message(f"dry run and full load: {cfg.build.name} × {cfg.setting.name}")
                 cp = planmod.plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s)
                 fitp = None

@@ -176,17 +176,25 @@ def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
                           tip="use cpu-rpc, cuda or cpu.")
 
 
+def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
+                     user_args: list[str], budgets: list[int] | None = None) -> budget.Emulation | None:
+    """With memory budgets (`budgets`, else the study's `[devices] vram`), how these devices stand in for the
+    budgeted ones, computed from what llama.cpp reports free right now (see budget.py); None without budgets. A
+    budget that cannot be emulated here is a ConfigError: the whole study stops, since every configuration would
+    fail the same way."""
+    if budgets is None and study.devices.vram:
+        budgets = budget.parse_budgets(study.devices.vram)
+    if not budgets:
+        return None
+    mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
+    return budget.emulate(budgets, mem, margins_mib=study.server.fit_target_mib, user_args=user_args)
+
+
 def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
                     args: list[str]) -> tuple[list[str], dict | None]:
-    """With `[devices] vram` budgets, the -fitt (and -ts) that make these devices behave like the budgeted ones,
-    computed from what llama.cpp reports free right now (see budget.py). A budget that cannot be emulated here is a
-    ConfigError: the whole study stops, since every configuration would fail the same way."""
-    if not study.devices.vram:
-        return args, None
-    mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
-    emu = budget.emulate(budget.parse_budgets(study.devices.vram), mem, margins_mib=study.server.fit_target_mib,
-                         user_args=args)
-    return budget.with_args(args, emu.args()), emu.as_dict()
+    """The server arguments with the budgets' -fitt (and -ts) in place, and the emulation as stored."""
+    emu = budget_emulation(study, art, dev, env, args)
+    return (args, None) if emu is None else (budget.with_args(args, emu.args()), emu.as_dict())
 
 
 def n_slots(args: list[str]) -> int:
