@@ -55,25 +55,24 @@ def recommendation(data: RunData) -> str:
     comps = speed.comparisons(data)
     # the candidate: the build that frees the most (context first, then compute MiB) with pipeline parallelism off
     # or with one copy
-    best = None
+    scored = []  # (context gained, compute MiB freed over all devices, row)
     for r in rows:
         if r["build"] == base or r.get("over_budget"):
             continue
         base_led = context._config(data, base, r["setting"])["ledger"]
         led = context._config(data, r["build"], r["setting"])["ledger"]
         freed = sum((compute_by_label(base_led).get(d) or 0) - (v or 0) for d, v in compute_by_label(led).items())
-        key = (r["measured_delta_tokens"] or 0, freed)
-        if best is None or key > best[0]:
-            best = (key, r, freed)
-    if best is None or (best[0][0] <= 0 and best[2] <= 0):
+        scored.append((r["measured_delta_tokens"] or 0, freed, r))
+    if not scored:
         return f"No build of this study used less memory than {base}: keep llama.cpp's defaults."
-    (gain, freed), r, _ = best
+    gain, freed, r = max(scored, key=lambda x: (x[0], x[1]))
+    if gain <= 0 and freed <= 0:
+        return f"No build of this study used less memory than {base}: keep llama.cpp's defaults."
     cand, setting = r["build"], r["setting"]
-    # builds that give the same (within the fit's 256-token step) in this setting: name the others as alternatives,
-    # and lead with one that needs no rebuild
-    same = [x["build"] for x in rows if x["setting"] == setting and x["build"] not in (base, cand)
-            and x["measured_delta_tokens"] is not None and abs(x["measured_delta_tokens"] - gain) <= 256
-            and (gain > 0 or x["measured_delta_tokens"] == gain)]
+    # builds that give the same in this setting (within the fit's 256-token step; where the context did not move,
+    # within 1 MiB of compute): name them as alternatives, and lead with one that needs no rebuild
+    same = [x["build"] for g, f, x in scored if x["setting"] == setting and x["build"] != cand
+            and (abs(g - gain) <= 256 if gain > 0 else (g == gain and abs(f - freed) <= 1.0))]
     runtime = [b for b in [cand, *same] if not _study_cmake(data, b)]
     if runtime and runtime[0] != cand:
         same = [cand, *[b for b in same if b != runtime[0]]]
@@ -86,7 +85,9 @@ def recommendation(data: RunData) -> str:
     n_devices = len(compute_by_label(context._config(data, cand, setting)["ledger"]))
     mem = (f"{gain:+,} tokens of context ({100 * gain / (r['fitted_n_ctx'] - gain):+.0f}%, "
            f"{r['fitted_n_ctx'] - gain:,} → {r['fitted_n_ctx']:,} with {setting})" if gain > 0 else
-           f"{freed / max(1, n_devices):,.0f} MiB less compute buffer per device with {setting}")
+           f"{freed / max(1, n_devices):,.0f} MiB less compute buffer per device with {setting}"
+           + ("" if r.get("budgets_mib") else " (the context did not change: these devices had room for the "
+              "model's whole context; set [devices] vram to your cards' free memory to see the context it buys)"))
     single_words = {"no measurable difference": "unchanged", "faster": "faster", "slower": "slower"}
     s_verdict = single_words.get(single["verdict"], single["verdict"]) if single else "not measured"
     text = (f"For one user at a time, {action(data, cand)}: {mem}, generation speed {s_verdict} "
