@@ -56,6 +56,14 @@ def _wait_line(p, needle: str, timeout_s: float = 600) -> list[str]:
     raise AssertionError(f"no {needle!r} within {timeout_s}s: " + "".join(lines[-20:]))
 
 
+def _rest(p) -> list[str]:
+    """Whatever stderr lines the reader thread has queued (for failure messages)."""
+    out = []
+    while hasattr(p, "_lines") and not p._lines.empty():
+        out.append(p._lines.get_nowait())
+    return out[-30:]
+
+
 def _run_status(data):
     con = sqlite3.connect(data / "results.db")
     try:
@@ -77,7 +85,8 @@ def test_interrupt_stops_everything_and_resume_completes(demo_prep, llama_home, 
     if stage == "load":
         assert any("ggml-rpc-server" in cmdline(k) or "llama-server" in cmdline(k) for k in kids)
     p.send_signal(sig)
-    assert p.wait(timeout=60) == 130
+    rc = p.wait(timeout=60)
+    assert rc == 130, (rc, "".join(_rest(p)))
     assert wait_gone(kids) == set(), [cmdline(k) for k in kids]
     ((run_id, status),) = _run_status(data)
     assert status == "interrupted"

@@ -4,6 +4,8 @@ import os
 import sys
 import time
 
+import pytest
+
 from llamalab import proc
 
 
@@ -60,3 +62,19 @@ def test_terminate_all_stops_everything(tmp_path):
             for i in range(3)]
     assert proc.terminate_all(grace_s=1.0) >= 3
     assert all(not _alive(k.pid) for k in kids)
+
+
+def test_a_stop_request_survives_a_swallowed_interrupt():
+    """The SIGINT/SIGTERM handler raises KeyboardInterrupt; if that exception is lost (raised inside a finalizer, say),
+    the next checkpoint raises it again."""
+    proc.STOP.clear()
+    try:
+        try:
+            proc.request_stop()
+        except KeyboardInterrupt:
+            pass  # swallowed, as Python does for exceptions raised in __del__
+        with pytest.raises(KeyboardInterrupt):
+            proc.check_stop()
+    finally:
+        proc.STOP.clear()
+    proc.check_stop()  # no request: nothing happens

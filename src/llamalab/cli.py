@@ -15,10 +15,6 @@ from .errors import Interrupted, LlamalabError
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
-
-
 @click.group(context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="llamalab")
 def cli() -> None:
@@ -461,7 +457,8 @@ def stub(model, output) -> None:
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, proc.request_stop)
+    signal.signal(signal.SIGINT, proc.request_stop)
     try:
         cli.main(standalone_mode=False, prog_name="llamalab")
     except click.exceptions.Abort:

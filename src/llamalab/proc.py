@@ -21,6 +21,23 @@ from pathlib import Path
 _live: set["Child"] = set()
 _live_lock = threading.Lock()
 
+# Set by the SIGINT/SIGTERM handler. The handler also raises KeyboardInterrupt, but an exception raised while the
+# interpreter runs a finalizer (__del__ of a socket, a client …) is printed and dropped; the flag survives that, and
+# `check_stop()` at the runner's checkpoints turns it into the KeyboardInterrupt again.
+STOP = threading.Event()
+
+
+def request_stop(signum=None, frame=None) -> None:
+    """Signal handler for SIGINT and SIGTERM: remember the request and interrupt the main thread."""
+    STOP.set()
+    raise KeyboardInterrupt
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt if a stop was requested (a checkpoint between units of work)."""
+    if STOP.is_set():
+        raise KeyboardInterrupt
+
 
 @dataclass
 class Child:
@@ -150,6 +167,7 @@ def run(
         try:
             assert popen.stdout is not None
             for raw in popen.stdout:
+                check_stop()
                 log.write(raw)
                 if on_line is not None:
                     on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
@@ -202,6 +220,7 @@ def run_until(
         try:
             assert popen.stdout is not None
             for raw in popen.stdout:
+                check_stop()
                 log.write(raw)
                 if until(raw.decode("utf-8", "replace").rstrip("\r\n")):
                     stopped = True

@@ -273,12 +273,14 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
         run_dir = opts.runs_dir / run_id
         try:
             for i, p, trials in todo:
+                proc.check_stop()
                 _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
             if opts.crosscheck:
                 _crosscheck(prep, store, run_id, run_dir / "logs", progress)
             if opts.max_context != "off":
                 _context_checks(prep, store, run_id, run_dir / "logs", progress, opts.max_context,
                                 opts.max_context_probes)
+            proc.check_stop()
             store.set_run_status(run_id, "finished")
         except KeyboardInterrupt:
             proc.terminate_all()
@@ -412,6 +414,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                                        natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
 
                 def on_trial(t) -> None:
+                    proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
                     if (t.build, t.setting, t.trial, t.concurrency) in done:
                         return
                     store.save_trial(run_id, config_id, t)

@@ -136,6 +136,7 @@ def _wait_ready(server: Server, timeout_s: float) -> None:
                     return
             except httpx.HTTPError:
                 pass
+            proc.check_stop()
             if time.monotonic() > deadline:
                 raise LaunchError(
                     f"llama-server was not ready after {timeout_s:.0f} s (GET /health never answered 200). "

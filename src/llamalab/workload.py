@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from . import sysload
+from . import proc, sysload
 from .errors import WorkloadError
 from .records import RequestResult, Trial
 
@@ -173,6 +173,7 @@ def measure(
                                     tip="see the server log; the prompt may exceed the context size.")
         for trial in trials:
             for c in concurrency:
+                proc.check_stop()
                 if n_slots and not clear_slots(client, n_slots):
                     raise WorkloadError("the server refused to erase its slots between levels",
                                         tip="llama-server needs --slot-save-path for POST /slots/N?action=erase.")
