@@ -295,9 +295,10 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
 
 def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress) -> None:
     """llama-bench on the first configuration that ran, with the same binary, devices and settings."""
+    stored = store.trials(run_id)
+    measured = {(t["build"], t["setting"]) for t in stored}
     cfg = next((c for c in configs(prep.study) if c.build.name in prep.artifacts
-                and any(t["build"] == c.build.name and t["setting"] == c.setting.name for t in store.trials(run_id))),
-               None)
+                and (c.build.name, c.setting.name) in measured), None)
     if cfg is None:
         progress.warn("crosscheck skipped: no configuration has trials")
         return
@@ -311,7 +312,7 @@ def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress:
                                                     server_args(prep.study, cfg, dev), prompt=wl.prompt_tokens,
                                                     gen=wl.output_tokens, reps=max(3, wl.repeats))
         bench, error = crosscheck.run_bench(argvs, log_dir / "llama-bench.log", {**art.env(), **dev.env})
-    trials = [t for t in store.trials(run_id) if t["build"] == cfg.build.name and t["setting"] == cfg.setting.name]
+    trials = [t for t in stored if t["build"] == cfg.build.name and t["setting"] == cfg.setting.name]
     result = crosscheck.compare(bench, trials)
     result["untranslated_server_args"] = untranslated
     store.save_crosscheck(run_id, cfg.build.name, cfg.setting.name, result, error)

@@ -308,13 +308,18 @@ class Store:
 
     # ------------------------------------------------------------ reading
 
-    def crosschecks(self, run_id: str) -> list[dict]:
+    def _decoded(self, sql: str, params: tuple, column: str) -> list[dict]:
+        """Rows as dicts, with the JSON text of `column` (`x_json`) decoded under `x` (None where NULL)."""
         out = []
-        for r in self.db.execute("SELECT * FROM crosschecks WHERE run_id=?", (run_id,)):
+        for r in self.db.execute(sql, params):
             d = dict(r)
-            d["result"] = json.loads(d.pop("result_json"))
+            raw = d.pop(column)
+            d[column.removesuffix("_json")] = json.loads(raw) if raw else None
             out.append(d)
         return out
+
+    def crosschecks(self, run_id: str) -> list[dict]:
+        return self._decoded("SELECT * FROM crosschecks WHERE run_id=?", (run_id,), "result_json")
 
     def run(self, run_id: str | None = None) -> sqlite3.Row:
         if run_id is None:
@@ -341,21 +346,11 @@ class Store:
         return [dict(r) for r in self.db.execute("SELECT * FROM builds WHERE run_id=? ORDER BY rowid", (run_id,))]
 
     def configs(self, run_id: str) -> list[dict]:
-        out = []
-        for r in self.db.execute("SELECT c.*, l.ledger_json FROM configs c LEFT JOIN ledgers l ON l.config_id = c.id"
-                                 " WHERE c.run_id=? ORDER BY c.id", (run_id,)):
-            d = dict(r)
-            d["ledger"] = json.loads(d.pop("ledger_json")) if d.get("ledger_json") else None
-            out.append(d)
-        return out
+        return self._decoded("SELECT c.*, l.ledger_json FROM configs c LEFT JOIN ledgers l ON l.config_id = c.id"
+                             " WHERE c.run_id=? ORDER BY c.id", (run_id,), "ledger_json")
 
     def trials(self, run_id: str) -> list[dict]:
-        out = []
-        for r in self.db.execute("SELECT * FROM trials WHERE run_id=? ORDER BY id", (run_id,)):
-            d = dict(r)
-            d["requests"] = json.loads(d.pop("requests_json"))
-            out.append(d)
-        return out
+        return self._decoded("SELECT * FROM trials WHERE run_id=? ORDER BY id", (run_id,), "requests_json")
 
     def system(self, run_id: str) -> dict | None:
         row = self.db.execute("SELECT info_json FROM system_info WHERE run_id=?", (run_id,)).fetchone()
