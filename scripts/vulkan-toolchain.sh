@@ -3,8 +3,11 @@
 #
 # llama.cpp b11312 needs Vulkan headers with VK_EXT_layer_settings (VK_HEADER_VERSION >= 275); Debian 12 ships 239.
 # This script fetches, with `apt-get download` and apt lists of its own (the system's sources are not touched):
-#   from Debian 13 (trixie):    libvulkan-dev, libvulkan1 (headers and loader 1.4.x), spirv-headers
-#   from Debian 12 (bookworm):  glslc, libshaderc1 (the shader compiler; runs on glibc >= 2.36: Debian 12+, Ubuntu 24.04)
+#   from Debian 13 (trixie):    libvulkan-dev (headers 1.4.x), spirv-headers
+#   from Debian 12 (bookworm):  libvulkan1 (the loader, 1.3.239), glslc, libshaderc1 (the shader compiler)
+# Everything that runs comes from Debian 12, so it runs on glibc >= 2.36 (Debian 12+, Ubuntu 24.04); trixie's loader
+# needs glibc 2.38. llama.cpp's Vulkan backend loads its functions at run time (VULKAN_HPP_DISPATCH_LOADER_DYNAMIC),
+# so the older loader serves the newer headers.
 # and unpacks them with `dpkg -x` into PREFIX/root, with PREFIX/bin/glslc a wrapper that finds its library.
 # llamalab's Builder picks the prefix up by itself for `devices.backend = "vulkan"` (docs/vulkan-rocm.md).
 #
@@ -19,9 +22,10 @@
 # The Debian archive is the one this machine's apt sources use; elsewhere set DEBIAN_MIRROR to a Debian mirror URI.
 set -euo pipefail
 
-TRIXIE_PKGS="libvulkan-dev libvulkan1 spirv-headers"
-BOOKWORM_PKGS="glslc libshaderc1"
-GL_PKGS="libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2"  # from bookworm, for --gl
+RECIPE=2  # bump when the package list changes: a prefix of another recipe is made anew
+TRIXIE_PKGS="libvulkan-dev spirv-headers"
+BOOKWORM_PKGS="libvulkan1 glslc libshaderc1"
+GL_PKGS="libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2"  # from bookworm, for --gl (NVIDIA's driver needs them)
 
 home=${LLAMALAB_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/llamalab}
 PREFIX=${LLAMALAB_VULKAN_PREFIX:-$home/toolchains/vulkan}
@@ -47,7 +51,7 @@ root=$PREFIX/root
 marker=$PREFIX/toolchain.json
 
 complete() {
-  [ -f "$marker" ] && [ -f "$root/usr/include/vulkan/vulkan_core.h" ] && [ -x "$PREFIX/bin/glslc" ] &&
+  [ -f "$marker" ] && grep -q "\"recipe\": $RECIPE," "$marker" && [ -f "$root/usr/include/vulkan/vulkan_core.h" ] && [ -x "$PREFIX/bin/glslc" ] &&
     [ -e "$root/usr/lib/$triplet/libvulkan.so" ] && [ -f "$root/usr/include/spirv/unified1/spirv.hpp" ]
 }
 
@@ -71,7 +75,7 @@ EOF
   "$PREFIX/bin/glslc" --version >/dev/null || { echo "vulkan-toolchain: the unpacked glslc does not run here" >&2; exit 1; }
   local hv
   hv=$(sed -n 's/^#define VK_HEADER_VERSION \([0-9]*\).*/\1/p' "$root/usr/include/vulkan/vulkan_core.h")
-  printf '{"prefix": "%s", "root": "%s", "vk_header_version": %s, "debs": [%s]}\n' "$PREFIX" "$root" "${hv:-null}" \
+  printf '{"recipe": %s, "prefix": "%s", "root": "%s", "vk_header_version": %s, "debs": [%s]}\n' "$RECIPE" "$PREFIX" "$root" "${hv:-null}" \
     "$(cd "$src" && ls -1 *.deb | sed 's/.*/"&"/' | paste -sd, -)" > "$marker"
 }
 
