@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     --from) from=${2:?--from DIR}; shift 2 ;;
     --gl) gl=1; shift ;;
     --check) check=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "vulkan-toolchain: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

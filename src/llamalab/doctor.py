@@ -691,7 +691,7 @@ def _rest(p: Probe, by: dict[str, Finding], bad: set[str], out: list[BackendStat
                       + ("; a 2-device study lists one GPU twice (GGML_VK_VISIBLE_DEVICES=0,0 with -dev "
                          "Vulkan0,Vulkan1)" if len(real) == 1 else ""))
     elif soft:
-        run_detail = (f"runs here on {soft[0].name}, Mesa's CPU implementation of Vulkan, with devices.backend = "
+        run_detail = (f"runs here on {soft[0].name}, Mesa's CPU implementation of Vulkan (lavapipe), with devices.backend = "
                       "\"vulkan\" (auto never picks it): a correctness and memory check, not a speed one")
     elif p.which("vulkaninfo"):
         run_detail = "cannot run here: vulkaninfo finds no Vulkan device (install a GPU driver, or Mesa's lavapipe)"
