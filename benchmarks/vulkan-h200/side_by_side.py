@@ -55,7 +55,7 @@ def plan_rows(plan: dict) -> list[dict]:
         devs = c.get("devices") or []  # the dry run's projected table: device order, context = KV + recurrent state
         host = (c.get("host") or {}).get("compute_mib")
         out.append({"build": c["build"], "setting": c["setting"], "copies": c.get("sched_copies"),
-                    "compute": [d.get("compute_mib") for d in devs], "host": host,
+                    "splits": c.get("graph_splits"), "compute": [d.get("compute_mib") for d in devs], "host": host,
                     "kv": [d.get("context_mib") for d in devs], "n_ctx": c.get("n_ctx"),
                     "names": [d.get("name") for d in devs]})
     return out
@@ -75,16 +75,16 @@ def markdown(doc: dict, plan: dict | None = None) -> str:
             + (f"{o[0]} / {o[1]} / {o[2]} | {o[3]:,} |" if o else "– | – |"))
     if plan:
         lines += ["", "The 27B shape (qwen35, Q5_K), dry runs (`llamalab plan`, no weights loaded):", "",
-                  "| build | KV | copies | compute per device (MiB) | compute host | context memory per device | context | "
-                  "original: compute GPU1 / GPU2 / host (MB) | original context |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| build | KV | graph splits | copies | compute per device (MiB) | compute host | context memory per "
+                  "device | context | original: compute GPU1 / GPU2 / host (MB) | original context |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in plan_rows(plan):
             o = ORIGINAL.get((r["build"], r["setting"]))
             if "failed" in r:
-                lines.append(f"| {r['build']} | {r['setting'].removeprefix('kv-')} | failed: {r['failed']} |||||||")
+                lines.append(f"| {r['build']} | {r['setting'].removeprefix('kv-')} | failed: {r['failed']} ||||||||")
                 continue
             lines.append(
-                f"| {r['build']} | {r['setting'].removeprefix('kv-')} | {r['copies']} | "
+                f"| {r['build']} | {r['setting'].removeprefix('kv-')} | {_f(r['splits'])} | {r['copies']} | "
                 f"{' / '.join(_f(x, 2) for x in r['compute'])} | {_f(r['host'], 2)} | "
                 f"{' / '.join(_f(x, 2) for x in r['kv'])} | {_f(r['n_ctx'])} | "
                 + (f"{o[0]} / {o[1]} / {o[2]} | {o[3]:,} |" if o else "– | – |"))
