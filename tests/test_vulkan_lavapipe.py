@@ -18,7 +18,7 @@ from llamalab import detect, runner, study as studymod, vulkan as vk
 from llamalab.paths import cache_home
 from llamalab.progress import Progress
 
-from .llamahelp import run_study
+from llamahelp import run_study
 
 pytestmark = pytest.mark.llama
 
