@@ -112,3 +112,33 @@ def test_physical_device_probe_finds_lavapipe():
     assert prep.backend == "vulkan"
     assert prep.vulkan_devices and prep.vulkan_devices[0].software
     assert vk.select(2, prep.vulkan_devices).indices == (0, 0)
+
+
+def test_kv_types_at_one_context_q8_0_question():
+    """The q8_0 question on Vulkan at b11312, by dry runs at one fixed context: with -ctk/-ctv f16/f16, f16/q8_0 and
+    q8_0/q8_0 flash attention stays on the Vulkan devices (the same graph splits: no hand-off to the CPU), and the
+    compute buffers are the same to within 2 MiB — the growth a quantized V cache shows at fitted contexts is the
+    larger context it makes room for (each copy of the inputs grows with it), not a CPU fallback."""
+    if _missing():
+        pytest.skip(_missing())
+    from llamalab import plan
+
+    st, _ = studymod.load("demo", [
+        'devices.backend="vulkan"', "devices.count=2", 'devices.vram=["1500MiB","1500MiB"]', "server.ctx=16384",
+        'builds=[{name="copies4"},{name="no-pp-override",args=["-ot","no_such_tensor=CPU"]}]',
+        'settings=[{name="f16-f16",args=["-ctk","f16","-ctv","f16"]},{name="f16-q8_0",args=["-ctk","f16","-ctv","q8_0"]},'
+        '{name="q8_0-q8_0",args=["-ctk","q8_0","-ctv","q8_0"]}]'])
+    p = plan.plan_study(st, plan.PlanOptions(), Progress())
+    by = {(c.build, c.setting): c for c in p.configs}
+    assert all(c.status == "ok" and c.n_ctx == 16384 for c in p.configs), [(c.build, c.reason) for c in p.configs]
+    for build, copies in (("copies4", 4), ("no-pp-override", 1)):
+        splits = {by[(build, s)].graph_splits for s in ("f16-f16", "f16-q8_0", "q8_0-q8_0")}
+        assert len(splits) == 1 and splits.pop() is not None, build
+        assert {by[(build, s)].sched_copies for s in ("f16-f16", "f16-q8_0", "q8_0-q8_0")} == {copies}
+        base = [d.compute_mib for d in by[(build, "f16-f16")].devices]
+        for s in ("f16-q8_0", "q8_0-q8_0"):
+            got = [d.compute_mib for d in by[(build, s)].devices]
+            assert all(abs(a - b) <= 2.0 for a, b in zip(got, base)), (build, s, got, base)
+    for s in ("f16-f16", "q8_0-q8_0"):  # and the copies: 4 cost more at the same context
+        assert all(a.compute_mib > b.compute_mib for a, b in zip(by[("copies4", s)].devices,
+                                                                   by[("no-pp-override", s)].devices))
