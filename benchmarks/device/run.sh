@@ -5,12 +5,13 @@
 #   bash benchmarks/device/run.sh build     # doctor + `llamalab build` of the study's builds (CUDA, sm_90)
 #   bash benchmarks/device/run.sh study     # plan (dry run), the study, crosscheck, reports, export, logs
 #   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
-#   bash benchmarks/device/run.sh vulkan    # Vulkan on NVIDIA's driver: build, plans (8B and 27B shapes), the study
-#                                           # of benchmarks/vulkan-h200/, report and export. Needs .carry-vk/ (the
-#                                           # Vulkan toolchain and GL .debs: scripts/vulkan-toolchain.sh --debs .carry-vk --gl)
+#   bash benchmarks/device/run.sh vulkan-build  # Vulkan on NVIDIA's driver: doctor, the Vulkan build (call again to wait)
+#   bash benchmarks/device/run.sh vulkan    # plans (8B and 27B shapes), the study of benchmarks/vulkan-h200/,
+#                                           # report and export. Both need .carry-vk/ (the Vulkan toolchain and GL
+#                                           # .debs: bash scripts/vulkan-toolchain.sh --debs .carry-vk --gl)
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
-stage=${1:?stage: build, study, validate or vulkan}
+stage=${1:?stage: build, study, validate, vulkan-build or vulkan}
 study=${STUDY:-benchmarks/h200/study.toml}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -59,21 +60,48 @@ case "$stage" in
     cat "$OUT/report.md" | head -80
     echo "study stage: done in $(( $(date +%s) - t0 )) s"
     ;;
-  vulkan)
-    # 7 files back: doctor+build log (stderr.txt), plan.json, plan-27b.json, report.md, report.json, export.json, logs.
+  vulkan-build|vulkan)
+    # Vulkan on NVIDIA's driver, in two calls (each under 10 minutes):
+    #   vulkan-build: doctor and the Vulkan build (in its own session, like the CUDA build: call again to wait)
+    #   vulkan:       the PCI-id check, plans (8B and 27B shapes), the 8B study, report and export
+    # Files back from `vulkan` (7): stderr.txt, plan.json, plan-27b.json, report.md, report.json, export.json, logs.tar.gz.
     # The machine has NVIDIA's Vulkan driver (an ICD file) but no loader, GL libraries, headers or glslc: the GL
     # libraries go into / (as the machine's notes say), the toolchain into a private prefix llamalab builds against.
     vstudy=${VSTUDY:-benchmarks/vulkan-h200/study.toml}
-    for f in .carry-vk/gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+    if [ ! -f /tmp/llamalab-vk-ready ]; then
+      for f in .carry-vk/gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+      bash scripts/vulkan-toolchain.sh --from .carry-vk > /dev/null || exit 1
+      touch /tmp/llamalab-vk-ready
+    fi
     export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
-    bash scripts/vulkan-toolchain.sh --from .carry-vk > /dev/null || exit 1
-    ll doctor > "$OUT/stderr.txt" 2>&1
-    grep -E "Vulkan|glslc|vulkan " "$OUT/stderr.txt"
-    ll build "$vstudy" --json > "$OUT/builds.json" 2>> "$OUT/stderr.txt"; rc=$?
-    echo "build rc=$rc in $(( $(date +%s) - t0 )) s"; tail -4 "$OUT/stderr.txt"
-    python3 -c "import json; [print(b['build'], b.get('build_seconds'), 's', 'reused' if b.get('reused') else '', b.get('skipped') or '') for b in json.load(open('$OUT/builds.json'))]" 2>/dev/null
-    cat "$OUT/builds.json" >> "$OUT/stderr.txt"; rm -f "$OUT/builds.json"
-    [ "$rc" = 0 ] || exit 1
+    work=/tmp/llamalab-vk-build; mkdir -p "$work"
+    if [ "$stage" = vulkan-build ]; then
+      if [ ! -f "$work/pid" ] || ! kill -0 "$(cat "$work/pid")" 2>/dev/null; then
+        if [ ! -f "$work/rc" ]; then
+          ll doctor > "$work/doctor.txt" 2>&1
+          setsid bash -c "python3 -m llamalab.cli build '$vstudy' --json > '$work/builds.json' 2> '$work/build.err'; echo \$? > '$work/rc'" &
+          echo $! > "$work/pid"
+        fi
+      fi
+      while [ ! -f "$work/rc" ] && [ $(( $(date +%s) - t0 )) -lt ${WAIT_S:-560} ]; do sleep 5; done
+      cp "$work/doctor.txt" "$work/build.err" "$work/builds.json" "$OUT/" 2>/dev/null
+      grep -E "Vulkan|glslc|vulkan " "$work/doctor.txt"; tail -4 "$work/build.err"
+      if [ -f "$work/rc" ]; then
+        echo "vulkan build finished: rc=$(cat "$work/rc") after $(( $(date +%s) - t0 )) s in this call"
+        python3 -c "import json; [print(b['build'], b.get('build_seconds'), 's', 'reused' if b.get('reused') else '', b.get('skipped') or '') for b in json.load(open('$work/builds.json'))]"
+      else echo "vulkan build still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
+      exit 0
+    fi
+    [ -f "$work/rc" ] && [ "$(cat "$work/rc")" = 0 ] || { echo "run the vulkan-build stage first"; exit 1; }
+    cat "$work/doctor.txt" "$work/build.err" "$work/builds.json" > "$OUT/stderr.txt" 2>/dev/null
+    # llama.cpp drops a second device with a PCI id it already uses unless the devices are named: show it
+    bin=$(python3 -c "import json; print(json.load(open('$work/builds.json'))[0]['bin_dir'])")
+    model=$(ls "$LLAMALAB_HOME"/models/synthetic-8b-*.gguf | grep -v -- -header | head -1)
+    for dev in "" "-dev Vulkan0,Vulkan1"; do
+      echo "== GGML_VK_VISIBLE_DEVICES=0,0 llama-fit-params $dev" | tee -a "$OUT/stderr.txt"
+      GGML_VK_VISIBLE_DEVICES=0,0 timeout 120 "$bin/llama-fit-params" -m "$model" -fa on -lv 4 $dev 2>&1 |
+        grep -E "skipping device|using device|breakdown_print: \|   - Vulkan" | sort -u | tee -a "$OUT/stderr.txt"
+    done
     ll plan "$vstudy" --json > "$OUT/plan.json" 2>> "$OUT/stderr.txt"; echo "plan (8B) rc=$? in $(( $(date +%s) - t0 )) s"
     ll plan "${VSTUDY27:-benchmarks/vulkan-h200/study-27b.toml}" --json > "$OUT/plan-27b.json" 2>> "$OUT/stderr.txt"
     echo "plan (27B shape, header-only) rc=$? in $(( $(date +%s) - t0 )) s"
@@ -83,8 +111,8 @@ case "$stage" in
     ll report --format json -o "$OUT/report.json"
     run_id=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['run']['id'])")
     ll export "$run_id" -o "$OUT/export.json"
-    tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs" . 2>/dev/null
-    sed -n '/Graph splits/,/^## Memory/p' "$OUT/report.md" | head -30
+    tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs/$run_id" . 2>/dev/null
+    python3 benchmarks/vulkan-h200/side_by_side.py "$OUT/report.json" "$OUT/plan-27b.json"
     echo "vulkan stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   validate)
