@@ -69,9 +69,16 @@ class BuildArtifact:
     reused: bool = False
     variant_of: str | None = None  # key of the base tree for a copies variant
     cmake_argv: tuple[str, ...] = field(default=())
+    files: dict[str, str] = field(default_factory=dict)  # program → file name, where it differs (given binaries)
+    given: dict | None = None  # binaries llamalab did not build (binaries.Binaries.as_dict): what they are
 
     def binary(self, name: str) -> Path:
-        return self.bin_dir / TARGETS.get(name, name)
+        return self.bin_dir / self.files.get(name, TARGETS.get(name, name))
+
+    @property
+    def made(self) -> bool:
+        """Built by llamalab (its CMake options are known), not given as binaries."""
+        return self.given is None
 
     def env(self) -> dict[str, str]:
         if self.lib_dir is None:
@@ -96,6 +103,7 @@ class BuildArtifact:
             "variant_of": self.variant_of,
             "cmake_argv": list(self.cmake_argv),
             "source": self.source.as_dict(),
+            "given": self.given,
         }
 
 
