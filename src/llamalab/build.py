@@ -257,7 +257,8 @@ class Builder:
         if shutil.which(argv[0]) is None:
             raise BuildError(f"{argv[0]} is not installed, so llama.cpp cannot be built.",
                              tip="install CMake ≥ 3.14 and a C++17 compiler (Debian: apt-get install cmake g++ ninja-build), "
-                             "or run `llamalab doctor`.")
+                             "or run `llamalab doctor`; or run the study on llama.cpp binaries you already have "
+                             "(a release archive): --llama-bin DIR.")
         done = proc.run(argv, log_path=log_path, on_line=on_line)
         if done.returncode != 0:
             tail = "\n".join("    " + ln for ln in proc.tail_lines(log_path, 25))

@@ -135,7 +135,9 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
                 servermod.check_flags(art.binary("llama-server"), args, env=art.env())
     if not artifacts:
         raise BuildError("no build of this study could be made: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
-                         tip="run `llamalab doctor` to see what this machine lacks.")
+                         tip="pass --llama-cpp DIR to build them from a source, or give the study a build without "
+                             "cmake options to run the binaries" if study.source.bin else
+                             "run `llamalab doctor` to see what this machine lacks.")
     for line in mixed_binaries(artifacts):
         progress.warn(line)
     topology = _topology(study, backend, next(iter(artifacts.values())), progress)
@@ -396,6 +398,9 @@ def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress:
         progress.warn("crosscheck skipped: no configuration has trials")
         return
     art = prep.artifacts[cfg.build.name]
+    if not art.binary("llama-bench").is_file():
+        progress.warn(f"crosscheck skipped: there is no llama-bench in {art.bin_dir}")
+        return
     wl = prep.study.workload
     log_dir = logs / "crosscheck"
     log_dir.mkdir(parents=True, exist_ok=True)
