@@ -189,16 +189,13 @@ def _source(study: Study, opts: Options, given: dict[str, binaries.Binaries], pr
 def no_source_reason(spec: BuildSpec, folder: str, given: dict[str, binaries.Binaries]) -> str:
     """Why a build with CMake options is not measured in a study of given binaries without a source (pure)."""
     opts = buildmod.normalize(spec.cmake)
-    flags = " ".join(f"-D{k}={v}" for k, v in opts.items())
     commit = next((b.version.commit for b in given.values() if b.version.commit), None)
-    at = f" (for the same llama.cpp as the binaries: a checkout of commit {commit})" if commit else ""
     if set(opts) == {buildmod.COPIES}:
-        what = (f"a {buildmod.COPIES}={opts[buildmod.COPIES]} copies variant is a rebuild of ggml-base from a "
-                "llama.cpp source, and given binaries cannot be rebuilt")
+        what = f"a copies variant ({buildmod.COPIES}={opts[buildmod.COPIES]}) is a rebuild of ggml-base from a llama.cpp source"
     else:
-        what = f"it needs a build with {flags}, which given binaries cannot be"
-    return (f"{what}; this study runs the binaries in {folder} and has no source to build from: add "
-            f"--llama-cpp DIR{at} to build it, and the report says which build ran on which binary")
+        what = f"it needs {' '.join(f'-D{k}={v}' for k, v in opts.items())}, a build from a llama.cpp source"
+    return (f"{what}, and this study has only the binaries in {folder}: add --llama-cpp DIR"
+            + (f" (a checkout of their commit {commit})" if commit else "") + " to build it")
 
 
 def mixed_binaries(artifacts: dict[str, BuildArtifact]) -> list[str]:
