@@ -171,8 +171,7 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
         why = ("the baseline already runs the model's whole context" if base_row and base_row.get("at_model_limit")
                else "no budget limited the context" if not (row or {}).get("budgets_mib")
                and not (row or {}).get("fit_reduced_from") else "the fit gave no more context")
-        a.notes.append(f"frees {a.freed_mib / n:,.0f} MiB of compute buffer per device, which buys no context here "
-                       f"({why})")
+        a.notes.append(f"frees {a.freed_mib / n:,.0f} MiB of compute buffer per device but gains no context ({why})")
     return a
 
 
@@ -352,15 +351,20 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
         if r.versus is None:
             return s + ": no other build was measured."
         reasons = []
+        said_same = False
         if r.buys:
             reasons.append(f"it keeps {_join([c.text for c in r.buys])}, where {r.versus} is slower")
         else:
-            reasons.append(f"{r.versus} buys nothing measurable here")
+            what = [n.removeprefix(f"{r.versus} ") for n in r.notes]
+            if r.same:
+                what.append(_same_text(r.same).replace("no measurable", "makes no measurable", 1))
+                said_same = True
+            reasons.append(f"{r.versus} buys nothing measurable here" + (f": it {_join(what)}" if what else ""))
         if r.costs:
             reasons.append(f"keeping it costs {_join([c.text for c in r.costs])}")
-        if r.notes:
+        if r.notes and r.buys:
             reasons.append(_join(r.notes))
-        if r.same:
+        if r.same and not said_same:
             reasons.append(f"{_same_text(r.same)} ({r.versus} vs {r.baseline})")
         if r.unlike:
             reasons.append("not comparable: " + _join(
