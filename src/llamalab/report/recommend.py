@@ -441,7 +441,7 @@ def table_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         if r.context_only:
             run = "if you need the context: " + run
         buys = "; ".join(c.text for c in r.buys) or "nothing measurable"
-        costs = "; ".join(c.text for c in r.costs) or "nothing measured"
+        costs = "; ".join(c.text for c in r.costs) or "none measured"
         extra = [n for n in r.notes]
         if r.same:
             extra.append(_same_text(r.same))
