@@ -16,9 +16,8 @@ import numpy as np
 
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
 
 from . import grid, speed
 from .data import RunData, compute_by_label, host_compute
