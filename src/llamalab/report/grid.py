@@ -105,7 +105,8 @@ def crossover(data: RunData, rows: list[dict] | None = None, p: Pair | None = No
     who = f"Pipeline parallelism ({p.pp}, {p.copies} copies, against {p.no_pp})"
     levels = sorted({lv for _, lv in cells})
     prompts = sorted({pr for pr, _ in cells})
-    span = f"{len(prompts)} prompt length(s) × {len(levels)} concurrency level(s)"
+    span = (f"{len(prompts)} prompt length{'s' if len(prompts) != 1 else ''} × {len(levels)} concurrency "
+            f"level{'s' if len(levels) != 1 else ''}")
     if not pays:
         s = f"{who} never pays measurably on this rig: in none of the {len(cells)} cells ({span}) is aggregate " \
             "prompt or output t/s faster beyond the threshold with an interval that excludes 1"
