@@ -124,7 +124,14 @@ def _print_table(data) -> None:
         console.print(f"[yellow]not measured:[/] {line}", highlight=False)
     for line in summary.memory_lines(data) + context.sentences(data):
         console.print("• " + line, highlight=False)
-    for line in summary.key_speed_lines(data):
+    key = summary.key_speed_lines(data)
+    if len(data.cells) > 1:  # a grid: the verdicts that say something; the map and the table below say the rest
+        telling = [x for x in key if not x.endswith("— no measurable difference")]
+        if len(telling) < len(key):
+            telling.append(f"({len(key) - len(telling)} more: no measurable difference; every comparison is in the "
+                           "report)")
+        key = telling
+    for line in key:
         console.print("• " + line, highlight=False)
     for line in summary.noise_lines(data):
         console.print("[yellow]• " + line + "[/]", highlight=False)
