@@ -20,12 +20,10 @@ import pytest
 from llamalab import exchange
 from llamalab.report import context, data as rdata, markdown, recommend, speed
 from llamalab.store import Store
-from runfixtures import BUDGET, CONCURRENCY, DEMO, fill
+from runfixtures import BUDGET, CONCURRENCY, DEMO, GRID, fill
 
 H200 = Path(__file__).parent.parent / "benchmarks" / "h200" / "export.json"
-GRID = "demo-grid"  # the H200 study's shape on the CPU (tiny model, cpu-rpc), scaled down
-RUNS = [DEMO, CONCURRENCY, BUDGET, "h200"] + ([GRID] if (Path(__file__).parent / "fixtures" / "runs"
-                                                         / f"{GRID}.json").is_file() else [])
+RUNS = [DEMO, CONCURRENCY, BUDGET, GRID, "h200"]
 
 
 @pytest.fixture(scope="module", params=RUNS)
@@ -168,3 +166,20 @@ def test_the_h200_export_no_longer_recommends_a_change_that_buys_nothing():
     short = recommend.decision_table(data)[0]
     assert short.use == "short" and short.keep_default and short.build == "copies4"
     assert "keep copies4" in recommend.recommendation(data)
+
+
+def test_the_h200_shape_on_the_cpu_has_its_map_and_table(tmp_path):
+    """The H200 study scaled to the CPU (tests/fixtures/runs/demo-grid.json, a real run): 16 cells, each compared;
+    the crossover sentence; every use has a row; the true no-op override moved no weight."""
+    from llamalab.report import grid, verdict
+
+    with Store(tmp_path / "r.db") as store:
+        data = rdata.load(store, fill(store, GRID))
+    assert data.cells == [(16, 8), (64, 8), (256, 8), (768, 8)]
+    rows = grid.gains(data)
+    assert len({(r["prompt_tokens"], r["concurrency"]) for r in rows}) == 16
+    assert grid.crossover(data, rows).startswith("Pipeline parallelism (copies4, 4 copies, against copies1)")
+    (m,) = [m for m in verdict.memory_comparisons(data) if m["candidate"] == "no-pp-override"]
+    assert m["weights_moved"] == [] and m["candidate_pp"] == "off"
+    assert [r.title for r in recommend.decision_table(data)] == [
+        "One user, short prompts", "One user, long prompts (RAG, agents, code)", "Serving 8 requests at once"]
