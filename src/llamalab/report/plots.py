@@ -115,26 +115,36 @@ def throughput_figure(data: RunData) -> Figure | None:
     table = [r for r in speed.throughput_table(data) if r["aggregate_output_tps"] is not None]
     if not table:
         return None
-    fig = _figure(7.0, 4.2)
-    ax = fig.add_subplot()
-    keys = list(dict.fromkeys((r["build"], r["setting"]) for r in table))
+    configs = list(dict.fromkeys((r["build"], r["setting"]) for r in table))
+    cells = sorted({(r["prompt_tokens"], r["output_tokens"]) for r in table})
+    keys = [(c, cell) for c in configs for cell in cells
+            if any((r["build"], r["setting"], r["prompt_tokens"], r["output_tokens"]) == (*c, *cell) for r in table)]
     levels = sorted({r["concurrency"] for r in table})
     n = len(keys)
-    for i, key in enumerate(keys):
-        rows = [r for r in table if (r["build"], r["setting"]) == key]
+    fig = _figure(7.0 if len(cells) == 1 else 9.5, 4.2)
+    ax = fig.add_subplot()
+    markers = "osD^vP*X"
+    for i, (cfg, cell) in enumerate(keys):
+        # one line per configuration and workload cell: colour by configuration, marker by prompt length
+        rows = [r for r in table if (r["build"], r["setting"], r["prompt_tokens"], r["output_tokens"]) == (*cfg, *cell)]
         # a small sideways offset keeps overlapping interval bars readable
-        xs = [levels.index(r["concurrency"]) + (i - (n - 1) / 2) * 0.06 for r in rows]
+        xs = [levels.index(r["concurrency"]) + (i - (n - 1) / 2) * min(0.06, 0.6 / n) for r in rows]
         ys = [r["aggregate_output_tps"] for r in rows]
         lo = [y - r["aggregate_output_tps_min"] for y, r in zip(ys, rows)]
         hi = [r["aggregate_output_tps_max"] - y for y, r in zip(ys, rows)]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.2,
-                    color=COLORS[i % len(COLORS)], label=_t(f"{key[0]} × {key[1]}"))
+        label = f"{cfg[0]} × {cfg[1]}" + (f", {cell[0]:,}+{cell[1]:,} tokens" if len(cells) > 1 else "")
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker=markers[cells.index(cell) % len(markers)], markersize=4,
+                    capsize=3, linewidth=1.2, color=COLORS[configs.index(cfg) % len(COLORS)], label=_t(label))
     ax.set_xticks(range(len(levels)), [str(x) for x in levels])
     ax.set_xlim(-0.5, len(levels) - 0.5)
     ax.set_xlabel("parallel requests")
     ax.set_ylabel("aggregate output (tokens/s)")
     ax.set_title(_t(f"Throughput vs concurrency (median, min–max over trials) — run {data.id}"), fontsize=9)
-    ax.legend(fontsize=8)
+    if len(cells) > 1:
+        ax.set_yscale("log")  # prompt lengths apart by orders of magnitude: each line keeps its shape
+        fig.legend(loc="outside right upper", fontsize=7)  # many lines: beside the plot, never over it
+    else:
+        ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return fig
 
