@@ -4,6 +4,7 @@
 # without docs and model files) and .whl/ (gguf, pydantic and their needs, for Python 3.12).
 #   bash benchmarks/device/run.sh build     # doctor + `llamalab build` of the study's builds (CUDA, sm_90)
 #   bash benchmarks/device/run.sh study     # plan (dry run), the study, crosscheck, reports, export, logs
+#                                           # (RUN_FLAGS="--crosscheck" skips the fit-off reloads to save ~20 s)
 #   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
@@ -45,7 +46,7 @@ case "$stage" in
     # at most 8 files come back: stderr of every step goes to one file
     ll plan "$study" --json > "$OUT/plan.json" 2> "$OUT/stderr.txt"; echo "plan rc=$? in $(( $(date +%s) - t0 )) s"
     tail -3 "$OUT/stderr.txt"
-    ll run "$study" --crosscheck --max-context verify > /dev/null 2>> "$OUT/stderr.txt"; rc=$?
+    ll run "$study" ${RUN_FLAGS---crosscheck --max-context verify} > /dev/null 2>> "$OUT/stderr.txt"; rc=$?
     echo "run rc=$rc in $(( $(date +%s) - t0 )) s"; tail -25 "$OUT/stderr.txt"
     ll report --format md -o "$OUT/report.md"
     ll report --format json -o "$OUT/report.json"
