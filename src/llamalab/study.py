@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from . import remote
+from . import budget, remote
 from .errors import ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
@@ -96,6 +96,17 @@ class DevicesSpec(_Strict):
     vram: list[str] | None = None  # per-device memory budgets, e.g. ["16GiB", "12GiB"]
     rpc: list[RemoteSpec] = Field(default_factory=list)  # remote rpc-servers: "host:port" or a table each
 
+    @field_validator("vram")
+    @classmethod
+    def _vram(cls, v: list[str] | None) -> list[str] | None:
+        """Budgets are read when the study is loaded, not when the first configuration starts."""
+        if v is not None:
+            try:
+                budget.parse_budgets(v)
+            except ConfigError as e:
+                raise ValueError(f"{e.message} ({e.tip})" if e.tip else e.message) from None
+        return v
+
     @field_validator("rpc", mode="before")
     @classmethod
     def _rpc_strings(cls, v: Any) -> Any:
@@ -115,6 +126,11 @@ class DevicesSpec(_Strict):
             if "count" in self.model_fields_set:
                 raise ValueError("count is the number of local devices, and backend \"rpc\" has none: remove it "
                                  "(the remotes in rpc = [...] are the devices)")
+        if self.vram and len(budget.parse_budgets(self.vram)) > 1 and self.backend in ("cpu-rpc", "cuda", "rpc"):
+            n = (0 if self.backend == "rpc" else self.count) + len(self.rpc)
+            given = len(budget.parse_budgets(self.vram))
+            if given != n:
+                raise ValueError(f"vram: {given} budgets for {n} device(s); give one per device, or one for all")
         if self.backend == "cpu" and self.rpc:
             raise ValueError("backend \"cpu\" is built without RPC: use backend = \"rpc\" (remote devices only) or "
                              "\"cpu-rpc\" (local rpc-servers and the remotes)")
