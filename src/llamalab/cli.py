@@ -493,27 +493,29 @@ def stub(model, output) -> None:
                err=True)
 
 
-def main() -> None:
-    signal.signal(signal.SIGTERM, proc.request_stop)
-    signal.signal(signal.SIGINT, proc.request_stop)
+def entry(argv: list[str] | None = None) -> int:
+    """Run one command line and return its exit code: a LlamalabError (or a refusal of the file system) is printed
+    as one `error:` line and a `tip:` line, never raised."""
     try:
-        cli.main(standalone_mode=False, prog_name="llamalab")
+        cli.main(args=argv, standalone_mode=False, prog_name="llamalab")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except click.exceptions.Abort:
         proc.terminate_all()
         click.echo("interrupted.", err=True)
-        sys.exit(130)
+        return 130
     except click.ClickException as e:
         e.show()
-        sys.exit(e.exit_code)
+        return e.exit_code
     except KeyboardInterrupt:
         stopped = proc.terminate_all()
         click.echo(f"interrupted; stopped {stopped} child process(es). Rerun the same command to resume.", err=True)
-        sys.exit(Interrupted.exit_code)
+        return Interrupted.exit_code
     except LlamalabError as e:
         click.echo(f"error: {e.message}", err=True)
         if e.tip:
             click.echo(f"tip: {e.tip}", err=True)
-        sys.exit(e.exit_code)
+        return e.exit_code
     except OSError as e:  # the file system said no where no narrower error applied (read-only HOME, full disk …)
         proc.terminate_all()
         where = f" ({e.filename})" if e.filename else ""
@@ -521,7 +523,14 @@ def main() -> None:
         click.echo("tip: llamalab writes builds under $LLAMALAB_HOME (default ~/.cache/llamalab) and results under "
                    "$LLAMALAB_DATA (default ~/.local/share/llamalab); point them, --db or -o at a writable place "
                    "with free space.", err=True)
-        sys.exit(1)
+        return 1
+    return 0
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, proc.request_stop)
+    signal.signal(signal.SIGINT, proc.request_stop)
+    sys.exit(entry())
 
 
 if __name__ == "__main__":

@@ -95,10 +95,12 @@ def loads(text: str, name: str = "the file") -> dict:
                           tip="upgrade llamalab (pip install -U llamalab) to import it.")
     tables = doc.get("tables")
     if not isinstance(tables, dict) or not isinstance(tables.get("runs"), list) or len(tables["runs"]) != 1:
-        raise ConfigError(f"{name} holds no run (its \"tables\" must have exactly one row in \"runs\").")
+        raise ConfigError(f"{name} holds no run (its \"tables\" must have exactly one row in \"runs\").",
+                          tip="pass a file written by `llamalab export RUN -o FILE`.")
     for t, rows in tables.items():
         if t not in Store.RUN_TABLES or not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise ConfigError(f"{name}: \"tables.{t}\" is not a list of rows of a llamalab run table.")
+            raise ConfigError(f"{name}: \"tables.{t}\" is not a list of rows of a llamalab run table.",
+                              tip="pass a file written by `llamalab export RUN -o FILE`, unchanged.")
     try:
         runrows.Export.model_validate_json(text)
     except runrows.ValidationError as e:

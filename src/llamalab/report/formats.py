@@ -51,8 +51,10 @@ def plot_files(data: RunData, folder: Path, formats: tuple[str, ...] = plots.FOR
 
 
 def inside(path: Path, folder: Path) -> Path:
-    """`path` if it resolves to a place inside `folder`; a ConfigError otherwise."""
-    if not Path(path).resolve().is_relative_to(Path(folder).resolve()):
+    """`path` if its folder resolves to `folder` (the file itself is not followed: a link there is refused when it
+    is written); a ConfigError otherwise."""
+    path = Path(path)
+    if path.name in ("", ".", "..") or path.parent.resolve() != Path(folder).resolve():
         raise ConfigError(f"{path} would be written outside {folder}; nothing was written.",
                           tip="report file names come from run ids; import the run again from a good export.")
     return path
