@@ -33,6 +33,9 @@ from llamalab.store import MIGRATIONS, Store
 from test_bad_input_cli import assert_clean_error, llamalab
 
 RID = runfixtures.doc()["run_id"]
+# `run` cases must stop before a build; should one ever get that far, this makes it fail at once ("not a llama.cpp
+# source tree") instead of building llama.cpp into the test's home
+NO_BUILD = ["--llama-cpp", "/nonexistent/llama.cpp"]
 
 
 @dataclass
@@ -143,7 +146,7 @@ def test_command_line_run_ids_are_checked(tmp_path, env, ref):
     for cmd in (["report", ref], ["export", ref], ["compare", RID, ref]):
         done = call(*cmd, "--db", str(db), env=env)
         assert_clean_error(done, "is not a llamalab run id or the start of one")
-    done = call("run", "demo", "--resume", ref, "--db", str(db), env=env)
+    done = call("run", "demo", *NO_BUILD, "--resume", ref, "--db", str(db), env=env)
     assert_clean_error(done, "--resume")
     assert nothing_built(env)
 
@@ -182,7 +185,7 @@ def test_an_imported_run_is_never_resumed(tmp_path, env):
         new_id, resumed = s.begin_run("demo", run["study_toml"], run["study_hash"], version="0")
         assert not resumed and new_id != RID
         s.set_run_status(new_id, "finished")
-    done = call("run", "demo", "--resume", RID, "--db", str(db), env=env)
+    done = call("run", "demo", *NO_BUILD, "--resume", RID, "--db", str(db), env=env)
     assert_clean_error(done, "was imported", "never resumed here")
     assert nothing_built(env)
     done = call("runs", "--db", str(db), "--json", env=env)
@@ -434,7 +437,7 @@ def _damage(db: Path) -> None:
 def test_run_refuses_a_damaged_database_before_building_anything(tmp_path, env):
     db = stored_db(tmp_path / "d.db", runfixtures.BUDGET)
     _damage(db)
-    done = call("run", "demo", "--db", str(db), env=env)
+    done = call("run", "demo", *NO_BUILD, "--db", str(db), env=env)
     assert_clean_error(done, f"{db} is damaged", ".recover")
     assert nothing_built(env)
     done = call("report", "--db", str(db), env=env)
@@ -446,7 +449,7 @@ def test_read_only_home(tmp_path):
     with fsfaults.readonly(home):
         e = {"HOME": str(home), "LLAMALAB_DATA": None, "LLAMALAB_HOME": None}
         for cmd, words in ((["import", str(runfixtures.RUNS / f"{runfixtures.DEMO}.json")], "cannot make the folder"),
-                           (["run", "demo"], "cannot make the folder"),
+                           (["run", "demo", *NO_BUILD], "cannot make the folder"),
                            (["runs"], "there is no results database")):
             assert_clean_error(call(*cmd, env=e), words, str(home))
         assert list(home.iterdir()) == []
@@ -475,7 +478,7 @@ def test_a_live_run_is_never_joined_and_a_killed_one_resumes(tmp_path, env):
         rid = holder.stdout.readline().strip()
         assert runids.is_run_id(rid)
         for extra in ([], ["--fresh"], ["--resume", rid]):
-            done = call("run", "demo", "--db", str(db), *extra, env=env)
+            done = call("run", "demo", *NO_BUILD, "--db", str(db), *extra, env=env)
             assert_clean_error(done, f"another llamalab (pid {holder.pid}) is measuring run {rid}",
                                "disturb the timings", f"kill {holder.pid}")
             assert done.returncode == 1
@@ -563,6 +566,6 @@ def test_the_llamalab_script_prints_errors_not_tracebacks(tmp_path, env):
     assert_clean_error(done, "is a named pipe")
     assert done.returncode == 2
     _damage(db)
-    done = llamalab("run", "demo", "--db", str(db), env=env)
+    done = llamalab("run", "demo", *NO_BUILD, "--db", str(db), env=env)
     assert_clean_error(done, "is damaged")
     assert nothing_built(env)
