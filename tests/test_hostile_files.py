@@ -226,6 +226,19 @@ def test_output_never_replaces_anything_but_a_regular_file(tmp_path, env, kind, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out-")]  # no temporary file left
 
 
+@pytest.mark.parametrize("kind, words", [("symlink", "is a symbolic link"), ("fifo", "is a named pipe")])
+def test_stub_output_never_replaces_anything_but_a_regular_file(tmp_path, env, kind, words):
+    from llamalab import models
+    from test_bad_input_cli import SMALL
+
+    model = models.write_synthetic(SMALL, tmp_path / "m.gguf")
+    out, mode = _special(tmp_path, kind)
+    done = call("stub", str(model), "-o", str(out), env=env)
+    assert_clean_error(done, words)
+    assert os.lstat(out).st_mode == mode
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
 def test_output_overwrites_a_regular_file(tmp_path, env):
     db = stored_db(tmp_path / "d.db")
     out = tmp_path / "run.json"

@@ -18,14 +18,14 @@ _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (sta
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def _refuse_special(path: Path) -> None:
+def check_target(path: Path) -> None:
     """An OutputError unless `path` is absent or a regular file (a symlink counts as itself, not its target)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     except OSError as e:
-        raise _error(path, e) from e
+        raise output_error(path, e) from e
     if stat.S_ISREG(mode):
         return
     kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
@@ -33,7 +33,7 @@ def _refuse_special(path: Path) -> None:
                       tip="give -o a new file name (or an existing regular file to overwrite).")
 
 
-def _error(path: Path, e: OSError) -> OutputError:
+def output_error(path: Path, e: OSError) -> OutputError:
     why = e.strerror or str(e)
     return OutputError(f"cannot write {path}: {why}.",
                        tip="choose a path in a folder you can write to (with free space), or fix that folder's "
@@ -42,30 +42,30 @@ def _error(path: Path, e: OSError) -> OutputError:
 
 def atomic_write(path: Path, data: str | bytes) -> Path:
     path = Path(path)
-    _refuse_special(path)
+    check_target(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _error(path, e) from e
+        raise output_error(path, e) from e
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
     except OSError as e:
-        raise _error(path, e) from e
+        raise output_error(path, e) from e
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
-        _refuse_special(path)  # once more, just before the rename: something may have appeared there meanwhile
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; a report is an ordinary file
+        check_target(path)  # once more, just before the rename: something may have appeared there meanwhile
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError):
-            raise _error(path, e) from e
+            raise output_error(path, e) from e
         raise
     return path
 
 
-def _umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
