@@ -5,6 +5,7 @@ up mid-run. Each runs the `llamalab` script in its own process, as a user would.
 
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
 import subprocess
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import fsfaults
-from llamahelp import FAST, env_for
+from llamahelp import FAST, env_for, run_study
+from llamalab.progress import Progress
 
 pytestmark = pytest.mark.llama
 
@@ -72,17 +74,37 @@ def test_nothing_measured_exits_4_and_the_run_is_failed(demo_prep, llama_home, t
     assert _rows(db, "SELECT COUNT(*) FROM trials") == [(0,)]
 
 
-def test_an_error_that_stops_the_study_leaves_no_row_running(demo_prep, llama_home, tmp_path):
-    """A budget these devices cannot stand in for is known only once they run: the study stops with a clear error,
-    and the configuration it was starting is failed with that reason, not left running."""
+def test_a_budget_the_devices_cannot_stand_for_stops_before_any_row(demo_prep, llama_home, tmp_path):
+    """A budget larger than the devices' free memory is known only once they run: they are started and asked
+    before the run is stored, so nothing is written and nothing is left running."""
     done = _run(tmp_path, llama_home, ONE_BUILD + ['devices.vram=["100TiB"]'])
     _clean(done)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "error: a budget of 104857600 MiB cannot be emulated" in done.stderr
+    assert _rows(tmp_path / "results.db", "SELECT COUNT(*) FROM runs") == [(0,)]
+    assert not (tmp_path / "runs").exists()
+
+
+class FailAtTrial(Progress):
+    """An error that is neither a launch nor a workload error, raised mid-configuration (here: a full disk while
+    the progress line is written at trial `at`)."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def trial(self, k: int, n: int, label: str) -> None:
+        if k == self.at:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+
+def test_an_error_that_stops_the_study_leaves_no_row_running(demo_prep, llama_home, tmp_path):
+    with pytest.raises(OSError, match="injected"):
+        run_study(llama_home, tmp_path, FAST, progress=FailAtTrial(at=2))
     db = tmp_path / "results.db"
     assert _rows(db, "SELECT status FROM runs") == [("failed",)]
     ((status, reason),) = _rows(db, "SELECT status, reason FROM configs")
-    assert status == "failed" and "the study stopped: a budget of 104857600 MiB cannot be emulated" in reason
+    assert status == "failed" and reason == "the study stopped: OSError: [Errno 28] No space left on device (injected)"
+    assert _rows(db, "SELECT COUNT(*) FROM trials") == [(1,)]  # the trial before the error is kept
 
 
 def _wait_for_trials(db: Path, p: subprocess.Popen, n: int, timeout_s: float = 600) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -191,6 +192,20 @@ def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup,
     return budget.emulate(budgets, mem, margins_mib=study.server.fit_target_mib, user_args=user_args)
 
 
+def check_budgets(prep: Prepared, progress: Progress) -> None:
+    """With `[devices] vram`: start the devices once and check that they can stand in for the budgeted ones (a
+    ConfigError if not), so that a study that cannot run stops before it writes anything. Each configuration checks
+    again when it starts (free memory may change meanwhile)."""
+    if not prep.study.devices.vram or not prep.artifacts:
+        return
+    art = next(iter(prep.artifacts.values()))
+    progress.message("checking the [devices] vram budgets against what the devices report free")
+    with tempfile.TemporaryDirectory(prefix="llamalab-budgets-") as tmp:
+        with device_setup(prep, art, Path(tmp)) as dev:
+            budget_emulation(prep.study, art, dev, {**art.env(), **dev.env}, [*prep.study.server.args,
+                                                                             *dev.server_args])
+
+
 def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
                     args: list[str]) -> tuple[list[str], dict | None]:
     """The server arguments with the budgets' -fitt (and -ts) in place, and the emulation as stored."""
@@ -233,6 +248,7 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
     study = prep.study
     study_toml = to_toml(study)
     shash = study_hash(study, prep.model_path)
+    check_budgets(prep, progress)  # before any row is written: a budget these devices cannot stand for stops here
     with Store(opts.db) as store:
         run_id, resumed = store.begin_run(study.name, study_toml, shash, version=__version__, resume=opts.resume,
                                           fresh=opts.fresh, model=prep.model_info.as_dict(),

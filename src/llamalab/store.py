@@ -531,10 +531,8 @@ class Store:
         out = []
         for r in rows:
             d = dict(r)
-            live = d["status"] == "running" and not d["imported"] and ownermod.alive(
-                d.pop("owner_pid"), d.pop("owner_host"), d.pop("owner_started"))
-            for k in ("owner_pid", "owner_host", "owner_started"):
-                d.pop(k, None)
+            pid, host, started = d.pop("owner_pid"), d.pop("owner_host"), d.pop("owner_started")
+            live = d["status"] == "running" and not d["imported"] and ownermod.alive(pid, host, started)
             if d["status"] == "running" and not live:
                 d["status"] = "interrupted"
             d["live"] = live
