@@ -110,8 +110,10 @@ def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, cr
         click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
                    f"(re-render with `llamalab report {run_id}`)", err=True)
     if not measured:
-        click.echo(f"error: nothing was measured: every configuration failed ({'; '.join(failed[:3]) or 'none ran'}"
-                   f"{' …' if len(failed) > 3 else ''}). Run {run_id} is marked failed.", err=True)
+        why = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "") if failed else \
+            "no trial finished without failed requests"
+        click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
+                   "failed.", err=True)
         click.echo("tip: the reasons are in the report and in each configuration's llama-server.log under "
                    f"{opts.runs_dir / run_id / 'logs'}.", err=True)
         sys.exit(EXIT_NOTHING_MEASURED)

@@ -100,7 +100,7 @@ class DevicesSpec(_Strict):
     @classmethod
     def _vram(cls, v: list[str] | None) -> list[str] | None:
         """Budgets are read when the study is loaded, not when the first configuration starts."""
-        if v is not None:
+        if v:  # [] means no budgets, as it always did
             try:
                 budget.parse_budgets(v)
             except ConfigError as e:
