@@ -126,11 +126,6 @@ class DevicesSpec(_Strict):
             if "count" in self.model_fields_set:
                 raise ValueError("count is the number of local devices, and backend \"rpc\" has none: remove it "
                                  "(the remotes in rpc = [...] are the devices)")
-        if self.vram and len(budget.parse_budgets(self.vram)) > 1 and self.backend in ("cpu-rpc", "cuda", "rpc"):
-            n = (0 if self.backend == "rpc" else self.count) + len(self.rpc)
-            given = len(budget.parse_budgets(self.vram))
-            if given != n:
-                raise ValueError(f"vram: {given} budgets for {n} device(s); give one per device, or one for all")
         if self.backend == "cpu" and self.rpc:
             raise ValueError("backend \"cpu\" is built without RPC: use backend = \"rpc\" (remote devices only) or "
                              "\"cpu-rpc\" (local rpc-servers and the remotes)")
