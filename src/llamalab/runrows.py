@@ -128,6 +128,7 @@ class BuildRow(_Row):
     cmake_argv_json: list[str] | None = None
     build_seconds: Num = None
     reused: Int = None
+    binary_json: Json | None = None
 
 
 class ConfigRow(_Row):
