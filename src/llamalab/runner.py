@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
+import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 from . import (__version__, binaries, budget, build as buildmod, crosscheck, devices, gpu, ledger, maxctx, models,
                nvmlcheck, proc, remote, server as servermod, source, sysinfo, workload)
 from .build import BuildArtifact, Builder
-from .errors import BuildError, ConfigError, LaunchError, WorkloadError
+from .errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
 from .paths import cache_home, data_home, default_db
 from .progress import Progress
 from .records import ConfigOutcome
@@ -272,6 +274,20 @@ def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup,
     return budget.emulate(budgets, mem, margins_mib=study.server.fit_target_mib, user_args=user_args)
 
 
+def check_budgets(prep: Prepared, progress: Progress) -> None:
+    """With `[devices] vram`: start the devices once and check that they can stand in for the budgeted ones (a
+    ConfigError if not), so that a study that cannot run stops before it writes anything. Each configuration checks
+    again when it starts (free memory may change meanwhile)."""
+    if not prep.study.devices.vram or not prep.artifacts:
+        return
+    art = next(iter(prep.artifacts.values()))
+    progress.message("checking the [devices] vram budgets against what the devices report free")
+    with tempfile.TemporaryDirectory(prefix="llamalab-budgets-") as tmp:
+        with device_setup(prep, art, Path(tmp)) as dev:
+            budget_emulation(prep.study, art, dev, {**art.env(), **dev.env}, [*prep.study.server.args,
+                                                                             *dev.server_args])
+
+
 def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
                     args: list[str]) -> tuple[list[str], dict | None]:
     """The server arguments with the budgets' -fitt (and -ts) in place, and the emulation as stored."""
@@ -324,48 +340,34 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
     study = prep.study
     study_toml = to_toml(study)
     shash = study_hash(study, prep.model_path)
+    check_budgets(prep, progress)  # before any row is written: a budget these devices cannot stand for stops here
     with Store(opts.db) as store:
-        run_id = opts.resume
-        if run_id:
-            row = store.run(run_id)
-            run_id = row["id"]
-            if row["study_hash"] != shash:
-                raise ConfigError(
-                    f"run {run_id} is of study {row['study']!r} with other settings or another model; "
-                    "resuming it with this study would mix results.",
-                    tip="rerun with exactly the study file, --set overrides and --model of that run, or drop --resume.")
-        elif not opts.fresh:
-            run_id = store.unfinished_run(shash)
-            if run_id:
-                progress.message(f"resuming unfinished run {run_id} of this study (pass --fresh to start anew)")
-        if run_id is None:
-            run_id = store.new_run(study.name, study_toml, shash, version=__version__,
-                                   model=prep.model_info.as_dict(),
-                                   options={"backend": prep.backend, "db": str(opts.db)},
-                                   devices=prep.topology or None)
-            store.save_system(run_id, sysinfo.collect(llama_cpp_info(prep)))
-        else:
-            store.set_run_status(run_id, "running")
-        for spec in study.builds:
-            if spec.name in prep.artifacts:
-                store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
-            else:
-                reason = prep.skipped.get(spec.name) or ""
-                store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
-                                 reason=reason)
-        done = store.done_trials(run_id)
-        levels = study.workload.concurrency
-        cells = study.workload.cells()
-        passes = expand(study)
-        todo = [(i, p, tuple(t for t in p.trials
-                             if any((p.config.build.name, p.config.setting.name, t, c, *cell) not in done
-                                    for c in levels for cell in cells)))
-                for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
-        todo = [(i, p, ts) for i, p, ts in todo if ts]
-        total = sum(len(ts) * len(levels) * len(cells) for _, _, ts in todo)
-        counter = [0]
-        run_dir = opts.runs_dir / run_id
+        run_id, resumed = store.begin_run(study.name, study_toml, shash, version=__version__, resume=opts.resume,
+                                          fresh=opts.fresh, model=prep.model_info.as_dict(),
+                                          options={"backend": prep.backend, "db": str(opts.db)},
+                                          devices=prep.topology or None)
+        if resumed and not opts.resume:
+            progress.message(f"resuming unfinished run {run_id} of this study (pass --fresh to start anew)")
         try:
+            if not resumed:
+                store.save_system(run_id, sysinfo.collect(llama_cpp_info(prep)))
+            for spec in study.builds:
+                if spec.name in prep.artifacts:
+                    store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
+                else:
+                    reason = prep.skipped.get(spec.name) or ""
+                    store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
+                                     reason=reason)
+            done = store.done_trials(run_id)
+            levels = study.workload.concurrency
+            passes = expand(study)
+            todo = [(i, p, tuple(t for t in p.trials
+                                 if any((p.config.build.name, p.config.setting.name, t, c) not in done for c in levels)))
+                    for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
+            todo = [(i, p, ts) for i, p, ts in todo if ts]
+            total = sum(len(ts) * len(levels) for _, _, ts in todo)
+            counter = [0]
+            run_dir = opts.runs_dir / run_id
             for i, p, trials in todo:
                 proc.check_stop()
                 _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
@@ -375,16 +377,62 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                 _context_checks(prep, store, run_id, run_dir / "logs", progress, opts.max_context,
                                 opts.max_context_probes)
             proc.check_stop()
-            store.set_run_status(run_id, "finished")
+            # nothing measured (every configuration failed, or none could run) is a failed run, not a finished one
+            store.set_run_status(run_id, "finished" if store.done_trials(run_id) else "failed")
         except KeyboardInterrupt:
             proc.terminate_all()
-            store.set_run_status(run_id, "interrupted")
+            _mark_run(store, run_id, "interrupted", progress)
             raise
         except BaseException:
             proc.terminate_all()
-            store.set_run_status(run_id, "failed")
+            _mark_run(store, run_id, "failed", progress)
             raise
     return run_id
+
+
+def _mark_run(store: Store, run_id: str, status: str, progress: Progress) -> None:
+    """Record how a run ended after an error, without hiding that error: a database that cannot be written (a
+    full disk) leaves the run as it was, and its owner's exit makes it interrupted (resumable) all the same."""
+    try:
+        store.set_run_status(run_id, status)
+    except Exception as e:  # noqa: BLE001 - the error being raised is the one to report
+        progress.warn(f"could not mark run {run_id} {status}: {e}")
+
+
+def _finish_config(store: Store, config_id: int, status: str, reason: str, progress: Progress) -> None:
+    try:
+        store.finish_config(config_id, status, reason=reason)
+    except Exception as e:  # noqa: BLE001
+        progress.warn(f"could not record the configuration's end ({status}: {reason}): {e}")
+
+
+def run_outcome(store: Store, run_id: str) -> tuple[list[str], int, bool]:
+    """How a run's configurations ended: (a line per configuration that failed, the number of configurations
+    the study meant to measure, whether anything was measured). A configuration's last attempt counts (a resumed
+    run may repeat a failed one); a build that failed counts for each of its configurations; a build skipped
+    for a missing optional requirement (OpenBLAS) does not."""
+    run = store.run(run_id)
+    try:
+        settings = [s.get("name") for s in tomllib.loads(run["study_toml"]).get("settings") or []] or ["default"]
+    except tomllib.TOMLDecodeError:
+        settings = []
+    last: dict[tuple[str, str], dict] = {}
+    for c in store.configs(run_id):
+        last[(c["build"], c["setting"])] = c
+    failed = []
+    total = 0
+    for b in store.builds(run_id):
+        if b["status"] == "skipped":
+            continue
+        for st in settings:
+            total += 1
+            if b["status"] == "failed":
+                failed.append(f"{b['name']} × {st}: {(b['reason'] or 'build failed').splitlines()[0]}")
+                continue
+            c = last.get((b["name"], st))
+            if c is not None and c["status"] != "ok":
+                failed.append(f"{b['name']} × {st}: {(c['reason'] or c['status']).splitlines()[0]}")
+    return failed, total, bool(store.done_trials(run_id))
 
 
 def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress) -> None:
@@ -561,7 +609,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
             store.save_ledger(config_id, led)
         store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
     except KeyboardInterrupt:
-        store.finish_config(config_id, "interrupted", reason="stopped by SIGINT/SIGTERM")
+        _finish_config(store, config_id, "interrupted", "stopped by SIGINT/SIGTERM", progress)
         raise
     except (LaunchError, WorkloadError) as e:
         progress.warn(f"{label} failed: {e.message.splitlines()[0]}")
@@ -570,3 +618,8 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
         if logs_text.exists():
             led = ledger.parse(logs_text.read_text(errors="replace").splitlines())
             store.save_ledger(config_id, led)
+    except BaseException as e:
+        # any other error stops the study; the configuration does not stay "running"
+        why = e.message if isinstance(e, LlamalabError) else f"{type(e).__name__}: {e}"
+        _finish_config(store, config_id, "failed", f"the study stopped: {why}", progress)
+        raise
