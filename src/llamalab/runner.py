@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import (__version__, binaries, budget, build as buildmod, crosscheck, devices, gpu, ledger, maxctx, models,
-               nvmlcheck, proc, remote, server as servermod, source, sysinfo, workload)
+from . import (__version__, binaries, budget, build as buildmod, crosscheck, detect, devices, drivercheck, gpu,
+               ledger, maxctx, models, proc, remote, server as servermod, source, sysinfo, toolchain,
+               vulkan as vulkanmod, workload)
 from .build import BuildArtifact, Builder
 from .errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
 from .paths import cache_home, data_home, default_db
@@ -54,13 +55,31 @@ class Prepared:
     skipped: dict[str, str]  # build name → reason
     topology: dict = field(default_factory=dict)  # local devices and remote endpoints (remote.topology)
     binaries: dict[str, "binaries.Binaries"] = field(default_factory=dict)  # given binaries, by folder
+    vulkan_devices: list = field(default_factory=list)  # vulkan: every physical device this build sees
+    local_gpus: int = 0  # cuda/rocm: GPUs this build sees
 
 
-def resolve_backend(study: Study) -> str:
+def resolve_backend(study: Study, home: Path | None = None, progress: Progress | None = None) -> str:
+    """The study's backend; "auto" is chosen from this machine's GPUs and toolchains (detect.auto_backend)."""
     b = study.devices.backend
     if b == "auto":
-        return "cuda" if gpu.probe() else ("rpc" if study.devices.rpc else "cpu-rpc")
+        choice, why = detect.auto_backend(detect.facts(home or cache_home()), remotes=bool(study.devices.rpc))
+        if progress:
+            progress.message(f"devices.backend = \"auto\" → {choice}: {why}")
+        return choice
     return b
+
+
+def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """CMake definitions and build environment a backend needs on this machine: the CUDA architecture, the Vulkan
+    toolchain prefix (scripts/vulkan-toolchain.sh), HIP's compiler and GPU targets."""
+    if backend == "cuda":
+        return {"CMAKE_CUDA_ARCHITECTURES": os.environ.get("LLAMALAB_CUDA_ARCH", "native")}, {}
+    if backend == "vulkan":
+        return toolchain.vulkan_defines(home), {}
+    if backend == "rocm":
+        return toolchain.hip_defines(), toolchain.hip_env()
+    return {}, {}
 
 
 def study_hash(study: Study, model_path: Path) -> str:
@@ -87,7 +106,7 @@ def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str
 
 
 def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
-    backend = resolve_backend(study)
+    backend = resolve_backend(study, opts.home, progress)
     if study.devices.rpc:  # exposure warnings, reachability and ssh logins before anything is built
         remote.preflight(study.devices.rpc, progress.warn)
     given = given_binaries(study, backend, progress)
@@ -100,12 +119,11 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
         shape = models.preset(study.model.preset or "tiny")
         model_path = models.synthetic(shape, opts.home)
     info = models.read_info(model_path)
-    extra: dict[str, str] = {}
-    if backend == "cuda":
-        extra["CMAKE_CUDA_ARCHITECTURES"] = os.environ.get("LLAMALAB_CUDA_ARCH", "native")
+    extra, build_env = build_setup(backend, opts.home)
     build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
     builder = Builder(source=src, backend=build_backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
-                      extra_defines=extra, progress=progress.build, log=progress.message) if src else None
+                      extra_defines=extra, build_env=build_env, progress=progress.build,
+                      log=progress.message) if src else None
     artifacts: dict[str, BuildArtifact] = {}
     skipped: dict[str, str] = {}
     for spec in study.builds:
@@ -142,12 +160,25 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
                              "run `llamalab doctor` to see what this machine lacks.")
     for line in mixed_binaries(artifacts):
         progress.warn(line)
-    topology = _topology(study, backend, next(iter(artifacts.values())), progress)
+    first = next(iter(artifacts.values()))
+    vk_devices: list = []
+    local_gpus = 0
+    if backend == "vulkan":
+        vk_devices = vulkanmod.physical_devices(first.binary("llama-server"), first.env())
+        for d in vk_devices:
+            progress.message(f"Vulkan device #{d.index}: {d.description}, {d.free_mib:,} MiB free"
+                             + (" (a CPU implementation)" if d.software else ""))
+    elif backend == "cuda":
+        local_gpus = len(gpu.probe())
+    elif backend == "rocm":
+        local_gpus = devices.count_named(first.binary("llama-server"), "ROCm", first.env())
+    topology = _topology(study, backend, first, progress)
     first_given = next((given[b.name] for b in study.builds if b.name in given), None)
     src = src or first_given.source()  # type: ignore[union-attr]  (no source: every build ran given binaries)
     return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
                     artifacts=artifacts, skipped=skipped, topology=topology,
-                    binaries={str(b.dir): b for b in given.values()})
+                    binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
+                    local_gpus=local_gpus)
 
 
 def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, binaries.Binaries]:
@@ -247,7 +278,13 @@ def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
         with devices.local_rpc(art, d.count, log_dir, host=d.host, threads=d.rpc_threads) as dev:
             yield dev
     elif prep.backend == "cuda":
-        with devices.cuda(d.count, len(gpu.probe())) as dev:
+        with devices.cuda(d.count, prep.local_gpus or len(gpu.probe())) as dev:
+            yield dev
+    elif prep.backend == "vulkan":
+        with devices.vulkan(d.count, prep.vulkan_devices) as dev:
+            yield dev
+    elif prep.backend == "rocm":
+        with devices.rocm(d.count, prep.local_gpus) as dev:
             yield dev
     elif prep.backend == "cpu":
         with devices.cpu() as dev:
@@ -257,7 +294,7 @@ def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
             yield dev
     else:
         raise ConfigError(f"backend {prep.backend!r} is not supported by this llamalab yet.",
-                          tip="use cpu-rpc, cuda or cpu.")
+                          tip="use cpu-rpc, cuda, vulkan, rocm or cpu.")
 
 
 def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
@@ -552,6 +589,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
             store.set_config_command(config_id, [str(art.binary("llama-server")), "-m", str(prep.model_path), *args],
                                      env, {**dev.as_dict(), "emulation": emulation})
             progress.message(f"starting llama-server for {label} ({dev.description})")
+            checker = drivercheck.for_setup(prep.backend, dev)  # a device-wide source reads its baseline now
             with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
                         env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
                 led = ledger.parse(srv.log_lines())
@@ -572,7 +610,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         progress.warn(f"{label} trial {t.trial} at concurrency {t.concurrency}: "
                                       f"{t.errors} request(s) failed: {t.requests[0].error}")
 
-                nvml_load = gpu.process_used_mib({srv.child.pid}) if prep.backend == "cuda" else None
+                driver_load = checker.read({srv.child.pid}) if checker else None
                 grid = []
                 for prompt, output in wl.cells():
                     shape = workload.Shape(prompt_tokens=prompt, output_tokens=output,
@@ -597,12 +635,12 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                 if not srv.alive():  # a dead server is the cause, whatever the client saw
                     raise LaunchError("llama-server exited during the workload: "
                                       + (ledger.failure_reason(srv.log_lines()) or "no reason in its log"))
-                if prep.backend == "cuda":
-                    nvml_run = gpu.process_used_mib({srv.child.pid})
-                    physical = len(gpu.probe())
+                if checker:
+                    driver_run = checker.read({srv.child.pid})
                     store.save_nvml(config_id, {
-                        "after_load": nvmlcheck.compare(led.to_json(), nvml_load, physical),
-                        "after_workload": nvmlcheck.compare(led.to_json(), nvml_run, physical),
+                        "after_load": checker.compare(led.to_json(), driver_load),
+                        "after_workload": checker.compare(led.to_json(), driver_run),
+                        "source": checker.source, "scope": checker.scope,
                     })
                 # the final ledger (with exit-time breakdown tables) is read after the server stops
             led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines())

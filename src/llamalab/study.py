@@ -89,7 +89,7 @@ class RemoteSpec(_Strict):
 
 
 class DevicesSpec(_Strict):
-    backend: Literal["auto", "cpu-rpc", "cuda", "cpu", "rpc"] = "auto"
+    backend: Literal["auto", "cpu-rpc", "cuda", "vulkan", "rocm", "cpu", "rpc"] = "auto"
     count: Annotated[int, Field(ge=1, le=16)] = 2
     host: str = "127.0.0.1"
     rpc_threads: Annotated[int, Field(ge=1)] | None = None
