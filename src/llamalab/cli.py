@@ -9,10 +9,15 @@ from pathlib import Path
 
 import click
 
-from . import __version__, proc
+from . import __version__, proc, runids
 from .errors import Interrupted, LlamalabError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+# Exit codes: 0 done; 1 an error; 2 bad input (study file, flag, model, path); 3 a run finished but some
+# configurations failed; 4 a run measured nothing (every configuration failed); 130 interrupted.
+EXIT_SOME_FAILED = 3
+EXIT_NOTHING_MEASURED = 4
 
 
 @click.group(context_settings=CONTEXT)
@@ -27,16 +32,36 @@ def cli() -> None:
       llamalab run pipeline-parallel --model m.gguf  the same study on your model and GPUs
       llamalab inspect server.log                    where did my VRAM go? (any llama.cpp log)
       llamalab report                                the last run as Markdown
+
+    \b
+    Exit codes: 0 done; 1 an error; 2 bad input (study file, flag, model, output path);
+    3 the run finished but some configurations failed; 4 nothing was measured (every configuration failed);
+    130 interrupted (rerun the same command to resume).
     """
 
 
 # ---------------------------------------------------------------- shared options
+
+LLAMA_BIN_HELP = ("Run every build without CMake options of its own on the llama.cpp binaries in DIR (an extracted "
+                  "release archive, a build's build/bin, /usr/bin): nothing is compiled. Builds with CMake options "
+                  "are skipped unless --llama-cpp gives a source to build them from. Sets [source] bin.")
+
+
+def _bin_override(llama_bin: Path | None) -> list[str]:
+    """--llama-bin DIR as the study key it sets (an absolute path, so the stored study says which binaries)."""
+    if llama_bin is None:
+        return []
+    p = llama_bin.expanduser()
+    return [f"source.bin={json.dumps(str(p if p.is_absolute() else Path.cwd() / p))}"]
+
 
 def _study_options(f):
     f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                      help="Override a study key, e.g. --set workload.repeats=5 (repeatable).")(f)
     f = click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
                      help="Build from this llama.cpp checkout instead of the pinned source (b11312).")(f)
+    f = click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR",
+                     help=LLAMA_BIN_HELP)(f)
     f = click.option("--db", type=click.Path(path_type=Path), default=None,
                      help="Results database (default ~/.local/share/llamalab/results.db).")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the table rows as JSON on stdout.")(f)
@@ -55,8 +80,8 @@ def _study_options(f):
     return f
 
 
-def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, crosscheck, max_context, host,
-               model=None) -> None:
+def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
+               host, model=None) -> None:
     from . import runner, study as studymod
     from .paths import default_db
     from .progress import RichProgress, StderrProgress
@@ -64,7 +89,7 @@ def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, cr
     from .report.write import atomic_write
     from .store import Store
 
-    overrides = list(overrides)
+    overrides = list(overrides) + _bin_override(llama_bin)
     if host:
         overrides += [f"server.host={json.dumps(host)}", f"devices.host={json.dumps(host)}"]
         if host not in ("127.0.0.1", "localhost", "::1"):
@@ -73,6 +98,15 @@ def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, cr
     st, text = studymod.load(ref, overrides)
     opts = runner.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
                           crosscheck=crosscheck, max_context=max_context)
+    if resume:
+        runids.check_ref(resume, "--resume")
+    # before anything is built or run: the database opens, is sound, no other run is being measured in it, and
+    # a run to resume is one this machine made
+    with Store(opts.db) as store:
+        store.check()
+        store.refuse_if_busy()
+        if resume:
+            store.resumable(resume)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         prep = runner.prepare(st, opts, progress)
@@ -81,14 +115,28 @@ def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, cr
         progress.close()
     with Store(opts.db) as store:
         data = rdata.load(store, run_id)
+        failed, total, measured = runner.run_outcome(store, run_id)
     md = markdown.render(data)
     atomic_write(opts.runs_dir / run_id / "report.md", md)
     if as_json:
         click.echo(json.dumps(tables.rows(data), indent=2))
-        return
-    _print_table(data)
-    click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
-               f"(re-render with `llamalab report {run_id}`)", err=True)
+    else:
+        _print_table(data)
+        click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
+                   f"(re-render with `llamalab report {run_id}`)", err=True)
+    if not measured:
+        why = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "") if failed else \
+            "no trial finished without failed requests"
+        click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
+                   "failed.", err=True)
+        click.echo("tip: the reasons are in the report and in each configuration's llama-server.log under "
+                   f"{opts.runs_dir / run_id / 'logs'}.", err=True)
+        sys.exit(EXIT_NOTHING_MEASURED)
+    if failed:
+        click.echo(f"warning: {len(failed)} of {total} configuration(s) failed: {'; '.join(failed[:3])}"
+                   f"{' …' if len(failed) > 3 else ''}. The rest were measured (exit code "
+                   f"{EXIT_SOME_FAILED}).", err=True)
+        sys.exit(EXIT_SOME_FAILED)
 
 
 def _print_table(data) -> None:
@@ -111,24 +159,52 @@ def _print_table(data) -> None:
 
     head, body = tables.table_cells(tables.rows(data))
     show(f"{data.run['study']} — run {data.id}", head, body)
-    if len({t["concurrency"] for t in data.trials}) > 1:
+    if len({t["concurrency"] for t in data.trials}) > 1 or len(data.cells) > 1:
         f = tables._fmt
-        body = [[r["build"], r["setting"], f(r["concurrency"]), f(r["n"]), f(r["aggregate_output_tps"]),
-                 f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}", f(r["ttft_ms_p50"]),
-                 f(r["itl_ms_p50"])] for r in speed.throughput_table(data)]
-        show("Throughput by concurrency", ["Build", "Setting", "Parallel requests", "Trials", "Aggregate output t/s",
-                                           "min–max", "TTFT p50 (ms)", "ITL p50 (ms)"], body)
+        body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
+                 f(r["aggregate_output_tps"]), f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}",
+                 f(r["aggregate_input_tps"]), f(r["ttft_ms_p50"]), f(r["itl_ms_p50"])]
+                for r in speed.throughput_table(data)]
+        show("Throughput by concurrency", ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials",
+                                           "Aggregate output t/s", "min–max", "Aggregate prompt t/s",
+                                           "TTFT p50 (ms)", "ITL p50 (ms)"], body)
     for line in summary.not_measured(data):
         console.print(f"[yellow]not measured:[/] {line}", highlight=False)
     for line in summary.memory_lines(data) + context.sentences(data):
         console.print("• " + line, highlight=False)
-    for line in summary.key_speed_lines(data):
+    key = summary.key_speed_lines(data)
+    if len(data.cells) > 1:  # a grid: the verdicts that say something; the map and the table below say the rest
+        telling = [x for x in key if not x.endswith("— no measurable difference")]
+        if len(telling) < len(key):
+            telling.append(f"({len(key) - len(telling)} more: no measurable difference; every comparison is in the "
+                           "report)")
+        key = telling
+    for line in key:
         console.print("• " + line, highlight=False)
     for line in summary.noise_lines(data):
         console.print("[yellow]• " + line + "[/]", highlight=False)
     for line in summary.fidelity_lines(data):
         console.print("• " + line, highlight=False)
+    _print_advice(console, data, show)
     console.print("\n[bold]Recommendation.[/] " + recommend.recommendation(data), highlight=False)
+
+
+def _print_advice(console, data, show) -> None:
+    """Where pipeline parallelism pays (the workload grid), and the decision table the recommendation comes from."""
+    from rich.markup import escape
+
+    from .report import grid, recommend
+
+    p = grid.pair(data)
+    gains = grid.gains(data, p) if p else []
+    if gains:
+        head, body = grid.table(gains)
+        show("Pipeline-parallel gain (pipeline / no pipeline)", head, [[escape(c) for c in r] for r in body], left=1)
+        console.print("• " + escape(grid.crossover(data, gains, p)), highlight=False)
+    rows = recommend.decision_table(data)
+    if rows:
+        head, body = recommend.table_cells(rows)
+        show(f"Decision by use ({rows[0].setting})", head, [[escape(c) for c in r] for r in body], left=5)
 
 
 # ---------------------------------------------------------------- commands
@@ -137,7 +213,8 @@ def _print_table(data) -> None:
 @_study_options
 def demo(**kw) -> None:
     """Run the pipeline-parallel study on an embedded default: pinned llama.cpp b11312 built for CPU + RPC,
-    two local rpc-servers as devices, a synthetic model. Prints the table and the memory verdict.
+    two local rpc-servers as devices, a synthetic model. Prints the table and the memory verdict. Exit codes as
+    for `llamalab run` (3: some configurations failed, 4: nothing measured).
 
     \b
     Examples:
@@ -155,9 +232,14 @@ def demo(**kw) -> None:
 def run(study, model, **kw) -> None:
     """Run a study: a preset name (pipeline-parallel, demo) or a study .toml file.
 
+    Exit code 0 when every configuration was measured, 3 when some failed (the others are in the report), 4 when
+    nothing was measured (the run is stored as failed); 1 or 2 for other errors, 130 when interrupted. Only one
+    run at a time is measured in a database: a second `run` while one is running is refused.
+
     \b
     Examples:
       llamalab run pipeline-parallel --model ~/models/qwen3-8b-q4_k_m.gguf
+      llamalab run pipeline-parallel --model m.gguf --llama-bin ~/llama-b11312   # a release archive
       llamalab run my-study.toml --set devices.count=2
       llamalab run pipeline-parallel --resume 20261129-101500-ab12cd
     """
@@ -169,8 +251,9 @@ def run(study, model, **kw) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a study key (repeatable).")
 @click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
               help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR", help=LLAMA_BIN_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the builds as JSON.")
-def build_cmd(study, overrides, llama_cpp, as_json) -> None:
+def build_cmd(study, overrides, llama_cpp, llama_bin, as_json) -> None:
     """Make every build of a study ahead of time (cached under ~/.cache/llamalab; LLAMALAB_HOME overrides),
     without running anything. A later `llamalab run` reuses them.
 
@@ -182,7 +265,7 @@ def build_cmd(study, overrides, llama_cpp, as_json) -> None:
     from . import runner, study as studymod
     from .progress import RichProgress, StderrProgress
 
-    st, _ = studymod.load(study, overrides)
+    st, _ = studymod.load(study, [*overrides, *_bin_override(llama_bin)])
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         prep = runner.prepare(st, runner.Options(llama_cpp=llama_cpp), progress)
@@ -196,6 +279,8 @@ def build_cmd(study, overrides, llama_cpp, as_json) -> None:
     for it in items:
         if "skipped" in it:
             click.echo(f"{it['build']:<16} not built: {it['skipped']}")
+        elif it["given"]:
+            click.echo(f"{it['build']:<16} {it['bin_dir']} — given binaries {it['given']['version']}, nothing built")
         else:
             how = "reused" if it["reused"] else f"built in {it['build_seconds']:.0f} s"
             lib = f" (LD_LIBRARY_PATH={it['lib_dir']})" if it["lib_dir"] else ""
@@ -226,7 +311,7 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
     from .report.write import atomic_write
     from .store import Store
 
-    with Store(db or default_db(), create=False) as store:
+    with Store(db or default_db(), readonly=True) as store:
         data = rdata.load(store, run_id)
     if output:
         for path, text in formats.files(data, fmt, output).items():
@@ -247,9 +332,10 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
 @click.option("--db", type=click.Path(path_type=Path), default=None, help="Results database.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print as JSON: id, study, status (finished | interrupted | failed | running), started, finished, "
-                   "host, trials.")
+                   "host, trials, live (a llamalab process is measuring it now), imported.")
 def runs(db, as_json) -> None:
-    """List stored runs, oldest first.
+    """List stored runs, oldest first. A run is "running" only while the llamalab that measures it lives; one
+    whose process was killed shows as "interrupted" (rerun its command to resume it). Imported runs are marked.
 
     \b
     Examples:
@@ -259,7 +345,7 @@ def runs(db, as_json) -> None:
     from .paths import default_db
     from .store import Store
 
-    with Store(db or default_db(), create=False) as store:
+    with Store(db or default_db(), readonly=True) as store:
         items = store.runs()
     if as_json:
         click.echo(json.dumps(items, indent=2))
@@ -268,7 +354,7 @@ def runs(db, as_json) -> None:
         click.echo("no runs stored yet; `llamalab demo` makes one.", err=True)
     for r in items:
         click.echo(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}  "
-                   f"{r['host']}")
+                   f"{r['host']}{'  (imported)' if r['imported'] else ''}")
 
 
 @cli.command(context_settings=CONTEXT)
@@ -292,7 +378,7 @@ def compare(run_a, run_b, db, threshold, as_json) -> None:
     from .report import compare as cmp, data as rdata
     from .store import Store
 
-    with Store(db or default_db(), create=False) as store:
+    with Store(db or default_db(), readonly=True) as store:
         a, b = rdata.load(store, run_a), rdata.load(store, run_b)
     result = cmp.compare(a, b, threshold)
     click.echo(rdata.dumps(result) if as_json else cmp.markdown(result), nl=as_json)
@@ -316,7 +402,7 @@ def export_cmd(run_id, db, output) -> None:
     from .report.write import atomic_write
     from .store import Store
 
-    with Store(db or default_db(), create=False) as store:
+    with Store(db or default_db(), readonly=True) as store:
         text = exchange.dumps(exchange.export_run(store, run_id))
     if output:
         atomic_write(output, text)
@@ -401,10 +487,13 @@ def doctor(as_json) -> None:
                    "as approximations of it.")
 @click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
               help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Dry-run with the llama-server in DIR (given binaries, nothing compiled); builds with CMake "
+                   "options are not planned unless --llama-cpp gives a source. Sets [source] bin.")
 @click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the dry runs' llama-server logs in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan(study, model, overrides, budget, target, llama_cpp, logs_dir, as_json) -> None:
+def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir, as_json) -> None:
     """Memory per device, fitted context and pipeline-parallel copies for every build × setting of a study, from
     llama.cpp's no-alloc dry run: no weights are loaded, so it takes seconds, and a model's header is enough.
     STUDY defaults to pipeline-parallel.
@@ -421,7 +510,7 @@ def plan(study, model, overrides, budget, target, llama_cpp, logs_dir, as_json) 
     from . import plan as planmod, study as studymod
     from .progress import RichProgress, StderrProgress
 
-    st, _ = studymod.load(study or "pipeline-parallel", overrides)
+    st, _ = studymod.load(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)])
     opts = planmod.PlanOptions(llama_cpp=llama_cpp, model=model, budgets=[budget] if budget else None,
                                target=target, logs_dir=logs_dir)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
@@ -456,27 +545,44 @@ def stub(model, output) -> None:
                err=True)
 
 
-def main() -> None:
-    signal.signal(signal.SIGTERM, proc.request_stop)
-    signal.signal(signal.SIGINT, proc.request_stop)
+def entry(argv: list[str] | None = None) -> int:
+    """Run one command line and return its exit code: a LlamalabError (or a refusal of the file system) is printed
+    as one `error:` line and a `tip:` line, never raised."""
     try:
-        cli.main(standalone_mode=False, prog_name="llamalab")
+        cli.main(args=argv, standalone_mode=False, prog_name="llamalab")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except click.exceptions.Abort:
         proc.terminate_all()
         click.echo("interrupted.", err=True)
-        sys.exit(130)
+        return 130
     except click.ClickException as e:
         e.show()
-        sys.exit(e.exit_code)
+        return e.exit_code
     except KeyboardInterrupt:
         stopped = proc.terminate_all()
         click.echo(f"interrupted; stopped {stopped} child process(es). Rerun the same command to resume.", err=True)
-        sys.exit(Interrupted.exit_code)
+        return Interrupted.exit_code
     except LlamalabError as e:
         click.echo(f"error: {e.message}", err=True)
         if e.tip:
             click.echo(f"tip: {e.tip}", err=True)
-        sys.exit(e.exit_code)
+        return e.exit_code
+    except OSError as e:  # the file system said no where no narrower error applied (read-only HOME, full disk …)
+        proc.terminate_all()
+        where = f" ({e.filename})" if e.filename else ""
+        click.echo(f"error: {e.strerror or e}{where}.", err=True)
+        click.echo("tip: llamalab writes builds under $LLAMALAB_HOME (default ~/.cache/llamalab) and results under "
+                   "$LLAMALAB_DATA (default ~/.local/share/llamalab); point them, --db or -o at a writable place "
+                   "with free space.", err=True)
+        return 1
+    return 0
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, proc.request_stop)
+    signal.signal(signal.SIGINT, proc.request_stop)
+    sys.exit(entry())
 
 
 if __name__ == "__main__":

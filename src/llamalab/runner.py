@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
+import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import (__version__, budget, build as buildmod, crosscheck, detect, devices, drivercheck, gpu, ledger, maxctx, models, proc,
-               remote, server as servermod, source, sysinfo, toolchain, vulkan as vulkanmod, workload)
+from . import (__version__, binaries, budget, build as buildmod, crosscheck, detect, devices, drivercheck, gpu,
+               ledger, maxctx, models, proc, remote, server as servermod, source, sysinfo, toolchain,
+               vulkan as vulkanmod, workload)
 from .build import BuildArtifact, Builder
-from .errors import BuildError, ConfigError, LaunchError, WorkloadError
+from .errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
 from .paths import cache_home, data_home, default_db
 from .progress import Progress
 from .records import ConfigOutcome
 from .server import launch
 from .store import Store
-from .study import Config, Pass, Study, configs, expand, to_toml
+from .study import BuildSpec, Config, Pass, SourceSpec, Study, configs, expand, given_bin, to_toml
 
 
 @dataclass
@@ -51,6 +54,7 @@ class Prepared:
     artifacts: dict[str, BuildArtifact]
     skipped: dict[str, str]  # build name → reason
     topology: dict = field(default_factory=dict)  # local devices and remote endpoints (remote.topology)
+    binaries: dict[str, "binaries.Binaries"] = field(default_factory=dict)  # given binaries, by folder
     vulkan_devices: list = field(default_factory=list)  # vulkan: every physical device this build sees
     local_gpus: int = 0  # cuda/rocm: GPUs this build sees
 
@@ -79,7 +83,8 @@ def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str
 
 
 def study_hash(study: Study, model_path: Path) -> str:
-    blob = study.model_dump_json() + "|" + str(model_path)
+    # a study without [source] hashes as before that table existed, so its unfinished runs still resume
+    blob = study.model_dump_json(exclude={"source"} if study.source == SourceSpec() else None) + "|" + str(model_path)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -104,8 +109,8 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     backend = resolve_backend(study, opts.home, progress)
     if study.devices.rpc:  # exposure warnings, reachability and ssh logins before anything is built
         remote.preflight(study.devices.rpc, progress.warn)
-    src = source.from_dir(opts.llama_cpp) if opts.llama_cpp else source.pinned(opts.home, log=progress.message)
-    progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
+    given = given_binaries(study, backend, progress)
+    src = _source(study, opts, given, progress)
     if opts.model:
         model_path = Path(opts.model).expanduser()
     elif study.model.path:
@@ -117,10 +122,18 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     extra, build_env = build_setup(backend, opts.home)
     build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
     builder = Builder(source=src, backend=build_backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
-                      extra_defines=extra, build_env=build_env, progress=progress.build, log=progress.message)
+                      extra_defines=extra, build_env=build_env, progress=progress.build,
+                      log=progress.message) if src else None
     artifacts: dict[str, BuildArtifact] = {}
     skipped: dict[str, str] = {}
     for spec in study.builds:
+        if spec.name in given:
+            artifacts[spec.name] = binaries.artifact(given[spec.name], spec.name, build_backend)
+            continue
+        if builder is None:
+            skipped[spec.name] = no_source_reason(spec, study.source.bin or "", given)
+            progress.warn(f"skipping build {spec.name}: {skipped[spec.name]}")
+            continue
         if "openblas" in spec.requires:
             ok, why = buildmod.openblas_available()
             if not ok:
@@ -142,7 +155,11 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
                 servermod.check_flags(art.binary("llama-server"), args, env=art.env())
     if not artifacts:
         raise BuildError("no build of this study could be made: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
-                         tip="run `llamalab doctor` to see what this machine lacks.")
+                         tip="pass --llama-cpp DIR to build them from a source, or give the study a build without "
+                             "cmake options to run the binaries" if study.source.bin else
+                             "run `llamalab doctor` to see what this machine lacks.")
+    for line in mixed_binaries(artifacts):
+        progress.warn(line)
     first = next(iter(artifacts.values()))
     vk_devices: list = []
     local_gpus = 0
@@ -156,9 +173,78 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     elif backend == "rocm":
         local_gpus = devices.count_named(first.binary("llama-server"), "ROCm", first.env())
     topology = _topology(study, backend, first, progress)
+    first_given = next((given[b.name] for b in study.builds if b.name in given), None)
+    src = src or first_given.source()  # type: ignore[union-attr]  (no source: every build ran given binaries)
     return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
-                    artifacts=artifacts, skipped=skipped, topology=topology, vulkan_devices=vk_devices,
+                    artifacts=artifacts, skipped=skipped, topology=topology,
+                    binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
                     local_gpus=local_gpus)
+
+
+def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, binaries.Binaries]:
+    """Build name → the binaries it runs (--llama-bin / [source] bin, or its own bin), each folder probed once
+    and checked against the study's devices before anything else happens."""
+    probed: dict[str, binaries.Binaries] = {}
+    out: dict[str, binaries.Binaries] = {}
+    local_rpc = backend == "cpu-rpc" or any(r.ssh and not r.rpc_server_path for r in study.devices.rpc)
+    for spec in study.builds:
+        folder = given_bin(study, spec)
+        if folder is None:
+            continue
+        where = f"builds[{spec.name}].bin" if spec.bin is not None else "--llama-bin (source.bin)"
+        if folder not in probed:
+            b = binaries.probe(folder, where)
+            binaries.check_devices(b, backend, local_rpc=local_rpc, where=where)
+            progress.message(f"binaries {b.describe()}")
+            probed[folder] = b
+        out[spec.name] = probed[folder]
+    return out
+
+
+def _source(study: Study, opts: Options, given: dict[str, binaries.Binaries], progress: Progress
+            ) -> source.Source | None:
+    """The llama.cpp source to build from, when a build needs one: --llama-cpp, else [source] llama_cpp, else the
+    pinned source — except in a study that gives binaries ([source] bin), which never compiles anything it was
+    not given a source for. None when nothing is to be built."""
+    if all(b.name in given for b in study.builds):
+        return None
+    explicit = opts.llama_cpp or (Path(study.source.llama_cpp).expanduser() if study.source.llama_cpp else None)
+    if explicit:
+        src = source.from_dir(explicit)
+    elif study.source.bin is None:
+        src = source.pinned(opts.home, log=progress.message)
+    else:
+        return None
+    progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
+    return src
+
+
+def no_source_reason(spec: BuildSpec, folder: str, given: dict[str, binaries.Binaries]) -> str:
+    """Why a build with CMake options is not measured in a study of given binaries without a source (pure)."""
+    opts = buildmod.normalize(spec.cmake)
+    commit = next((b.version.commit for b in given.values() if b.version.commit), None)
+    if set(opts) == {buildmod.COPIES}:
+        what = f"a copies variant ({buildmod.COPIES}={opts[buildmod.COPIES]}) is a rebuild of ggml-base from a llama.cpp source"
+    else:
+        what = f"it needs {' '.join(f'-D{k}={v}' for k, v in opts.items())}, a build from a llama.cpp source"
+    return (f"{what}, and this study has only the binaries in {folder}: add --llama-cpp DIR"
+            + (f" (a checkout of their commit {commit})" if commit else "") + " to build it")
+
+
+def mixed_binaries(artifacts: dict[str, BuildArtifact]) -> list[str]:
+    """A warning when the study's builds run on different llama.cpp binaries (given ones beside built ones, or two
+    folders): their differences then include everything that differs between those binaries (pure)."""
+    where: dict[str, list[str]] = {}
+    for name, art in artifacts.items():
+        if art.given:
+            key = f"binaries {art.given.get('version', '?')} ({(art.given.get('commit') or '?')[:9]}) in {art.bin_dir}"
+        else:
+            key = f"a build of {art.source.version} ({art.source.short_commit}) from {art.source.origin}"
+        where.setdefault(key, []).append(name)
+    if len(where) < 2:
+        return []
+    return ["the builds run on different llama.cpp binaries, so their differences include the binaries' own: "
+            + "; ".join(f"{', '.join(names)} on {k}" for k, names in where.items())]
 
 
 def _topology(study: Study, backend: str, art: BuildArtifact, progress: Progress) -> dict:
@@ -225,6 +311,20 @@ def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup,
     return budget.emulate(budgets, mem, margins_mib=study.server.fit_target_mib, user_args=user_args)
 
 
+def check_budgets(prep: Prepared, progress: Progress) -> None:
+    """With `[devices] vram`: start the devices once and check that they can stand in for the budgeted ones (a
+    ConfigError if not), so that a study that cannot run stops before it writes anything. Each configuration checks
+    again when it starts (free memory may change meanwhile)."""
+    if not prep.study.devices.vram or not prep.artifacts:
+        return
+    art = next(iter(prep.artifacts.values()))
+    progress.message("checking the [devices] vram budgets against what the devices report free")
+    with tempfile.TemporaryDirectory(prefix="llamalab-budgets-") as tmp:
+        with device_setup(prep, art, Path(tmp)) as dev:
+            budget_emulation(prep.study, art, dev, {**art.env(), **dev.env}, [*prep.study.server.args,
+                                                                             *dev.server_args])
+
+
 def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
                     args: list[str]) -> tuple[list[str], dict | None]:
     """The server arguments with the budgets' -fitt (and -ts) in place, and the emulation as stored."""
@@ -252,13 +352,23 @@ def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger)
 
 
 def check_copies(led: ledger.Ledger, art: BuildArtifact) -> str | None:
-    """A copies variant whose log shows another number of copies ran the wrong library: say so."""
-    if led.sched_copies is None or not led.pipeline_parallel and led.sched_copies == 1:
+    """A copies variant whose log shows another number of copies ran the wrong library: say so. (Given binaries
+    were built with whatever copies their maker chose: the log says which, and the report shows it.)"""
+    if not art.made or led.sched_copies is None or not led.pipeline_parallel and led.sched_copies == 1:
         return None
     if led.sched_copies != art.expected_copies:
         return (f"the log says sched copies = {led.sched_copies}, but build {art.name} was made with "
                 f"GGML_SCHED_MAX_COPIES={art.expected_copies}: the variant library was not the one loaded")
     return None
+
+
+def llama_cpp_info(prep: Prepared) -> dict:
+    """What the run stores as its llama.cpp: the source it built from (or the given binaries' version), and every
+    folder of given binaries with its --version output, backends and programs."""
+    info = prep.source.as_dict()
+    if prep.binaries:
+        info["binaries"] = [b.as_dict() for b in prep.binaries.values()]
+    return info
 
 
 def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress) -> str:
@@ -267,46 +377,34 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
     study = prep.study
     study_toml = to_toml(study)
     shash = study_hash(study, prep.model_path)
+    check_budgets(prep, progress)  # before any row is written: a budget these devices cannot stand for stops here
     with Store(opts.db) as store:
-        run_id = opts.resume
-        if run_id:
-            row = store.run(run_id)
-            run_id = row["id"]
-            if row["study_hash"] != shash:
-                raise ConfigError(
-                    f"run {run_id} is of study {row['study']!r} with other settings or another model; "
-                    "resuming it with this study would mix results.",
-                    tip="rerun with exactly the study file, --set overrides and --model of that run, or drop --resume.")
-        elif not opts.fresh:
-            run_id = store.unfinished_run(shash)
-            if run_id:
-                progress.message(f"resuming unfinished run {run_id} of this study (pass --fresh to start anew)")
-        if run_id is None:
-            run_id = store.new_run(study.name, study_toml, shash, version=__version__,
-                                   model=prep.model_info.as_dict(),
-                                   options={"backend": prep.backend, "db": str(opts.db)},
-                                   devices=prep.topology or None)
-            store.save_system(run_id, sysinfo.collect(prep.source.as_dict()))
-        else:
-            store.set_run_status(run_id, "running")
-        for spec in study.builds:
-            if spec.name in prep.artifacts:
-                store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
-            else:
-                reason = prep.skipped.get(spec.name) or ""
-                store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
-                                 reason=reason)
-        done = store.done_trials(run_id)
-        levels = study.workload.concurrency
-        passes = expand(study)
-        todo = [(i, p, tuple(t for t in p.trials if any((p.config.build.name, p.config.setting.name, t, c) not in done
-                                                           for c in levels)))
-                for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
-        todo = [(i, p, ts) for i, p, ts in todo if ts]
-        total = sum(len(ts) * len(levels) for _, _, ts in todo)
-        counter = [0]
-        run_dir = opts.runs_dir / run_id
+        run_id, resumed = store.begin_run(study.name, study_toml, shash, version=__version__, resume=opts.resume,
+                                          fresh=opts.fresh, model=prep.model_info.as_dict(),
+                                          options={"backend": prep.backend, "db": str(opts.db)},
+                                          devices=prep.topology or None)
+        if resumed and not opts.resume:
+            progress.message(f"resuming unfinished run {run_id} of this study (pass --fresh to start anew)")
         try:
+            if not resumed:
+                store.save_system(run_id, sysinfo.collect(llama_cpp_info(prep)))
+            for spec in study.builds:
+                if spec.name in prep.artifacts:
+                    store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
+                else:
+                    reason = prep.skipped.get(spec.name) or ""
+                    store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
+                                     reason=reason)
+            done = store.done_trials(run_id)
+            levels = study.workload.concurrency
+            passes = expand(study)
+            todo = [(i, p, tuple(t for t in p.trials
+                                 if any((p.config.build.name, p.config.setting.name, t, c) not in done for c in levels)))
+                    for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
+            todo = [(i, p, ts) for i, p, ts in todo if ts]
+            total = sum(len(ts) * len(levels) for _, _, ts in todo)
+            counter = [0]
+            run_dir = opts.runs_dir / run_id
             for i, p, trials in todo:
                 proc.check_stop()
                 _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
@@ -316,16 +414,62 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                 _context_checks(prep, store, run_id, run_dir / "logs", progress, opts.max_context,
                                 opts.max_context_probes)
             proc.check_stop()
-            store.set_run_status(run_id, "finished")
+            # nothing measured (every configuration failed, or none could run) is a failed run, not a finished one
+            store.set_run_status(run_id, "finished" if store.done_trials(run_id) else "failed")
         except KeyboardInterrupt:
             proc.terminate_all()
-            store.set_run_status(run_id, "interrupted")
+            _mark_run(store, run_id, "interrupted", progress)
             raise
         except BaseException:
             proc.terminate_all()
-            store.set_run_status(run_id, "failed")
+            _mark_run(store, run_id, "failed", progress)
             raise
     return run_id
+
+
+def _mark_run(store: Store, run_id: str, status: str, progress: Progress) -> None:
+    """Record how a run ended after an error, without hiding that error: a database that cannot be written (a
+    full disk) leaves the run as it was, and its owner's exit makes it interrupted (resumable) all the same."""
+    try:
+        store.set_run_status(run_id, status)
+    except Exception as e:  # noqa: BLE001 - the error being raised is the one to report
+        progress.warn(f"could not mark run {run_id} {status}: {e}")
+
+
+def _finish_config(store: Store, config_id: int, status: str, reason: str, progress: Progress) -> None:
+    try:
+        store.finish_config(config_id, status, reason=reason)
+    except Exception as e:  # noqa: BLE001
+        progress.warn(f"could not record the configuration's end ({status}: {reason}): {e}")
+
+
+def run_outcome(store: Store, run_id: str) -> tuple[list[str], int, bool]:
+    """How a run's configurations ended: (a line per configuration that failed, the number of configurations
+    the study meant to measure, whether anything was measured). A configuration's last attempt counts (a resumed
+    run may repeat a failed one); a build that failed counts for each of its configurations; a build skipped
+    for a missing optional requirement (OpenBLAS) does not."""
+    run = store.run(run_id)
+    try:
+        settings = [s.get("name") for s in tomllib.loads(run["study_toml"]).get("settings") or []] or ["default"]
+    except tomllib.TOMLDecodeError:
+        settings = []
+    last: dict[tuple[str, str], dict] = {}
+    for c in store.configs(run_id):
+        last[(c["build"], c["setting"])] = c
+    failed = []
+    total = 0
+    for b in store.builds(run_id):
+        if b["status"] == "skipped":
+            continue
+        for st in settings:
+            total += 1
+            if b["status"] == "failed":
+                failed.append(f"{b['name']} × {st}: {(b['reason'] or 'build failed').splitlines()[0]}")
+                continue
+            c = last.get((b["name"], st))
+            if c is not None and c["status"] != "ok":
+                failed.append(f"{b['name']} × {st}: {(c['reason'] or c['status']).splitlines()[0]}")
+    return failed, total, bool(store.done_trials(run_id))
 
 
 def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress) -> None:
@@ -338,17 +482,23 @@ def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress:
         progress.warn("crosscheck skipped: no configuration has trials")
         return
     art = prep.artifacts[cfg.build.name]
+    if not art.binary("llama-bench").is_file():
+        progress.warn(f"crosscheck skipped: there is no llama-bench in {art.bin_dir}")
+        return
     wl = prep.study.workload
+    prompt, output = wl.cells()[0]  # the workload's first cell: llama-bench runs one prompt and one output length
     log_dir = logs / "crosscheck"
     log_dir.mkdir(parents=True, exist_ok=True)
-    progress.message(f"crosscheck: llama-bench on {cfg.build.name} × {cfg.setting.name}")
+    progress.message(f"crosscheck: llama-bench on {cfg.build.name} × {cfg.setting.name}, {prompt}-token prompts")
     with device_setup(prep, art, log_dir) as dev:
         argvs, untranslated = crosscheck.bench_argv(art.binary("llama-bench"), prep.model_path,
-                                                    server_args(prep.study, cfg, dev), prompt=wl.prompt_tokens,
-                                                    gen=wl.output_tokens, reps=max(3, wl.repeats))
+                                                    server_args(prep.study, cfg, dev), prompt=prompt,
+                                                    gen=output, reps=max(3, wl.repeats))
         bench, error = crosscheck.run_bench(argvs, log_dir / "llama-bench.log", {**art.env(), **dev.env})
-    trials = [t for t in stored if t["build"] == cfg.build.name and t["setting"] == cfg.setting.name]
+    trials = [t for t in stored if t["build"] == cfg.build.name and t["setting"] == cfg.setting.name
+              and (t.get("cell_prompt_tokens"), t.get("cell_output_tokens")) == (prompt, output)]
     result = crosscheck.compare(bench, trials)
+    result["prompt_tokens"], result["output_tokens"] = prompt, output
     result["untranslated_server_args"] = untranslated
     store.save_crosscheck(run_id, cfg.build.name, cfg.setting.name, result, error)
     for line in crosscheck.sentences(result):
@@ -447,15 +597,13 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                 wrong = check_copies(led, art)
                 if wrong:
                     raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
-                shape = workload.Shape(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
-                                       natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
 
                 def on_trial(t) -> None:
                     proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
-                    if (t.build, t.setting, t.trial, t.concurrency) in done:
+                    if t.key in done:
                         return
                     store.save_trial(run_id, config_id, t)
-                    done.add((t.build, t.setting, t.trial, t.concurrency))
+                    done.add(t.key)
                     counter[0] += 1
                     progress.trial(min(counter[0] + 1, total), total, label)
                     if t.errors:
@@ -463,18 +611,24 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                                       f"{t.errors} request(s) failed: {t.requests[0].error}")
 
                 driver_load = checker.read({srv.child.pid}) if checker else None
-                levels, too_big = fitting_levels(wl.concurrency, shape, led)
-                if too_big:
-                    note = (f"concurrency {', '.join(map(str, too_big))} not run: that many requests of "
-                            f"{shape.prompt_tokens}+{shape.output_tokens} tokens do not fit in n_ctx {led.n_ctx}")
-                    progress.warn(f"{label}: {note}")
-                    store.note_config(config_id, note)
+                grid = []
+                for prompt, output in wl.cells():
+                    shape = workload.Shape(prompt_tokens=prompt, output_tokens=output,
+                                           natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
+                    levels, too_big = fitting_levels(wl.concurrency, shape, led)
+                    if too_big:
+                        note = (f"concurrency {', '.join(map(str, too_big))} not run: that many requests of "
+                                f"{shape.prompt_tokens}+{shape.output_tokens} tokens do not fit in n_ctx {led.n_ctx}")
+                        progress.warn(f"{label}: {note}")
+                        store.note_config(config_id, note)
+                        # they will never run: count them as done so the progress total stays true
+                        counter[0] += len(trials) * len(too_big)
+                    grid.append((shape, levels))
                 progress.trial(counter[0] + 1, total, label)
                 try:
-                    if levels:
+                    if any(levels for _, levels in grid):
                         workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
-                                         concurrency=levels, shape=shape, warmup=wl.warmup, on_trial=on_trial,
-                                         n_slots=n_slots(args))
+                                         cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args))
                 except WorkloadError:
                     if srv.alive():
                         raise
@@ -493,7 +647,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
             store.save_ledger(config_id, led)
         store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
     except KeyboardInterrupt:
-        store.finish_config(config_id, "interrupted", reason="stopped by SIGINT/SIGTERM")
+        _finish_config(store, config_id, "interrupted", "stopped by SIGINT/SIGTERM", progress)
         raise
     except (LaunchError, WorkloadError) as e:
         progress.warn(f"{label} failed: {e.message.splitlines()[0]}")
@@ -502,3 +656,8 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
         if logs_text.exists():
             led = ledger.parse(logs_text.read_text(errors="replace").splitlines())
             store.save_ledger(config_id, led)
+    except BaseException as e:
+        # any other error stops the study; the configuration does not stay "running"
+        why = e.message if isinstance(e, LlamalabError) else f"{type(e).__name__}: {e}"
+        _finish_config(store, config_id, "failed", f"the study stopped: {why}", progress)
+        raise

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ..errors import StoreError
 from ..store import Store
 
 
@@ -54,6 +55,40 @@ class RunData:
                 out[(c["build"], c["setting"])] = c
         return list(out.values())
 
+    @cached_property
+    def default_cell(self) -> tuple[int, int]:
+        """The workload cell of trials that carry none (runs from before the grid, RunData made by hand)."""
+        from ..store import legacy_cell
+
+        return legacy_cell(self.study_toml)
+
+    def cell(self, trial: dict) -> tuple[int, int]:
+        """(prompt tokens, output tokens) each request of the trial asked for."""
+        p, o = trial.get("cell_prompt_tokens"), trial.get("cell_output_tokens")
+        d = self.default_cell
+        return (d[0] if p is None else int(p), d[1] if o is None else int(o))
+
+    @cached_property
+    def cells(self) -> list[tuple[int, int]]:
+        """Every workload cell the run's trials measured, by prompt then output tokens."""
+        return sorted({self.cell(t) for t in self.trials})
+
+    @property
+    def output_mode(self) -> str:
+        """`fixed` (exactly the output tokens asked for) or `natural` (stop at end of text)."""
+        v = (self.study.get("workload") or {}).get("output")
+        return v if v in ("fixed", "natural") else "fixed"
+
+    def n_ctx_train(self, ledger: dict | None = None) -> int | None:
+        """The model's training context: from a ledger (`print_info: n_ctx_train`), else the run's model header."""
+        v = (ledger or {}).get("n_ctx_train")
+        if not v:
+            try:
+                v = (json.loads(self.run.get("model_json") or "null") or {}).get("n_ctx_train")
+            except (ValueError, AttributeError):
+                v = None
+        return int(v) if v else None
+
     def ledger_for(self, build: str, setting: str) -> dict | None:
         for c in reversed(self.configs):
             if c["build"] == build and c["setting"] == setting and c.get("ledger") and c["status"] == "ok":
@@ -62,10 +97,24 @@ class RunData:
 
 
 def load(store: Store, run_id: str | None = None) -> RunData:
+    """One stored run, checked (`runrows`) before any renderer sees it: a database that an older llamalab filled
+    from an unchecked import may hold values of the wrong type, and that is an error with a tip, not a crash."""
+    from .. import exchange, runrows
+
     run = dict(store.run(run_id))
     rid = run["id"]
-    return RunData(run=run, builds=store.builds(rid), configs=store.configs(rid), trials=store.trials(rid),
-                   system=store.system(rid), study_toml=run.get("study_toml") or "", tables=store.dump_run(rid))
+    tables = store.dump_run(rid)
+    try:
+        runrows.Tables.model_validate_json(json.dumps(exchange.decode_tables(tables)))
+        return RunData(run=run, builds=store.builds(rid), configs=store.configs(rid), trials=store.trials(rid),
+                       system=store.system(rid), study_toml=run.get("study_toml") or "", tables=tables)
+    except runrows.ValidationError as e:
+        problem = runrows.describe(e)
+    except ValueError as e:  # a JSON column that is not JSON
+        problem = f"a stored JSON column does not parse ({e})"
+    raise StoreError(f"run {rid!r} in {store.path} cannot be reported: {problem}.",
+                     tip="it was probably imported by an older llamalab from a damaged or altered file: import a "
+                         "good export of it into a new database (--db).")
 
 
 _ENDPOINT = re.compile(r"\[.*\]$")
