@@ -8,10 +8,11 @@
 #   bash benchmarks/device/run.sh study-bg  # (and vulkan-bg) the study stage in its own session, so it may outlast one call (10
 #                                           # minutes) while the machine stays warm; call it again to wait for it
 #   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
-#   bash benchmarks/device/run.sh vulkan-build  # Vulkan on NVIDIA's driver: doctor, the Vulkan build (call again to wait)
-#   bash benchmarks/device/run.sh vulkan    # plans (8B and 27B shapes), the study of benchmarks/vulkan-h200/,
-#                                           # report and export. Both need .carry-vk/ (the Vulkan toolchain and GL
-#                                           # .debs: bash scripts/vulkan-toolchain.sh --debs .carry-vk --gl)
+#   bash benchmarks/device/run.sh vulkan-bg # Vulkan on NVIDIA's driver, in its own session (call again to wait):
+#                                           # doctor, the Vulkan build, the PCI-id check, plans (8B and 27B shapes),
+#                                           # the study of benchmarks/vulkan-h200/, report, export (the `vulkan` stage;
+#                                           # `vulkan-build` makes the build alone). Needs .carry-vk/ (the Vulkan
+#                                           # toolchain and GL .debs: bash scripts/vulkan-toolchain.sh --debs .carry-vk --gl)
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
 stage=${1:?stage: build, study, validate, vulkan-build or vulkan}
@@ -75,9 +76,10 @@ case "$stage" in
     echo "study stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   vulkan-build|vulkan)
-    # Vulkan on NVIDIA's driver, in two calls (each under 10 minutes):
-    #   vulkan-build: doctor and the Vulkan build (in its own session, like the CUDA build: call again to wait)
-    #   vulkan:       the PCI-id check, plans (8B and 27B shapes), the 8B study, report and export
+    # Vulkan on NVIDIA's driver:
+    #   vulkan-build: doctor and the Vulkan build alone (in its own session, like the CUDA build: call again to wait)
+    #   vulkan:       the build (unless made), the PCI-id check, plans (8B and 27B shapes), the 8B study, report and
+    #                 export; `vulkan-bg` runs it in its own session so that it may outlast one call
     # Files back from `vulkan` (7): stderr.txt, plan.json, plan-27b.json, report.md, report.json, export.json, logs.tar.gz.
     # The machine has NVIDIA's Vulkan driver (an ICD file) but no loader, GL libraries, headers or glslc: the GL
     # libraries go into / (as the machine's notes say), the toolchain into a private prefix llamalab builds against.
@@ -106,7 +108,13 @@ case "$stage" in
       else echo "vulkan build still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
       exit 0
     fi
-    [ -f "$work/rc" ] && [ "$(cat "$work/rc")" = 0 ] || { echo "run the vulkan-build stage first"; exit 1; }
+    if [ ! -f "$work/rc" ]; then  # no vulkan-build call before: build here (vulkan-bg gives it its own session)
+      if [ -f "$work/pid" ] && kill -0 "$(cat "$work/pid")" 2>/dev/null; then echo "a vulkan-build is running: call vulkan-build again"; exit 1; fi
+      ll doctor > "$work/doctor.txt" 2>&1
+      python3 -m llamalab.cli build "$vstudy" --json > "$work/builds.json" 2> "$work/build.err"; echo $? > "$work/rc"
+      echo "vulkan build: rc=$(cat "$work/rc") in $(( $(date +%s) - t0 )) s"; tail -3 "$work/build.err"
+    fi
+    [ "$(cat "$work/rc")" = 0 ] || { echo "the vulkan build failed: see build.err"; cp "$work/build.err" "$OUT/"; exit 1; }
     cat "$work/doctor.txt" "$work/build.err" "$work/builds.json" > "$OUT/stderr.txt" 2>/dev/null
     # llama.cpp drops a second device with a PCI id it already uses unless the devices are named: show it
     bin=$(python3 -c "import json; print(json.load(open('$work/builds.json'))[0]['bin_dir'])")
