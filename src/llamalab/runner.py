@@ -86,16 +86,16 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     backend = resolve_backend(study)
     if study.devices.rpc:  # exposure warnings, reachability and ssh logins before anything is built
         remote.preflight(study.devices.rpc, progress.warn)
+    user_model = opts.model or study.model.path
+    if user_model:  # the user's model is checked before anything is fetched or built
+        model_path = Path(user_model).expanduser()
+        info = models.read_info(model_path)
     src = source.from_dir(opts.llama_cpp) if opts.llama_cpp else source.pinned(opts.home, log=progress.message)
     progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
-    if opts.model:
-        model_path = Path(opts.model).expanduser()
-    elif study.model.path:
-        model_path = Path(study.model.path).expanduser()
-    else:
+    if not user_model:
         shape = models.preset(study.model.preset or "tiny")
         model_path = models.synthetic(shape, opts.home)
-    info = models.read_info(model_path)
+        info = models.read_info(model_path)
     extra: dict[str, str] = {}
     if backend == "cuda":
         extra["CMAKE_CUDA_ARCHITECTURES"] = os.environ.get("LLAMALAB_CUDA_ARCH", "native")
