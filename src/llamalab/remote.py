@@ -94,6 +94,10 @@ def parse_endpoint(text: str) -> Endpoint:
     return Endpoint(host, int(port_s))
 
 
+def is_hostname(host: str) -> bool:
+    return bool(_HOSTNAME.match(host))
+
+
 def check_ssh_target(target: str) -> str:
     if not _SSH_TARGET.match(target):
         raise ValueError(f"{target!r}: write user@host or host (letters, digits, . _ -)")
