@@ -17,43 +17,16 @@ from pathlib import Path
 
 import pytest
 
+import fakellama
 from llamalab import build, proc, source
 from llamalab.errors import LaunchError
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,
                                 reason="needs cmake and a C compiler")
 
-CMAKE = """cmake_minimum_required(VERSION 3.14)
-project(fake_llama C)
-if(NOT DEFINED GGML_SCHED_MAX_COPIES)
-  set(GGML_SCHED_MAX_COPIES 4)
-endif()
-set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-add_library(ggml-base SHARED base.c)
-set_target_properties(ggml-base PROPERTIES VERSION 0.1.0 SOVERSION 0)
-target_compile_definitions(ggml-base PRIVATE COPIES=${GGML_SCHED_MAX_COPIES})
-foreach(t llama-server ggml-rpc-server llama-bench llama-fit-params)
-  add_executable(${t} main.c)
-  target_link_libraries(${t} ggml-base)
-endforeach()
-"""
-MAIN = '#include <stdio.h>\nint copies(void);\nint main(void) { printf("version: fake, copies=%d\\n", copies()); ' \
-       'return 0; }\n'
-BASE = "int copies(void) { return COPIES; }\n"
-
-
 @pytest.fixture(scope="module")
 def fake_src(tmp_path_factory) -> Path:
-    src = tmp_path_factory.mktemp("fake-llama")
-    (src / "CMakeLists.txt").write_text(CMAKE)
-    (src / "main.c").write_text(MAIN)
-    (src / "base.c").write_text(BASE)
-    for f in ("include/llama.h", "ggml/include/ggml.h"):  # what `--llama-cpp` checks a tree for
-        (src / f).parent.mkdir(parents=True, exist_ok=True)
-        (src / f).write_text("")
-    (src / "tools" / "server").mkdir(parents=True)
-    return src
+    return fakellama.make(tmp_path_factory.mktemp("fake-llama"))
 
 
 def builder(src: Path, home: Path, logs: list[str] | None = None) -> build.Builder:
