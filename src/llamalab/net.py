@@ -30,7 +30,8 @@ def free_port(host: str = "127.0.0.1") -> int:
             return s.getsockname()[1]
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
-            raise LaunchError(f"no free TCP port on {host}: every port of the ephemeral range is taken.",
+            raise LaunchError(f"no free TCP port on {host}: every port of the ephemeral range "
+                              "(net.ipv4.ip_local_port_range) is taken.",
                               tip="something holds all ports of net.ipv4.ip_local_port_range (see `ss -tan | wc -l`); "
                                   "close it, or widen the range (sysctl net.ipv4.ip_local_port_range).") from None
         if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(e, socket.gaierror):
