@@ -25,6 +25,9 @@ def cli(*args: str, home: Path, timeout: float = 300) -> subprocess.CompletedPro
 
 
 EVIL = """name = "from-someone-else"
+[source]
+bin = "./bin"
+llama_cpp = "./src"
 [server]
 host = "0.0.0.0"
 args = ["-fa", "on", "--log-file", "{home}/.bashrc"]
@@ -53,7 +56,7 @@ def test_a_hostile_study_file_is_refused_before_anything_runs(tmp_path):
         done = cli(*cmd, home=home)
         assert done.returncode == 2, done.stderr
         err = done.stderr
-        for key in ("server.host", "devices.host", "server.args '--log-file'", "settings[0] (agent).args '--tools'",
+        for key in ("source.bin", "source.llama_cpp", "server.host", "devices.host", "server.args '--log-file'", "settings[0] (agent).args '--tools'",
                     "'--rpc'", "'-hf'", "'--gpt-oss-20b-default'", "cmake.CMAKE_PROJECT_INCLUDE",
                     "cmake.CMAKE_C_COMPILER_LAUNCHER", "cmake.LLAMA_BUILD_COMMIT", "-o \"ProxyCommand=",
                     "-F '/tmp/cfg'", "--trust-study"):
@@ -113,7 +116,7 @@ def test_the_users_own_overrides_and_the_presets_are_trusted(tmp_path):
     f.write_text(EVIL.format(home=tmp_path, marker=tmp_path / "m"))
     st, _ = studymod.load(str(f))
     left = trust.from_file(trust.risks(st), ["builds=[]", "settings=[]", "server.args=[]", "devices.rpc=[]",
-                                             'server.host="127.0.0.1"'])
+                                             'server.host="127.0.0.1"', "source={}"])
     assert [r.key for r in left] == ["devices.host"]
 
 

@@ -54,12 +54,27 @@ def _load_study(ref: str, overrides, trust: bool):
     return st, text
 
 
+LLAMA_BIN_HELP = ("Run every build without CMake options of its own on the llama.cpp binaries in DIR (an extracted "
+                  "release archive, a build's build/bin, /usr/bin): nothing is compiled. Builds with CMake options "
+                  "are skipped unless --llama-cpp gives a source to build them from. Sets [source] bin.")
+
+
+def _bin_override(llama_bin: Path | None) -> list[str]:
+    """--llama-bin DIR as the study key it sets (an absolute path, so the stored study says which binaries)."""
+    if llama_bin is None:
+        return []
+    p = llama_bin.expanduser()
+    return [f"source.bin={json.dumps(str(p if p.is_absolute() else Path.cwd() / p))}"]
+
+
 def _study_options(f):
     f = click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)(f)
     f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                      help="Override a study key, e.g. --set workload.repeats=5 (repeatable).")(f)
     f = click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
                      help="Build from this llama.cpp checkout instead of the pinned source (b11312).")(f)
+    f = click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR",
+                     help=LLAMA_BIN_HELP)(f)
     f = click.option("--db", type=click.Path(path_type=Path), default=None,
                      help="Results database (default ~/.local/share/llamalab/results.db).")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the table rows as JSON on stdout.")(f)
@@ -78,8 +93,8 @@ def _study_options(f):
     return f
 
 
-def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, crosscheck, max_context, host, trust,
-               model=None) -> None:
+def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
+               host, trust, model=None) -> None:
     from . import runner, study as studymod
     from .paths import default_db
     from .progress import RichProgress, StderrProgress
@@ -87,7 +102,7 @@ def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, cr
     from .report.write import atomic_write
     from .store import Store
 
-    overrides = list(overrides)
+    overrides = list(overrides) + _bin_override(llama_bin)
     if host:
         overrides += _host_overrides(host)
     st, text = _load_study(ref, overrides, trust)
@@ -198,6 +213,7 @@ def run(study, model, **kw) -> None:
     \b
     Examples:
       llamalab run pipeline-parallel --model ~/models/qwen3-8b-q4_k_m.gguf
+      llamalab run pipeline-parallel --model m.gguf --llama-bin ~/llama-b11312   # a release archive
       llamalab run my-study.toml --set devices.count=2
       llamalab run pipeline-parallel --resume 20261129-101500-ab12cd
     """
@@ -209,9 +225,10 @@ def run(study, model, **kw) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a study key (repeatable).")
 @click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
               help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR", help=LLAMA_BIN_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the builds as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
-def build_cmd(study, overrides, llama_cpp, as_json, trust) -> None:
+def build_cmd(study, overrides, llama_cpp, llama_bin, as_json, trust) -> None:
     """Make every build of a study ahead of time (cached under ~/.cache/llamalab; LLAMALAB_HOME overrides),
     without running anything. A later `llamalab run` reuses them.
 
@@ -223,7 +240,7 @@ def build_cmd(study, overrides, llama_cpp, as_json, trust) -> None:
     from . import runner, study as studymod
     from .progress import RichProgress, StderrProgress
 
-    st, _ = _load_study(study, overrides, trust)
+    st, _ = _load_study(study, [*overrides, *_bin_override(llama_bin)], trust)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         prep = runner.prepare(st, runner.Options(llama_cpp=llama_cpp), progress)
@@ -237,6 +254,8 @@ def build_cmd(study, overrides, llama_cpp, as_json, trust) -> None:
     for it in items:
         if "skipped" in it:
             click.echo(f"{it['build']:<16} not built: {it['skipped']}")
+        elif it["given"]:
+            click.echo(f"{it['build']:<16} {it['bin_dir']} — given binaries {it['given']['version']}, nothing built")
         else:
             how = "reused" if it["reused"] else f"built in {it['build_seconds']:.0f} s"
             lib = f" (LD_LIBRARY_PATH={it['lib_dir']})" if it["lib_dir"] else ""
@@ -442,11 +461,14 @@ def doctor(as_json) -> None:
                    "as approximations of it.")
 @click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
               help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Dry-run with the llama-server in DIR (given binaries, nothing compiled); builds with CMake "
+                   "options are not planned unless --llama-cpp gives a source. Sets [source] bin.")
 @click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the dry runs' llama-server logs in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
-def plan(study, model, overrides, budget, target, llama_cpp, logs_dir, as_json, trust) -> None:
+def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir, as_json, trust) -> None:
     """Memory per device, fitted context and pipeline-parallel copies for every build × setting of a study, from
     llama.cpp's no-alloc dry run: no weights are loaded, so it takes seconds, and a model's header is enough.
     STUDY defaults to pipeline-parallel.
@@ -463,7 +485,7 @@ def plan(study, model, overrides, budget, target, llama_cpp, logs_dir, as_json, 
     from . import plan as planmod, study as studymod
     from .progress import RichProgress, StderrProgress
 
-    st, _ = _load_study(study or "pipeline-parallel", overrides, trust)
+    st, _ = _load_study(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)], trust)
     opts = planmod.PlanOptions(llama_cpp=llama_cpp, model=model, budgets=[budget] if budget else None,
                                target=target, logs_dir=logs_dir)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()

@@ -8,6 +8,8 @@ that asks for it and what it does. The CLI refuses a study file that has any, un
 presets that ship with llamalab are trusted. Pure: no I/O.
 
 What counts (docs/study-files.md, "Study files from others"):
+- `[source] bin`, `builds[].bin`, `[source] llama_cpp`: programs to run, or a source tree whose CMakeLists.txt
+  runs at configure time, from a folder the file names (`--llama-bin`/`--llama-cpp` are the user's own).
 - `[server] host`, `[devices] host` not on loopback: llama-server (no API key unless one is set) and rpc-server
   (no authentication at all) reachable from the network.
 - llama-server flags that run programs (`--tools`, `--agent`, `--mcp-servers-*`, `--video-ffmpeg-dir` …), write
@@ -163,6 +165,17 @@ def risks(study: "Study") -> list[Risk]:
         out.append(Risk("devices.host", ("devices", "host"),
                         f"local rpc-servers listen on {study.devices.host}, not loopback: rpc-server has no "
                         "authentication, whoever reaches it can run code on this machine's devices"))
+    src = getattr(study, "source", None)
+    if src is not None and src.bin:
+        out.append(Risk("source.bin", ("source", "bin"),
+                        f"runs the programs in {src.bin} as llama-server and rpc-server, whatever they are"))
+    if src is not None and src.llama_cpp:
+        out.append(Risk("source.llama_cpp", ("source", "llama_cpp"),
+                        f"builds the source in {src.llama_cpp}: its CMakeLists.txt runs as code at configure time"))
+    for i, b in enumerate(study.builds):
+        if getattr(b, "bin", None):
+            out.append(Risk(f"builds[{i}] ({b.name}).bin", ("builds", i, "bin"),
+                            f"runs the programs in {b.bin} as llama-server and rpc-server, whatever they are"))
     out += _args_risks(study.server.args, "server.args", ("server", "args"))
     for what, items in (("builds", study.builds), ("settings", study.settings)):
         for i, item in enumerate(items):
