@@ -75,9 +75,26 @@ def test_estimate_matches_the_real_copies1_log():
     assert abs(s.host_mib - real_host) / real_host < 0.15
     # 3 × (8192 × 512 × f16 mask + 512 × 512 × f32 activation) = 27 MiB
     assert s.per_device[RPC1] == 27.0
-    assert s.tokens == memory.context_tokens_for(s.per_device, {
+    # what 27 MiB would hold (5,727 tokens) lies past the model's training context: this log runs n_ctx 8192 of a
+    # model trained for 8192, so one copy frees memory but buys no context
+    assert memory.context_tokens_for(s.per_device, {
+        n: b + 512 * 2 for n, b in memory.kv_bytes_per_token(four).items()}) == 5727
+    assert (four.n_ctx, four.n_ctx_train) == (8192, 8192)
+    assert (s.tokens, s.tokens_low, s.tokens_high, s.capped, s.at_limit) == (0, 0, 0, True, True)
+
+
+def test_predicted_context_never_exceeds_the_models_training_context():
+    """The same log as if the model allowed more: the estimate grows up to the room left, and no further."""
+    import dataclasses
+
+    four = led("rpc-b11312-copies4")
+    free = memory.context_tokens_for(memory.one_copy_saving(four).per_device, {
         n: b + 512 * 2 for n, b in memory.kv_bytes_per_token(four).items()})
-    assert s.tokens_low <= s.tokens <= s.tokens_high
+    roomy = memory.one_copy_saving(dataclasses.replace(four, n_ctx_train=65536))
+    assert (roomy.tokens, roomy.capped, roomy.at_limit) == (free, False, False)
+    assert roomy.tokens_low <= roomy.tokens <= roomy.tokens_high
+    tight = memory.one_copy_saving(dataclasses.replace(four, n_ctx_train=8192 + 1000))
+    assert (tight.tokens, tight.tokens_high, tight.capped) == (1000, 1000, True)
 
 
 def test_many_splits_or_unknown_context_use_the_proportional_figure():

@@ -146,23 +146,33 @@ def _print_table(data) -> None:
 
     head, body = tables.table_cells(tables.rows(data))
     show(f"{data.run['study']} — run {data.id}", head, body)
-    if len({t["concurrency"] for t in data.trials}) > 1:
+    if len({t["concurrency"] for t in data.trials}) > 1 or len(data.cells) > 1:
         f = tables._fmt
-        body = [[r["build"], r["setting"], f(r["concurrency"]), f(r["n"]), f(r["aggregate_output_tps"]),
-                 f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}", f(r["ttft_ms_p50"]),
-                 f(r["itl_ms_p50"])] for r in speed.throughput_table(data)]
-        show("Throughput by concurrency", ["Build", "Setting", "Parallel requests", "Trials", "Aggregate output t/s",
-                                           "min–max", "TTFT p50 (ms)", "ITL p50 (ms)"], body)
+        body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
+                 f(r["aggregate_output_tps"]), f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}",
+                 f(r["aggregate_input_tps"]), f(r["ttft_ms_p50"]), f(r["itl_ms_p50"])]
+                for r in speed.throughput_table(data)]
+        show("Throughput by concurrency", ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials",
+                                           "Aggregate output t/s", "min–max", "Aggregate prompt t/s",
+                                           "TTFT p50 (ms)", "ITL p50 (ms)"], body)
     for line in summary.not_measured(data):
         console.print(f"[yellow]not measured:[/] {line}", highlight=False)
     for line in summary.memory_lines(data) + context.sentences(data):
         console.print("• " + line, highlight=False)
-    for line in summary.key_speed_lines(data):
+    key = summary.key_speed_lines(data)
+    if len(data.cells) > 1:  # a grid: the verdicts that say something; the map and the table below say the rest
+        telling = [x for x in key if not x.endswith("— no measurable difference")]
+        if len(telling) < len(key):
+            telling.append(f"({len(key) - len(telling)} more: no measurable difference; every comparison is in the "
+                           "report)")
+        key = telling
+    for line in key:
         console.print("• " + line, highlight=False)
     for line in summary.noise_lines(data):
         console.print("[yellow]• " + line + "[/]", highlight=False)
     for line in summary.fidelity_lines(data):
         console.print("• " + line, highlight=False)
+    _print_advice(console, data, show)
     console.print("\n[bold]Recommendation.[/] " + recommend.recommendation(data), highlight=False)
 
 
@@ -184,6 +194,24 @@ def _host_overrides(host: str) -> list[str]:
         click.echo(f"note: llama-server listens on {host}; local rpc-servers on 127.0.0.1 (rpc-server binds IPv4 "
                    "only).", err=True)
     return out
+
+
+def _print_advice(console, data, show) -> None:
+    """Where pipeline parallelism pays (the workload grid), and the decision table the recommendation comes from."""
+    from rich.markup import escape
+
+    from .report import grid, recommend
+
+    p = grid.pair(data)
+    gains = grid.gains(data, p) if p else []
+    if gains:
+        head, body = grid.table(gains)
+        show("Pipeline-parallel gain (pipeline / no pipeline)", head, [[escape(c) for c in r] for r in body], left=1)
+        console.print("• " + escape(grid.crossover(data, gains, p)), highlight=False)
+    rows = recommend.decision_table(data)
+    if rows:
+        head, body = recommend.table_cells(rows)
+        show(f"Decision by use ({rows[0].setting})", head, [[escape(c) for c in r] for r in body], left=5)
 
 
 # ---------------------------------------------------------------- commands

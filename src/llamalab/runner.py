@@ -361,12 +361,14 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                                  reason=reason)
         done = store.done_trials(run_id)
         levels = study.workload.concurrency
+        cells = study.workload.cells()
         passes = expand(study)
-        todo = [(i, p, tuple(t for t in p.trials if any((p.config.build.name, p.config.setting.name, t, c) not in done
-                                                           for c in levels)))
+        todo = [(i, p, tuple(t for t in p.trials
+                             if any((p.config.build.name, p.config.setting.name, t, c, *cell) not in done
+                                    for c in levels for cell in cells)))
                 for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
         todo = [(i, p, ts) for i, p, ts in todo if ts]
-        total = sum(len(ts) * len(levels) for _, _, ts in todo)
+        total = sum(len(ts) * len(levels) * len(cells) for _, _, ts in todo)
         counter = [0]
         run_dir = opts.runs_dir / run_id
         try:
@@ -405,16 +407,19 @@ def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress:
         progress.warn(f"crosscheck skipped: there is no llama-bench in {art.bin_dir}")
         return
     wl = prep.study.workload
+    prompt, output = wl.cells()[0]  # the workload's first cell: llama-bench runs one prompt and one output length
     log_dir = logs / "crosscheck"
     log_dir.mkdir(parents=True, exist_ok=True)
-    progress.message(f"crosscheck: llama-bench on {cfg.build.name} × {cfg.setting.name}")
+    progress.message(f"crosscheck: llama-bench on {cfg.build.name} × {cfg.setting.name}, {prompt}-token prompts")
     with device_setup(prep, art, log_dir) as dev:
         argvs, untranslated = crosscheck.bench_argv(art.binary("llama-bench"), prep.model_path,
-                                                    server_args(prep.study, cfg, dev), prompt=wl.prompt_tokens,
-                                                    gen=wl.output_tokens, reps=max(3, wl.repeats))
+                                                    server_args(prep.study, cfg, dev), prompt=prompt,
+                                                    gen=output, reps=max(3, wl.repeats))
         bench, error = crosscheck.run_bench(argvs, log_dir / "llama-bench.log", {**art.env(), **dev.env})
-    trials = [t for t in stored if t["build"] == cfg.build.name and t["setting"] == cfg.setting.name]
+    trials = [t for t in stored if t["build"] == cfg.build.name and t["setting"] == cfg.setting.name
+              and (t.get("cell_prompt_tokens"), t.get("cell_output_tokens")) == (prompt, output)]
     result = crosscheck.compare(bench, trials)
+    result["prompt_tokens"], result["output_tokens"] = prompt, output
     result["untranslated_server_args"] = untranslated
     store.save_crosscheck(run_id, cfg.build.name, cfg.setting.name, result, error)
     for line in crosscheck.sentences(result):
@@ -512,15 +517,13 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                 wrong = check_copies(led, art)
                 if wrong:
                     raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
-                shape = workload.Shape(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
-                                       natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
 
                 def on_trial(t) -> None:
                     proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
-                    if (t.build, t.setting, t.trial, t.concurrency) in done:
+                    if t.key in done:
                         return
                     store.save_trial(run_id, config_id, t)
-                    done.add((t.build, t.setting, t.trial, t.concurrency))
+                    done.add(t.key)
                     counter[0] += 1
                     progress.trial(min(counter[0] + 1, total), total, label)
                     if t.errors:
@@ -528,18 +531,24 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                                       f"{t.errors} request(s) failed: {t.requests[0].error}")
 
                 nvml_load = gpu.process_used_mib({srv.child.pid}) if prep.backend == "cuda" else None
-                levels, too_big = fitting_levels(wl.concurrency, shape, led)
-                if too_big:
-                    note = (f"concurrency {', '.join(map(str, too_big))} not run: that many requests of "
-                            f"{shape.prompt_tokens}+{shape.output_tokens} tokens do not fit in n_ctx {led.n_ctx}")
-                    progress.warn(f"{label}: {note}")
-                    store.note_config(config_id, note)
+                grid = []
+                for prompt, output in wl.cells():
+                    shape = workload.Shape(prompt_tokens=prompt, output_tokens=output,
+                                           natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
+                    levels, too_big = fitting_levels(wl.concurrency, shape, led)
+                    if too_big:
+                        note = (f"concurrency {', '.join(map(str, too_big))} not run: that many requests of "
+                                f"{shape.prompt_tokens}+{shape.output_tokens} tokens do not fit in n_ctx {led.n_ctx}")
+                        progress.warn(f"{label}: {note}")
+                        store.note_config(config_id, note)
+                        # they will never run: count them as done so the progress total stays true
+                        counter[0] += len(trials) * len(too_big)
+                    grid.append((shape, levels))
                 progress.trial(counter[0] + 1, total, label)
                 try:
-                    if levels:
+                    if any(levels for _, levels in grid):
                         workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
-                                         concurrency=levels, shape=shape, warmup=wl.warmup, on_trial=on_trial,
-                                         n_slots=n_slots(args))
+                                         cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args))
                 except WorkloadError:
                     if srv.alive():
                         raise

@@ -223,9 +223,12 @@ class SourceSpec(_Strict):
     bin: str | None = None  # a folder with llama-server (--llama-bin DIR sets it)
 
 
+Tokens = Annotated[int, Field(ge=1)]
+
+
 class WorkloadSpec(_Strict):
-    prompt_tokens: Annotated[int, Field(ge=1)] = 256
-    output_tokens: Annotated[int, Field(ge=1)] = 32
+    prompt_tokens: Tokens | list[Tokens] = 256  # a list makes a grid: every length × every concurrency level
+    output_tokens: Tokens | list[Tokens] = 32
     output: Literal["fixed", "natural"] = "fixed"
     repeats: Annotated[int, Field(ge=1)] = 3
     warmup: Annotated[int, Field(ge=0)] = 1
@@ -234,6 +237,29 @@ class WorkloadSpec(_Strict):
     threshold: Annotated[float, Field(gt=0, lt=1)] = 0.02
     request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     seed: int = 42
+
+    @field_validator("prompt_tokens", "output_tokens", "concurrency")
+    @classmethod
+    def _distinct(cls, v: int | list[int]) -> int | list[int]:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("give at least one value")
+            if len(set(v)) != len(v):
+                raise ValueError(f"{v}: a value is listed twice")
+        return v
+
+    @property
+    def prompt_lengths(self) -> list[int]:
+        return list(self.prompt_tokens) if isinstance(self.prompt_tokens, list) else [self.prompt_tokens]
+
+    @property
+    def output_lengths(self) -> list[int]:
+        return list(self.output_tokens) if isinstance(self.output_tokens, list) else [self.output_tokens]
+
+    def cells(self) -> list[tuple[int, int]]:
+        """The workload grid's cells (prompt tokens, output tokens), in the order the study lists them; each cell
+        runs at every concurrency level that fits the context."""
+        return [(p, o) for p in self.prompt_lengths for o in self.output_lengths]
 
 
 class Study(_Strict):

@@ -80,9 +80,10 @@ def speed_lines(data: RunData) -> list[str]:
 def key_speed_lines(data: RunData) -> list[str]:
     """The speed verdicts a reader needs first: generation t/s of one stream, and aggregate output t/s at every
     parallel level (the full list, with prompt speed, TTFT and ITL, is in the reports)."""
-    return [speed.sentence(c) for c in speed.comparisons(data)
+    grid = len(data.cells) > 1
+    return [speed.sentence(c, grid) for c in speed.comparisons(data)
             if (c["metric"] == "output_tps" and c["concurrency"] == 1)
-            or (c["metric"] == "aggregate_output_tps" and c["concurrency"] > 1)]
+            or (c["metric"] in ("aggregate_output_tps", "aggregate_input_tps") and c["concurrency"] > 1)]
 
 
 def _study_cmake(data: RunData, name: str) -> dict:
