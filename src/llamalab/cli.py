@@ -93,20 +93,22 @@ def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, cr
 
 def _print_table(data) -> None:
     """The terminal view of a stored run: the seed-style table, throughput per concurrency level, and the
-    memory, speed and fidelity lines (the same pieces as the Markdown report)."""
+    memory, speed and fidelity lines (the same pieces as the Markdown report). Every string goes to rich as a
+    Text of `safetext.plain`: labels, reasons and log lines are never read as markup or control sequences."""
     from rich.console import Console
     from rich.table import Table
 
     from .report import context, recommend, speed, summary, tables
+    from .safetext import rich_text as T
 
-    console = Console(width=200 if not sys.stdout.isatty() else None)
+    console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
 
     def show(title: str, head: list[str], body: list[list[str]], left: int = 2) -> None:
-        t = Table(title=title)
+        t = Table(title=T(title))
         for i, h in enumerate(head):
-            t.add_column(h, justify="left" if i < left else "right")
+            t.add_column(T(h), justify="left" if i < left else "right")
         for row in body:
-            t.add_row(*row)
+            t.add_row(*[T(c) for c in row])
         console.print(t)
 
     head, body = tables.table_cells(tables.rows(data))
@@ -119,16 +121,16 @@ def _print_table(data) -> None:
         show("Throughput by concurrency", ["Build", "Setting", "Parallel requests", "Trials", "Aggregate output t/s",
                                            "min–max", "TTFT p50 (ms)", "ITL p50 (ms)"], body)
     for line in summary.not_measured(data):
-        console.print(f"[yellow]not measured:[/] {line}", highlight=False)
+        console.print(T("not measured: ", "yellow") + T(line))
     for line in summary.memory_lines(data) + context.sentences(data):
-        console.print("• " + line, highlight=False)
+        console.print(T("• " + line))
     for line in summary.key_speed_lines(data):
-        console.print("• " + line, highlight=False)
+        console.print(T("• " + line))
     for line in summary.noise_lines(data):
-        console.print("[yellow]• " + line + "[/]", highlight=False)
+        console.print(T("• " + line, "yellow"))
     for line in summary.fidelity_lines(data):
-        console.print("• " + line, highlight=False)
-    console.print("\n[bold]Recommendation.[/] " + recommend.recommendation(data), highlight=False)
+        console.print(T("• " + line))
+    console.print(T("\nRecommendation.", "bold") + T(" " + recommend.recommendation(data)))
 
 
 # ---------------------------------------------------------------- commands
@@ -266,9 +268,11 @@ def runs(db, as_json) -> None:
         return
     if not items:
         click.echo("no runs stored yet; `llamalab demo` makes one.", err=True)
-    for r in items:
-        click.echo(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}  "
-                   f"{r['host']}")
+    from .safetext import one_line
+
+    for r in items:  # imported runs carry other machines' names
+        click.echo(one_line(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}  "
+                            f"{r['host']}"))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -294,8 +298,10 @@ def compare(run_a, run_b, db, threshold, as_json) -> None:
 
     with Store(db or default_db(), create=False) as store:
         a, b = rdata.load(store, run_a), rdata.load(store, run_b)
+    from .safetext import plain
+
     result = cmp.compare(a, b, threshold)
-    click.echo(rdata.dumps(result) if as_json else cmp.markdown(result), nl=as_json)
+    click.echo(rdata.dumps(result) if as_json else plain(cmp.markdown(result)), nl=as_json)
 
 
 @cli.command("export", context_settings=CONTEXT)
@@ -473,9 +479,11 @@ def main() -> None:
         click.echo(f"interrupted; stopped {stopped} child process(es). Rerun the same command to resume.", err=True)
         sys.exit(Interrupted.exit_code)
     except LlamalabError as e:
-        click.echo(f"error: {e.message}", err=True)
+        from .safetext import plain
+
+        click.echo(f"error: {plain(e.message)}", err=True)  # messages quote log lines and file names
         if e.tip:
-            click.echo(f"tip: {e.tip}", err=True)
+            click.echo(f"tip: {plain(e.tip)}", err=True)
         sys.exit(e.exit_code)
 
 

@@ -204,6 +204,30 @@ def one_copy_saving(led: Ledger) -> OneCopySaving | None:
         tokens_high=context_tokens_for(high, per_token), method=method, basis=basis)
 
 
+# ---------------------------------------------------------------- weights that moved
+
+def moved_weights(baseline: Ledger | dict, ledger: Ledger | dict, *, tolerance_mib: float = 0.01) -> dict[str, float]:
+    """Model-buffer MiB that changed between two loads of one model: {device label or "host": ledger − baseline},
+    only where the difference exceeds `tolerance_mib`; {} when no weight moved.
+
+    Devices are matched by position (the report's labels: RPC0, RPC1 …, CUDA0 …), since a local rpc-server's
+    device is printed with a new port each run; "host" sums every host buffer type (CPU_Mapped, CPU, AMX,
+    CPU_REPACK …). A tensor override that moves nothing leaves this empty; `-ot token_embd\\.weight=CPU` on a model
+    with tied embeddings moves the output layer: the last device's model buffer shrinks and the host's grows."""
+    from .report.data import device_labels, device_names
+
+    def per_label(led: Ledger | dict) -> dict[str, float]:
+        d = led.to_json() if isinstance(led, Ledger) else led or {}
+        names = device_names(d)
+        out = {lab: (d["devices"][n] or {}).get("model_mib") or 0.0 for lab, n in zip(device_labels(names), names)}
+        out["host"] = sum((b or {}).get("model_mib") or 0.0 for b in (d.get("host") or {}).values())
+        return out
+
+    a, b = per_label(baseline), per_label(ledger)
+    diff = {k: round(b.get(k, 0.0) - a.get(k, 0.0), 2) for k in [*a, *(k for k in b if k not in a)]}
+    return {k: v for k, v in diff.items() if abs(v) > tolerance_mib}
+
+
 # ---------------------------------------------------------------- stored form
 
 def ledger_record(led: Ledger) -> dict:

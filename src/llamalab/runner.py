@@ -414,14 +414,20 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                 shape = workload.Shape(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
                                        natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
 
+                in_pass = [0]
+
                 def on_trial(t) -> None:
                     proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
+                    in_pass[0] += 1
                     if (t.build, t.setting, t.trial, t.concurrency) in done:
                         return
                     store.save_trial(run_id, config_id, t)
                     done.add((t.build, t.setting, t.trial, t.concurrency))
                     counter[0] += 1
-                    progress.trial(min(counter[0] + 1, total), total, label)
+                    if t.errors and srv.ended():  # a dead server fails every request after it: stop here
+                        raise LaunchError(srv.death("during the workload"))
+                    if in_pass[0] < len(trials) * len(levels):  # the next pass announces its own first trial
+                        progress.trial(min(counter[0] + 1, total), total, label)
                     if t.errors:
                         progress.warn(f"{label} trial {t.trial} at concurrency {t.concurrency}: "
                                       f"{t.errors} request(s) failed: {t.requests[0].error}")
@@ -440,11 +446,10 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                                          concurrency=levels, shape=shape, warmup=wl.warmup, on_trial=on_trial,
                                          n_slots=n_slots(args))
                 except WorkloadError:
-                    if srv.alive():
+                    if not srv.ended():
                         raise
                 if not srv.alive():  # a dead server is the cause, whatever the client saw
-                    raise LaunchError("llama-server exited during the workload: "
-                                      + (ledger.failure_reason(srv.log_lines()) or "no reason in its log"))
+                    raise LaunchError(srv.death("during the workload"))
                 if prep.backend == "cuda":
                     nvml_run = gpu.process_used_mib({srv.child.pid})
                     physical = len(gpu.probe())
@@ -460,7 +465,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
         store.finish_config(config_id, "interrupted", reason="stopped by SIGINT/SIGTERM")
         raise
     except (LaunchError, WorkloadError) as e:
-        progress.warn(f"{label} failed: {e.message.splitlines()[0]}")
+        progress.warn(f"{label} failed: {e.message}")  # with the server log's last lines where it died
         store.finish_config(config_id, "failed", reason=e.message)
         logs_text = (log_dir / "llama-server.log")
         if logs_text.exists():
