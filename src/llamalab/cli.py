@@ -350,7 +350,9 @@ def import_cmd(file, db) -> None:
     doc = exchange.loads(file.read_text(encoding="utf-8", errors="replace"), name=str(file))
     with Store(db or default_db()) as store:
         result = exchange.import_run(store, doc)
-    click.echo(result.message)
+    from .safetext import plain
+
+    click.echo(plain(result.message))  # it names the imported run: someone else's text
 
 
 @cli.command(context_settings=CONTEXT)
