@@ -4,7 +4,7 @@ llama.cpp turns pipeline parallelism off whenever a tensor override is given (ll
 `!model.has_tensor_overrides()`, which llama-model.cpp sets from the first -ot pattern, matched or not), so
 `-ot no_such_tensor=CPU` turns it off and moves nothing. `-ot token_embd\\.weight=CPU` moves nothing on a model with
 its own output tensor (the synthetic model), but on a model with tied embeddings (Gemma 3 270M, fetched from PyPI
-and cached) token_embd is also the output layer, and the override moves it from the last device to the host.
+and cached) token_embd is also the output layer, and the override moves it from the last device to the host (one more graph split: the output matmul on the CPU).
 
 Each study: CPU + two local rpc-servers, the default build, three arms (baseline, token_embd, no-op), one trial.
 """
@@ -58,15 +58,20 @@ def test_no_op_override_moves_nothing_and_token_embd_moves_the_tied_output(demo_
     for arm in ("token-embd", "no-op"):
         assert (led[arm]["pipeline_parallel"], led[arm]["sched_copies"]) == (False, 1), arm
 
-    # the no-op: every device's and the host's model buffer exactly as without it
+    # the no-op: every device's and the host's model buffer exactly as without it, the same graph
     assert memory.moved_weights(led["copies4"], led["no-op"]) == {}
+    assert led["no-op"]["graph_splits"] == led["copies4"]["graph_splits"]
     moved = memory.moved_weights(led["copies4"], led["token-embd"])
     if which == "synthetic":
         assert moved == {}  # its own output.weight: token_embd was on the host already
+        assert led["token-embd"]["graph_splits"] == led["copies4"]["graph_splits"]
         return
-    # Gemma: the output layer (token_embd, tied) left the last device for the host; the first device kept its share
+    # Gemma: the output layer (token_embd, tied) left the last device, and the output matmul runs on the host: one
+    # more graph split. The host's model buffers do not shrink; they grow only where the CPU backend repacks the
+    # tensor into a buffer of its own (AMX); otherwise the output reads the copy the input embedding already has.
     labels = device_labels(device_names(led["copies4"]))
-    assert set(moved) == {labels[-1], "host"}, moved
-    assert moved[labels[-1]] < 0 < moved["host"]
+    assert list(moved) == [labels[-1]] or set(moved) == {labels[-1], "host"}, moved
+    assert moved[labels[-1]] < 0 <= moved.get("host", 0.0)
     last = led["copies4"]["devices"][device_names(led["copies4"])[-1]]["model_mib"]
     assert -moved[labels[-1]] > last / 2  # most of the last device's weights were the 262k-token output matrix
+    assert led["token-embd"]["graph_splits"] == led["copies4"]["graph_splits"] + 1

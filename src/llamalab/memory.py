@@ -212,8 +212,9 @@ def moved_weights(baseline: Ledger | dict, ledger: Ledger | dict, *, tolerance_m
 
     Devices are matched by position (the report's labels: RPC0, RPC1 …, CUDA0 …), since a local rpc-server's
     device is printed with a new port each run; "host" sums every host buffer type (CPU_Mapped, CPU, AMX,
-    CPU_REPACK …). A tensor override that moves nothing leaves this empty; `-ot token_embd\\.weight=CPU` on a model
-    with tied embeddings moves the output layer: the last device's model buffer shrinks and the host's grows."""
+    CPU_REPACK …). A tensor override that matches no tensor leaves this empty; `-ot token_embd\\.weight=CPU` on a
+    model with tied embeddings moves the output layer off the last device, whose model buffer shrinks (the host's
+    grows where the CPU backend repacks the tensor into a buffer of its own, such as AMX)."""
     from .report.data import device_labels, device_names
 
     def per_label(led: Ledger | dict) -> dict[str, float]:
