@@ -62,7 +62,7 @@ def check_flags(binary: Path, args: Sequence[str], env: Mapping[str, str] | None
 
 _SIGNALS = {
     signal.SIGKILL: "killed, possibly out of memory (the kernel's OOM killer sends SIGKILL)",
-    signal.SIGILL: "illegal instruction: the binary ran a CPU instruction this CPU does not execute there",
+    signal.SIGILL: "illegal instruction: the CPU refused an instruction — code built for another CPU, or a fault in a CPU kernel",
     signal.SIGSEGV: "segmentation fault: llama.cpp crashed",
     signal.SIGBUS: "bus error: a memory-mapped file shrank, or memory could not be mapped",
     signal.SIGFPE: "arithmetic exception: llama.cpp crashed",
