@@ -38,7 +38,7 @@ def test_prompt_starts_with_the_models_bos(demo_prep, tmp_path, which, request):
         if which != "gemma":
             return
         # natural output: with BOS, Gemma continues the passage in English words
-        r = client.post("/completion", json={"prompt": workload.prompt_ids(client, 120), "n_predict": 32,
+        r = client.post("/completion", json={"prompt": workload.prompt_ids(client, 64), "n_predict": 24,
                                              "temperature": 0.0, "cache_prompt": False})
         text = r.json()["content"]
         words = re.findall(r"[A-Za-z]{2,}", text)
