@@ -16,6 +16,9 @@ RUNS = Path(__file__).parent / "fixtures" / "runs"
 DEMO = "demo-cpu-rpc"  # 2 builds × 2 KV settings × 3 trials, single stream (no-pp-blas skipped: no OpenBLAS)
 CONCURRENCY = "demo-cpu-rpc-concurrency"  # 3 builds (OpenBLAS present) × 2 settings × 3 trials × 1, 2, 4 requests
 BUDGET = "demo-budget-concurrency"  # 4 builds × 2 settings × 3 trials × 1, 4 requests; 1200 MiB budgets: fit chooses n_ctx
+# benchmarks/h200/study.toml scaled to the CPU (tiny model, cpu-rpc, 300 MiB budgets): copies4, copies1 and
+# `-ot no_such_tensor=CPU`, interleaved, 3 trials of the grid [16, 64, 256, 768] prompt tokens × 1, 2, 4, 8 requests
+GRID = "demo-grid"
 
 
 def names() -> list[str]:

@@ -44,6 +44,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--mute-audio", "--disable-extensions", "--disable-dev-shm-usage"]
 ARTIFACTS = Path(os.environ.get("LLAMALAB_TEST_ARTIFACTS") or Path(__file__).resolve().parents[1] / "test-artifacts")
 PLOTS = ["plot-compute", "plot-context", "plot-throughput"]
+# a run with parallel levels also maps pipeline parallelism's gain, drawn in its own section before the others
+GRID_PLOTS = ["plot-pp_gain", *PLOTS]
 WIDTH = 1280
 
 
@@ -143,15 +145,17 @@ def test_report_renders_in_chromium(tmp_path):
     assert "table" in names and names.count("tr") >= 19 + 19  # results (18 rows + head) and throughput tables
     assert not [t for t in names if t == "script"]
     imgs = [a for t, a in dom.tags if t == "img"]
-    assert [a["id"] for a in imgs] == PLOTS
+    assert [a["id"] for a in imgs] == GRID_PLOTS
     assert all(a["src"].startswith("data:image/png;base64,") for a in imgs)
     assert dom.title.startswith("llamalab: demo — run ")
 
     got = measure(tmp_path, page)
     assert got["scripts"] == 0 and got["title"] == dom.title
-    assert got["tables"][0] == 1 + 18  # the seed table: header + 3 builds × 2 settings × 3 trials
+    # the decision tables (one per setting: header + 3 uses) come first, then the seed table: header + 3 builds ×
+    # 2 settings × 3 trials
+    assert got["tables"][:3] == [1 + 3, 1 + 3, 1 + 18]
     expected = {k: png_size(v) for k, v in embedded_pngs(text).items()}
-    assert [i["id"] for i in got["images"]] == PLOTS
+    assert [i["id"] for i in got["images"]] == GRID_PLOTS
     for img in got["images"]:  # decoded by the browser, at the size the PNG says
         assert img["complete"] and (img["w"], img["h"]) == expected[img["id"]], img
 

@@ -43,17 +43,22 @@ def test_json_from_stdin():
 
 def test_human_output_names_the_saving_in_mib_and_tokens():
     out = run(str(LOGS / "rpc-b11312-copies4.log"))
-    assert "Pipeline parallelism: on, sched copies = 4" in out
+    assert "Pipeline parallelism: on, 4 copies, sched copies = 4" in out
     assert "ESTIMATED saving with one scheduler copy instead of 4" in out
     assert "RPC0[127.0.0.1:51711] 27.00 MiB" in out
-    assert "5,727 more tokens of context" in out
+    # 27 MiB would hold 5,727 tokens, but this log already runs the model's whole context
+    flat = " ".join(out.split())
+    assert "but no more context: this log already runs the model's whole context (n_ctx_train 8,192)" in flat
+    assert "n_ctx_train = 8,192 (this is the model's limit" in flat and "more tokens of context" not in flat
     assert "basis:" in out and "estimate" in out
     for col in ("model", "KV", "compute", "output", "total"):
         assert col in out
 
 
 @pytest.mark.parametrize("name,line,saving", [
-    pytest.param("rpc-b11312-copies1", "Pipeline parallelism: off, sched copies = 1", False, id="copies1"),
+    pytest.param("rpc-b11312-copies1", "Pipeline parallelism: on, 1 copy (no extra copies), sched copies = 1",
+                 False, id="copies1"),
+    pytest.param("rpc-b11312-fit-copies4", "then the fit FAILED", True, id="fit-failed"),
     pytest.param("cuda-2025-12-retry-without-pp-truncated", "retried without it", False, id="retry"),
     pytest.param("cuda-2024-03-pp4-truncated", "Pipeline parallelism: on, n_copies = 4", True, id="2024"),
     pytest.param("rocm-2025-05-sm-row", "Pipeline parallelism: unknown", False, id="unknown"),

@@ -75,9 +75,26 @@ def test_estimate_matches_the_real_copies1_log():
     assert abs(s.host_mib - real_host) / real_host < 0.15
     # 3 × (8192 × 512 × f16 mask + 512 × 512 × f32 activation) = 27 MiB
     assert s.per_device[RPC1] == 27.0
-    assert s.tokens == memory.context_tokens_for(s.per_device, {
+    # what 27 MiB would hold (5,727 tokens) lies past the model's training context: this log runs n_ctx 8192 of a
+    # model trained for 8192, so one copy frees memory but buys no context
+    assert memory.context_tokens_for(s.per_device, {
+        n: b + 512 * 2 for n, b in memory.kv_bytes_per_token(four).items()}) == 5727
+    assert (four.n_ctx, four.n_ctx_train) == (8192, 8192)
+    assert (s.tokens, s.tokens_low, s.tokens_high, s.capped, s.at_limit) == (0, 0, 0, True, True)
+
+
+def test_predicted_context_never_exceeds_the_models_training_context():
+    """The same log as if the model allowed more: the estimate grows up to the room left, and no further."""
+    import dataclasses
+
+    four = led("rpc-b11312-copies4")
+    free = memory.context_tokens_for(memory.one_copy_saving(four).per_device, {
         n: b + 512 * 2 for n, b in memory.kv_bytes_per_token(four).items()})
-    assert s.tokens_low <= s.tokens <= s.tokens_high
+    roomy = memory.one_copy_saving(dataclasses.replace(four, n_ctx_train=65536))
+    assert (roomy.tokens, roomy.capped, roomy.at_limit) == (free, False, False)
+    assert roomy.tokens_low <= roomy.tokens <= roomy.tokens_high
+    tight = memory.one_copy_saving(dataclasses.replace(four, n_ctx_train=8192 + 1000))
+    assert (tight.tokens, tight.tokens_high, tight.capped) == (1000, 1000, True)
 
 
 def test_many_splits_or_unknown_context_use_the_proportional_figure():
@@ -104,20 +121,22 @@ def test_tokens_estimate_matches_what_fit_gave_one_copy():
     assert s.tokens_low <= real <= s.tokens_high
 
 
-def test_moved_weights_nothing_moves_between_builds_of_one_model():
+
+def test_weights_moved_nothing_between_builds_of_one_model():
+    from llamalab.report.verdict import weights_moved
+
     # copies4 and copies1: the same weights on the same devices (each log's rpc-servers had their own ports)
-    assert memory.moved_weights(led("rpc-b11312-copies4"), led("rpc-b11312-copies1")) == {}
-    assert memory.moved_weights(led("rpc-b11312-copies4").to_json(), led("rpc-b11312-copies1").to_json()) == {}
+    assert weights_moved(led("rpc-b11312-copies4").to_json(), led("rpc-b11312-copies1").to_json()) == []
 
 
-def test_moved_weights_per_device_label_and_host():
+def test_weights_moved_per_device_label_and_host():
+    from llamalab.report.verdict import weights_moved
+
     base, none = led("rpc-b11312-copies4"), led("rpc-b11312-sm-none")  # -sm none: every layer on the first device
-    moved = memory.moved_weights(base, none)
-    b = [base.devices[n].model_mib for n in (RPC1, RPC2)]
-    n = [none.devices[k].model_mib if k in none.devices else 0.0 for k in (RPC1, RPC2)]
-    assert moved == {"RPC0": round(n[0] - b[0], 2), "RPC1": round(n[1] - b[1], 2)}
-    assert moved["RPC0"] > 0 > moved["RPC1"] and "host" not in moved  # the layers moved, the host kept its share
-    # weights that went to the host: the reverse of -ngl 999 → a CPU-only log
-    cpu = led("cpu-b11312-cpu-only")
-    to_host = memory.moved_weights(base, cpu)
-    assert to_host["RPC0"] < 0 and to_host["RPC1"] < 0 and to_host["host"] > 0
+    moved = {m["where"]: m for m in weights_moved(base.to_json(), none.to_json())}
+    assert set(moved) == {"RPC0", "RPC1"}  # the layers moved between devices, the host kept its share
+    assert moved["RPC0"]["from_mib"] == base.devices[RPC1].model_mib < moved["RPC0"]["to_mib"]
+    assert moved["RPC1"]["from_mib"] == base.devices[RPC2].model_mib and moved["RPC1"]["to_mib"] == 0.0
+    to_host = {m["where"]: m for m in weights_moved(base.to_json(), led("cpu-b11312-cpu-only").to_json())}
+    assert to_host["RPC0"]["to_mib"] == to_host["RPC1"]["to_mib"] == 0.0
+    assert to_host["host"]["to_mib"] > to_host["host"]["from_mib"]

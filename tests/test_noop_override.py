@@ -14,8 +14,9 @@ from __future__ import annotations
 import pytest
 
 from llamahelp import run_study
-from llamalab import memory, packaged
+from llamalab import packaged
 from llamalab.progress import Progress
+from llamalab.report import data as rdata, verdict
 from llamalab.report.data import device_labels, device_names
 
 pytestmark = pytest.mark.llama
@@ -58,10 +59,15 @@ def test_no_op_override_moves_nothing_and_token_embd_moves_the_tied_output(demo_
     for arm in ("token-embd", "no-op"):
         assert (led[arm]["pipeline_parallel"], led[arm]["sched_copies"]) == (False, 1), arm
 
+    # the report's own comparison (each arm against copies4) and its words
+    data = rdata.load(store, rid)
+    mem = {c["candidate"]: c for c in verdict.memory_comparisons(data)}
+    said = {c: next(x for x in verdict.memory_sentences(data) if x.startswith(f"c2048: {c} vs copies4")) for c in mem}
+
     # the no-op: every device's and the host's model buffer exactly as without it, the same graph
-    assert memory.moved_weights(led["copies4"], led["no-op"]) == {}
+    assert mem["no-op"]["weights_moved"] == [] and "model buffers unchanged on every device" in said["no-op"]
     assert led["no-op"]["graph_splits"] == led["copies4"]["graph_splits"]
-    moved = memory.moved_weights(led["copies4"], led["token-embd"])
+    moved = {m["where"]: m for m in mem["token-embd"]["weights_moved"]}
     if which == "synthetic":
         assert moved == {}  # its own output.weight: token_embd was on the host already
         assert led["token-embd"]["graph_splits"] == led["copies4"]["graph_splits"]
@@ -69,9 +75,10 @@ def test_no_op_override_moves_nothing_and_token_embd_moves_the_tied_output(demo_
     # Gemma: the output layer (token_embd, tied) left the last device, and the output matmul runs on the host: one
     # more graph split. The host's model buffers do not shrink; they grow only where the CPU backend repacks the
     # tensor into a buffer of its own (AMX); otherwise the output reads the copy the input embedding already has.
-    labels = device_labels(device_names(led["copies4"]))
-    assert list(moved) == [labels[-1]] or set(moved) == {labels[-1], "host"}, moved
-    assert moved[labels[-1]] < 0 <= moved.get("host", 0.0)
-    last = led["copies4"]["devices"][device_names(led["copies4"])[-1]]["model_mib"]
-    assert -moved[labels[-1]] > last / 2  # most of the last device's weights were the 262k-token output matrix
+    last = device_labels(device_names(led["copies4"]))[-1]
+    assert set(moved) in ({last}, {last, "host"}), moved
+    assert moved[last]["to_mib"] < moved[last]["from_mib"] / 2  # the 262k-token output matrix was most of it
+    assert "host" not in moved or moved["host"]["to_mib"] > moved["host"]["from_mib"]
     assert led["token-embd"]["graph_splits"] == led["copies4"]["graph_splits"] + 1
+    assert f"WEIGHTS MOVED: {last} model {moved[last]['from_mib']:,.2f} → {moved[last]['to_mib']:,.2f} MiB" in \
+        said["token-embd"] and "not a no-op" in said["token-embd"]

@@ -169,6 +169,28 @@ def test_plan_json_and_render():
     assert plan.Plan.basis(p)["compute"] == "target"
 
 
+def test_render_reads_a_failed_fit_as_failed_and_names_one_copy_in_the_common_words():
+    """The dry run of the H200 study's copies1 configuration: the fit reduced the context, then failed (-ngl is
+    given). The n_ctx column must not say "(fit)" as if it had worked."""
+    failed = _cp("copies1", "kv", 1, 20224, [107.3, 115.3], 35.3)
+    failed.pipeline_parallel, failed.ctx_reduced_from = True, 65536  # llama.cpp printed "enabled" with one copy
+    failed.fit_ok, failed.fit_message = False, "n_gpu_layers already set by user to 999, abort"
+    fine = _cp("copies4", "kv", 4, 18176, [198.1, 230.1], 110.1)
+    fine.pipeline_parallel, fine.ctx_reduced_from, fine.fit_ok = True, 65536, True
+    off = _cp("no-pp", "kv", 1, 20224, [107.3, 115.3], 35.3)
+    p = plan.Plan(study="demo", backend="cpu-rpc", target="cpu-rpc", model={}, model_standin=False, llama_cpp="b1",
+                  configs=[fine, failed, off], skipped={}, copies_costs=[], seconds=1.0)
+    from rich.console import Console
+
+    con = Console(width=250, record=True)
+    con.print(plan.render(p))
+    text = con.export_text()
+    assert "20224 (fit failed)" in text and "18176 (fit)" in text and "20224 (fit)" not in text
+    assert "llama.cpp's fit FAILED in 1 configuration(s) (n_gpu_layers already set by user to 999, abort)" in text
+    assert "on, 4 copies" in text and "on, 1 copy (no extra copies)" in text and "on ×" not in text
+    assert p.to_json()["configs"][1]["fit_ok"] is False
+
+
 # ---------------------------------------------------------------- dry run vs full load
 
 

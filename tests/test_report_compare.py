@@ -92,3 +92,48 @@ def test_configurations_in_one_run_only_and_notes(demo, tmp_path):
 def test_compare_is_json_serialisable(demo, conc):
     c = cmp.compare(demo, conc, n_resamples=500)
     assert json.loads(json.dumps(c)) == c
+
+
+def _other(tmp_path, edit) -> rdata.RunData:
+    doc = runfixtures.doc()
+    doc["tables"]["runs"][0]["id"] = "20261130-000000-other2"
+    edit(doc)
+    return load(tmp_path, "other2", doc)
+
+
+def test_runs_with_different_workloads_are_not_comparable(demo, tmp_path):
+    """Issue 16: 2,048- against 256-token prompts used to print "TTFT 0.09× faster" without a word."""
+    def longer(doc):
+        run = doc["tables"]["runs"][0]
+        run["study_toml"] = run["study_toml"].replace("prompt_tokens = 256", "prompt_tokens = 2048")
+    other = _other(tmp_path, longer)
+    assert other.cells == [(2048, 32)]
+    c = cmp.compare(demo, other, n_resamples=500)
+    assert any("different workloads" in n and "256+32" in n and "2,048+32" in n for n in c["notes"])
+    rows = [s for cfg in c["configs"] for s in cfg["speed"]]
+    assert rows and all(s["verdict"] == "not comparable" and s["ratio"] is None for s in rows)
+    assert all("workload differs: 256+32 tokens per request in A, 2,048+32 in B" == s["reason"] for s in rows)
+    text = cmp.markdown(c)
+    assert "faster" not in text.split("## Speed")[1] and "not comparable (workload differs" in text
+
+
+def test_runs_with_another_output_mode_or_unlike_load_get_no_verdict(demo, tmp_path):
+    def natural(doc):
+        run = doc["tables"]["runs"][0]
+        run["study_toml"] = run["study_toml"].replace('output = "fixed"', 'output = "natural"')
+    c = cmp.compare(demo, _other(tmp_path, natural), n_resamples=500)
+    rows = [s for cfg in c["configs"] for s in cfg["speed"]]
+    assert rows and all(s["verdict"] == "not comparable" and "output mode differs" in s["reason"] for s in rows)
+
+    def load_of(cores):
+        def edit(doc):
+            for t in doc["tables"]["trials"]:
+                t["foreign_load"] = cores
+        return edit
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "busy").mkdir()
+    quiet, busy = _other(tmp_path / "quiet", load_of(0.0)), _other(tmp_path / "busy", load_of(1.5))
+    c = cmp.compare(quiet, busy, n_resamples=500)
+    rows = [s for cfg in c["configs"] for s in cfg["speed"]]
+    assert rows and all(s["verdict"] == "not comparable" and "CPU cores" in s["reason"] for s in rows)
+    assert all(s["ratio"] is not None for s in rows)  # same workload: the ratio is shown, without a claim

@@ -46,10 +46,23 @@ def test_prediction_from_compute_deltas_and_kv_bytes_per_token(run):
 
 def test_recommendation_uses_only_stored_numbers_and_names_the_commands(run):
     text = recommend.recommendation(run)
-    assert "-ot 'token_embd\\.weight=CPU'" in text  # the runtime way leads: no rebuild needed
-    assert "+13,568 tokens of context (+85%, 15,872 → 29,440 with kv-f16-q8_0)" in text
+    assert "-ot 'token_embd\\.weight=CPU'" in text  # the runtime way leads where it gives the same: no rebuild
+    assert "+13,568 tokens of context (15,872 → 29,440)" in text
     assert "-DGGML_SCHED_MAX_COPIES=1" in text and "-DGGML_BLAS=ON" in text
-    assert "4 parallel requests" in text and "+9,984 tokens" in text
+    assert "Serving 4 requests at once" in text and "With kv-f16-f16" in text
+
+
+def test_decision_table_rows_by_use(run):
+    rows = recommend.decision_table(run)
+    assert [r.use for r in rows] == ["short", "long", "serving"]
+    assert rows[2].title == "Serving 4 requests at once" and rows[2].setting == "kv-f16-q8_0"
+    serving = rows[2]
+    # every build frees the same memory and nothing is faster or slower at 4 requests: the context is what it buys
+    assert not serving.keep_default and serving.build == "no-pp-override"
+    assert [c.kind for c in serving.buys] == ["context"] and serving.costs == []
+    assert set(serving.alternatives) == {"copies1", "no-pp-blas"}
+    head, body = recommend.table_cells(rows)
+    assert head == ["Use", "Run", "Buys", "Costs", "Measured"] and len(body) == 3
 
 
 def test_json_report_contract(run):
@@ -63,4 +76,4 @@ def test_single_stream_run_without_parallel_levels_says_so(tmp_path):
     with Store(tmp_path / "r.db") as store:
         d = rdata.load(store, fill(store, DEMO))
     text = recommend.recommendation(d)
-    assert "Parallel requests were not measured" in text and "concurrency=[1,4]" in text
+    assert "parallel requests were not measured" in text and "concurrency=[1,4]" in text

@@ -125,7 +125,10 @@ def test_markdown_has_the_seed_table_and_verdict(run):
     md = markdown.render(run)
     assert "| Build | Setting | Trial | Input tokens | Input t/s | Output tokens | Output t/s | Compute RPC0 (MiB) |" in md
     assert "| copies4 | kv-f16-q8_0 | 1 | 256 | 2,076.74 | 32 | 203.75 | 48.10 | 48.10 | 37.11 | 8192 | 4 |" in md
-    assert "copies1 (sched copies 1) vs copies4 (sched copies 4): compute buffers RPC0 -29.07 MiB" in md
+    assert ("copies1 vs copies4 (pipeline parallelism on, 1 copy (no extra copies) vs on, 4 copies): compute "
+            "buffers RPC0 -29.07 MiB") in md
+    assert "model buffers unchanged on every device (no weight moved)" in md
+    assert "## Decision by use" in md and "| Use | Run | Buys | Costs | Measured |" in md
     assert "## Speed" in md and "no measurable difference" in md
     assert "build no-pp-blas: skipped — OpenBLAS is not installed" in md
     assert "CMake `-DGGML_SCHED_MAX_COPIES=1`" in md

@@ -105,7 +105,7 @@ def test_every_comparison_carries_the_contract_keys_and_is_json(demo):
     for row in demo:
         assert REQUIRED <= row.keys()
         assert {"setting", "n_baseline", "n_candidate", "baseline_median", "candidate_median"} <= row.keys()
-        assert row["verdict"] in {"faster", "slower", "no measurable difference"}
+        assert row["verdict"] in {"faster", "slower", "no measurable difference", "not comparable"}
     assert json.loads(json.dumps(demo)) == demo
 
 
@@ -115,10 +115,46 @@ def test_baseline_is_the_study_first_build_and_never_its_own_candidate(demo):
         ["copies4-again", "copies1"]
 
 
-def test_single_stream_metrics_only_at_concurrency_one(demo):
+def test_every_metric_at_every_level_where_it_was_measured(demo):
     got = sorted((r["concurrency"], r["metric"]) for r in demo if r["candidate"] == "copies1")
-    assert got == [(1, "aggregate_output_tps"), (1, "input_tps"), (1, "itl_ms"), (1, "output_tps"), (1, "ttft_ms"),
-                   (4, "aggregate_output_tps"), (4, "itl_ms"), (4, "ttft_ms")]
+    # per-request prompt and generation t/s are not in this data at 4 requests; everything else is compared there
+    assert got == [(1, "aggregate_input_tps"), (1, "aggregate_output_tps"), (1, "input_tps"), (1, "itl_ms"),
+                   (1, "output_tps"), (1, "ttft_ms"),
+                   (4, "aggregate_input_tps"), (4, "aggregate_output_tps"), (4, "itl_ms"), (4, "ttft_ms")]
+    assert {(r["prompt_tokens"], r["output_tokens"]) for r in demo} == {(256, 32)}  # the study's one cell
+
+
+def test_aggregate_prompt_throughput_is_prompt_tokens_over_the_last_first_token():
+    t = trial("copies4", "kv", 1, 4, agg=300.0, ttft_ms=400.0, itl_ms=13.0)
+    # 4 requests of 256 prompt tokens; their TTFTs are 400·(1, 1.02, 1.04, 1.06) ms
+    assert speed.trial_value(t, "aggregate_input_tps") == pytest.approx(4 * 256 / 0.424)
+
+
+def test_unlike_foreign_load_gives_no_verdict():
+    trials = demo_trials()
+    for t in trials:
+        t["foreign_load"] = 1.2 if t["build"] == "copies1" else 0.1
+    rows = speed.comparisons(run_data(trials))
+    row = find(rows, "copies1", 4, "aggregate_output_tps")
+    assert row["verdict"] == "not comparable" and "1.20" in row["reason"] and "0.10" in row["reason"]
+    assert row["ratio"] < 0.9  # the ratio is still shown, without a claim
+    assert find(rows, "copies4-again", 4, "aggregate_output_tps")["verdict"] == "no measurable difference"
+    assert "— not comparable (other processes used 0.10 vs 1.20 CPU cores" in speed.sentence(row)
+
+
+def test_cells_of_a_grid_are_compared_only_with_themselves():
+    trials = demo_trials()
+    long = []
+    for t in demo_trials():
+        t = {**t, "cell_prompt_tokens": 2048, "cell_output_tokens": 32}
+        if t["build"] == "copies1":  # copies1 is 10% slower at 2,048-token prompts only
+            t["aggregate_output_tps"] *= 0.9
+        long.append(t)
+    rows = speed.comparisons(run_data(trials + long))
+    at = {(r["prompt_tokens"], r["verdict"]) for r in rows
+          if (r["candidate"], r["concurrency"], r["metric"]) == ("copies1", 1, "aggregate_output_tps")}
+    assert at == {(256, "no measurable difference"), (2048, "slower")}
+    assert any("2,048-token prompts" in line for line in speed.sentences(run_data(trials + long)))
 
 
 # ---- verdicts ----------------------------------------------------------------------------------------------------
@@ -246,6 +282,7 @@ def constant_data() -> RunData:
 def test_sentences_text():
     assert speed.sentences(constant_data()) == [
         "kv-f16-q8_0: copies1 vs copies4 in aggregate output t/s at 4 parallel requests: 1.20× [1.20, 1.20] — faster",
+        "kv-f16-q8_0: copies1 vs copies4 in aggregate prompt t/s at 4 parallel requests: 1.33× [1.33, 1.33] — faster",
         "kv-f16-q8_0: copies1 vs copies4 in median time to first token at 4 parallel requests: 0.75× [0.75, 0.75]"
         " — faster",
         "kv-f16-q8_0: copies1 vs copies4 in median inter-token latency at 4 parallel requests: 1.00× [1.00, 1.00]"

@@ -56,8 +56,9 @@ def test_trial_round_trip_and_resume_keys(tmp_path):
                                   "sched_reserve: reserve took 2.08 ms, sched copies = 4"]))
         req = RequestResult(index=0, prompt_n=256, prompt_tps=2000.5, predicted_n=32, predicted_tps=200.25,
                             wall_s=0.3, ttft_s=0.12, itl_ms=(5.0, 5.1))
-        s.save_trial(rid, cid, Trial("copies4", "kv", 1, 1, (req,), wall_s=0.3))
-        assert s.done_trials(rid) == {("copies4", "kv", 1, 1)}
+        s.save_trial(rid, cid, Trial("copies4", "kv", 1, 1, (req,), wall_s=0.3, cell_prompt_tokens=256,
+                                     cell_output_tokens=32))
+        assert s.done_trials(rid) == {("copies4", "kv", 1, 1, 256, 32)}
         assert s.unfinished_run("h1") == rid
         t = s.trials(rid)[0]
         assert (t["input_tokens"], t["output_tps"], t["requests"][0]["itl_ms"]) == (256, 200.25, [5.0, 5.1])
@@ -66,4 +67,36 @@ def test_trial_round_trip_and_resume_keys(tmp_path):
         s.set_run_status(rid, "finished")
         assert s.unfinished_run("h1") is None
         with pytest.raises(sqlite3.IntegrityError):  # a trial is never stored twice
-            s.save_trial(rid, cid, Trial("copies4", "kv", 1, 1, (req,), wall_s=0.3))
+            s.save_trial(rid, cid, Trial("copies4", "kv", 1, 1, (req,), wall_s=0.3, cell_prompt_tokens=256,
+                                         cell_output_tokens=32))
+        # the same trial number and level in another cell of the workload grid is another trial
+        s.save_trial(rid, cid, Trial("copies4", "kv", 1, 1, (req,), wall_s=0.3, cell_prompt_tokens=2048,
+                                     cell_output_tokens=32))
+        assert len(s.done_trials(rid)) == 2
+
+
+def test_trials_stored_before_the_grid_get_their_runs_single_cell(tmp_path):
+    """A database made by a llamalab before migration 0006: its trials are copied into the new table with the
+    workload cell of their run's study file (the defaults where it set none)."""
+    db = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    db.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)")
+    for name, sql in storemod.MIGRATIONS:
+        if callable(sql):
+            break
+        for stmt in sql.split(";"):
+            if stmt.strip():
+                db.execute(stmt)
+        db.execute("INSERT INTO _migrations VALUES (?, 'then')", (name,))
+    for rid, toml in (("a", "name = 'x'\n[workload]\nprompt_tokens = 2048\noutput_tokens = 128\n"),
+                      ("b", "name = 'y'\n")):
+        db.execute("INSERT INTO runs (id, study, study_toml, study_hash, status, started, host, llamalab_version)"
+                   " VALUES (?, 'x', ?, 'h', 'finished', 'now', 'host', '0')", (rid, toml))
+        db.execute("INSERT INTO configs (run_id, build, setting, status) VALUES (?, 'copies4', 'kv', 'ok')", (rid,))
+        db.execute("INSERT INTO trials (run_id, config_id, build, setting, trial, concurrency, requests_json,"
+                   " foreign_load) VALUES (?, (SELECT MAX(id) FROM configs), 'copies4', 'kv', 1, 4, '[]', 0.5)",
+                   (rid,))
+    db.close()
+    with storemod.Store(tmp_path / "old.db") as s:
+        assert s.done_trials("a") == {("copies4", "kv", 1, 4, 2048, 128)}
+        assert s.done_trials("b") == {("copies4", "kv", 1, 4, 256, 32)}
+        assert s.trials("a")[0]["foreign_load"] == 0.5

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from . import __version__
 from .errors import ConfigError, StoreError
-from .store import MIGRATIONS, Store
+from .store import MIGRATIONS, Store, with_trial_cells
 
 FORMAT = "llamalab-run"
 VERSION = 1
@@ -117,7 +117,7 @@ class ImportResult:
 
 def import_run(store: Store, doc: dict) -> ImportResult:
     """Put an exported run (checked with `loads`) into `store` under its own id."""
-    tables = doc["tables"]
+    tables = with_trial_cells(doc["tables"])  # an export from before the workload grid: one cell per run
     run = tables["runs"][0]
     rid = run["id"]
     result = ImportResult(rid, True, len(tables.get("trials", [])), len(tables.get("configs", [])),

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import memory
-from .ledger import Buffers, Ledger
+from .ledger import ONE_COPY, Buffers, Ledger, pp_label
 from .safetext import plain
 
 COLUMNS = (("model", "model_mib"), ("KV", "kv_mib"), ("RS", "rs_mib"), ("compute", "compute_mib"),
@@ -63,11 +63,13 @@ def _sum(table: dict[str, Buffers], attr: str) -> float | None:
 
 
 def pp_line(led: Ledger) -> str:
-    """Pipeline parallelism's state, and the evidence for it."""
+    """Pipeline parallelism's state in the vocabulary of every llamalab output (`ledger.pp_label`), and the
+    evidence for it."""
     if led.sched_copies is not None:
-        state = "on" if led.pipeline_parallel else "off"
-        extra = " (the \"enabled\" line printed too, but one copy is no pipeline)" if (
-            led.pp_enabled_line and not led.pipeline_parallel and not led.pp_retry) else ""
+        state = pp_label(led.pipeline_parallel, led.sched_copies, led.pp_enabled_line and not led.pp_retry)
+        extra = (" — llama.cpp prints \"pipeline parallelism enabled\", but with one scheduler copy nothing is "
+                 "overlapped and nothing extra allocated: in memory and speed it is as good as off"
+                 if state == ONE_COPY else "")
         retry = "; compute allocation failed and llama.cpp retried without it" if led.pp_retry else ""
         return f"Pipeline parallelism: {state}, sched copies = {led.sched_copies}{retry}{extra}"
     if led.pp_retry:
@@ -91,6 +93,9 @@ def context_lines(led: Ledger) -> list[str]:
             parts.append(f"n_ubatch = {led.n_ubatch}")
         if led.flash_attn is not None:
             parts.append("flash attention " + ("on" if led.flash_attn else "off"))
+        if led.n_ctx_train:
+            parts.append(f"n_ctx_train = {led.n_ctx_train:,}" + (" (this is the model's limit: no more context "
+                                                                 "to gain)" if led.n_ctx >= led.n_ctx_train else ""))
         out.append("Context: " + ", ".join(parts))
     for c in led.kv_caches:
         kind = " (sliding window)" if c.swa else ""
@@ -99,9 +104,7 @@ def context_lines(led: Ledger) -> list[str]:
     per = memory.total_kv_bytes_per_token(led)
     if per:
         out.append(f"KV per token of context: {per / 1024:,.1f} KiB over all buffers")
-    if led.fit_ctx_from is not None or led.fit_ctx_to is not None:
-        out.append(f"--fit: context size reduced from {_tokens(led.fit_ctx_from)} to {_tokens(led.fit_ctx_to)}"
-                   + (f" ({led.fit_status})" if led.fit_status else ""))
+    out += fit_lines(led)
     if led.fit_args:
         out.append(f"llama-fit-params suggests: {led.fit_args}")
     if led.graph_nodes is not None or led.graph_splits is not None:
@@ -115,18 +118,43 @@ def context_lines(led: Ledger) -> list[str]:
     return out
 
 
+def fit_lines(led: Ledger) -> list[str]:
+    """What llama.cpp's memory fit did, with its own verdict: a failed fit reads as failed."""
+    failed = led.fit_status == "failed"
+    if led.fit_ctx_from is not None or led.fit_ctx_to is not None:
+        s = f"--fit: context size reduced from {_tokens(led.fit_ctx_from)} to {_tokens(led.fit_ctx_to)}"
+        if failed:
+            s += ("; then the fit FAILED (\"failed to fit params to free device memory\"): the context is the "
+                  "reduced one, but the layers were not fitted to each device (llama.cpp does not move layers when "
+                  "-ngl is given), so a device may hold more than its free memory")
+        elif led.fit_status == "ok":
+            s += " (fit succeeded)"
+        return [s]
+    if failed:
+        return ["--fit: FAILED (\"failed to fit params to free device memory\"): llama.cpp went on with the "
+                "parameters as given"]
+    return []
+
+
 def saving_lines(led: Ledger) -> list[str]:
     """The one-copy estimate, with its basis; empty unless pipeline parallelism is on."""
     s = memory.one_copy_saving(led)
     if s is None:
         return []
     per = ", ".join(f"{name} {_mib(mib)} MiB" for name, mib in s.per_device.items())
-    tokens = ("≈ " + _tokens(s.tokens) + " more tokens of context" if s.tokens is not None
-              else "(tokens of context: the log has no KV cache lines to price a token)")
+    if s.at_limit:
+        tokens = (f"— but no more context: this log already runs the model's whole context (n_ctx_train "
+                  f"{s.n_ctx_train:,})")
+    elif s.tokens is not None:
+        tokens = "≈ " + _tokens(s.tokens) + " more tokens of context" + (
+            f" (the model's limit: n_ctx_train {s.n_ctx_train:,})" if s.capped else "")
+    else:
+        tokens = "(tokens of context: the log has no KV cache lines to price a token)"
     out = [f"ESTIMATED saving with one scheduler copy instead of {s.n_copies}: {per} {tokens}"]
     if s.low:
         rng = ", ".join(f"{name} {_mib(s.low[name])}–{_mib(s.high[name])}" for name in s.per_device)
-        out.append(f"  range per device (MiB): {rng}; tokens {_tokens(s.tokens_low)}–{_tokens(s.tokens_high)}")
+        toks = "" if s.at_limit else f"; tokens {_tokens(s.tokens_low)}–{_tokens(s.tokens_high)}"
+        out.append(f"  range per device (MiB): {rng}{toks}")
     else:
         out.append("  upper figure only: the log does not show the context size the copies' inputs scale with")
     if s.host_mib:

@@ -663,6 +663,29 @@ def _pp_state(led: Ledger) -> bool | None:
     return None
 
 
+ONE_COPY = "on, 1 copy (no extra copies)"
+
+
+def pp_label(pipeline_parallel: bool | None, copies: int | None, enabled_line: bool | None = None) -> str:
+    """Pipeline parallelism in the one vocabulary every output uses: "on, 4 copies"; "on, 1 copy (no extra
+    copies)" where llama.cpp set it up (it prints "pipeline parallelism enabled") with one scheduler copy, which
+    overlaps nothing and allocates nothing extra, so in memory and speed it is as good as off; "off"; "unknown"."""
+    if copies is not None and copies > 1 and pipeline_parallel is not False:
+        return f"on, {copies} copies"
+    if copies == 1 and enabled_line:
+        return ONE_COPY
+    if pipeline_parallel is True:
+        return "on" + (f", {copies} copies" if copies else "")
+    if pipeline_parallel is False or copies == 1:
+        return "off"
+    return "unknown"
+
+
+def pp_label_of(ledger: dict) -> str:
+    """`pp_label` of a stored ledger (Ledger.to_json)."""
+    return pp_label(ledger.get("pipeline_parallel"), ledger.get("sched_copies"), ledger.get("pp_enabled_line"))
+
+
 # ---------------------------------------------------------------- failures
 
 _FAILURES: list[tuple[re.Pattern, str]] = [

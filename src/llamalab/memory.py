@@ -146,12 +146,16 @@ class OneCopySaving:
     tokens_high: int | None = None
     method: str = "inputs"  # "inputs" (low) or "proportional" (high) chose the point estimate
     basis: str = ""
+    n_ctx_train: int | None = None  # the model's training context: no context gain goes past it
+    capped: bool = False  # the token figures were cut to n_ctx_train − n_ctx
+    at_limit: bool = False  # the log's context is already the model's whole context: no tokens to gain
 
     def to_json(self) -> dict:
         return {"n_copies": self.n_copies, "per_device_mib": self.per_device, "low_mib": self.low,
                 "high_mib": self.high, "host_mib": self.host_mib, "tokens": self.tokens,
                 "tokens_low": self.tokens_low, "tokens_high": self.tokens_high, "method": self.method,
-                "basis": self.basis, "estimate": True}
+                "basis": self.basis, "n_ctx_train": self.n_ctx_train, "capped_at_model_limit": self.capped,
+                "at_model_limit": self.at_limit, "estimate": True}
 
 
 def clean_pipeline(led: Ledger) -> bool | None:
@@ -198,35 +202,28 @@ def one_copy_saving(led: Ledger) -> OneCopySaving | None:
                 f"{led.graph_splits} graph splits for {len(devices)} device(s): extra split inputs are copied too, "
                 "so the high figure is used.")
              + " Tokens: freed MiB / (KV bytes per token + mask bytes per token), the tightest device deciding.")
+    tokens = context_tokens_for(point, per_token)
+    tokens_low = context_tokens_for(low, per_token) if low else None
+    tokens_high = context_tokens_for(high, per_token)
+    room = room_to_grow(led)
+    capped = False
+    if room is not None:  # memory freed past the model's training context buys no tokens
+        capped = any(t is not None and t > room for t in (tokens, tokens_low, tokens_high))
+        tokens, tokens_low, tokens_high = (None if t is None else min(t, room) for t in (tokens, tokens_low, tokens_high))
+        basis += f" Capped at the model's training context (n_ctx_train {led.n_ctx_train:,})."
     return OneCopySaving(
         n_copies=n, per_device=dict(point), low=low, high=high, host_mib=host_mib,
-        tokens=context_tokens_for(point, per_token), tokens_low=context_tokens_for(low, per_token) if low else None,
-        tokens_high=context_tokens_for(high, per_token), method=method, basis=basis)
+        tokens=tokens, tokens_low=tokens_low, tokens_high=tokens_high, method=method, basis=basis,
+        n_ctx_train=led.n_ctx_train, capped=capped, at_limit=room == 0)
 
 
-# ---------------------------------------------------------------- weights that moved
-
-def moved_weights(baseline: Ledger | dict, ledger: Ledger | dict, *, tolerance_mib: float = 0.01) -> dict[str, float]:
-    """Model-buffer MiB that changed between two loads of one model: {device label or "host": ledger − baseline},
-    only where the difference exceeds `tolerance_mib`; {} when no weight moved.
-
-    Devices are matched by position (the report's labels: RPC0, RPC1 …, CUDA0 …), since a local rpc-server's
-    device is printed with a new port each run; "host" sums every host buffer type (CPU_Mapped, CPU, AMX,
-    CPU_REPACK …). A tensor override that matches no tensor leaves this empty; `-ot token_embd\\.weight=CPU` on a
-    model with tied embeddings moves the output layer off the last device, whose model buffer shrinks (the host's
-    grows where the CPU backend repacks the tensor into a buffer of its own, such as AMX)."""
-    from .report.data import device_labels, device_names
-
-    def per_label(led: Ledger | dict) -> dict[str, float]:
-        d = led.to_json() if isinstance(led, Ledger) else led or {}
-        names = device_names(d)
-        out = {lab: (d["devices"][n] or {}).get("model_mib") or 0.0 for lab, n in zip(device_labels(names), names)}
-        out["host"] = sum((b or {}).get("model_mib") or 0.0 for b in (d.get("host") or {}).values())
-        return out
-
-    a, b = per_label(baseline), per_label(ledger)
-    diff = {k: round(b.get(k, 0.0) - a.get(k, 0.0), 2) for k in [*a, *(k for k in b if k not in a)]}
-    return {k: v for k, v in diff.items() if abs(v) > tolerance_mib}
+def room_to_grow(led: Ledger) -> int | None:
+    """Tokens of context the model allows beyond the log's (n_ctx_train − n_ctx, never below 0); None when the
+    log does not say both."""
+    ctx = kv_cells(led) or led.n_ctx
+    if not led.n_ctx_train or not ctx:
+        return None
+    return max(0, led.n_ctx_train - ctx)
 
 
 # ---------------------------------------------------------------- stored form

@@ -501,7 +501,8 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                      "reports as its own; pass --budget 16GiB,12GiB to plan for particular cards")
     return Plan(study=study.name, backend=prep.backend, target=opts.target or prep.backend,
                 model=prep.model_info.as_dict(), model_standin=made or _is_standin(model_path),
-                llama_cpp=f"{prep.source.version} ({prep.source.short_commit})", configs=plans,
+                llama_cpp=f"{prep.source.version} ({prep.source.short_commit})"
+                + "".join(f"; binaries in {d}" for d in prep.binaries), configs=plans,
                 skipped=dict(prep.skipped),
                 copies_costs=copies_costs(plans, prep.artifacts, {b.name: b.args for b in study.builds}, at_ctx),
                 seconds=round(time.monotonic() - t0, 2), notes=notes)
@@ -659,11 +660,13 @@ def render(plan: Plan, width: int | None = None):
         if c.status != "ok":
             t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"failed: {(c.reason or '')[:80]}", style="red"))
             continue
-        pp = ("on ×" + str(c.sched_copies)) if c.pipeline_parallel else "off"
+        pp = ledger.pp_label(c.pipeline_parallel, c.sched_copies, c.pipeline_parallel)
         if c.copies_mismatch:
             pp += " !"
         ctx = _mib(c.n_ctx, approx["n_ctx"]) if c.n_ctx is not None else "–"
-        if c.ctx_reduced_from:
+        if c.fit_ok is False:
+            ctx = Text(ctx.replace(",", "") + " (fit failed)", style="yellow")
+        elif c.ctx_reduced_from:
             ctx += " (fit)"
         cells = []
         for n in names:
@@ -675,10 +678,20 @@ def render(plan: Plan, width: int | None = None):
             cells.append(Text(cell, style="red") if n in c.over_budget else cell)
         h = c.host
         cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx['compute'])}" if h else "")
-        t.add_row(Text(c.build), Text(c.setting), pp, ctx.replace(",", ""), *cells)
+        t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
     parts: list = [t]
     for b, why in plan.skipped.items():
         parts.append(Text(f"build {b} not planned: {why}", style="yellow"))
+    failed = [c for c in plan.configs if c.status == "ok" and c.fit_ok is False]
+    for msg in dict.fromkeys(c.fit_message or "no reason printed" for c in failed):
+        these = [c for c in failed if (c.fit_message or "no reason printed") == msg]
+        reduced = any(c.ctx_reduced_from for c in these)
+        parts.append(Text(
+            f"llama.cpp's fit FAILED in {len(these)} configuration(s) ({msg})"
+            + (": it had reduced the context to fit the total memory, then stopped before fitting the layers to "
+               "each device, so the n_ctx shown is the reduced one and a device may hold more than its budget "
+               "(red cells); to let the fit place layers, leave -ngl out of the study's server args"
+               if reduced else ": the server would run with the parameters as given"), style="yellow"))
     thin: dict[tuple[str, int], list[float]] = {}  # (device, margin) → MiB left free, per configuration
     for c in plan.configs:
         if c.copies_mismatch:

@@ -39,6 +39,16 @@ class Trial:
     wall_s: float  # first request sent → last response done
     started: float = 0.0  # unix time
     foreign_load: float | None = None  # CPU cores other processes used during the trial (sysload.py)
+    # The workload cell: tokens of prompt and of output each request asked for (`input_tokens`/`output_tokens`
+    # are what the server reported, summed over the requests)
+    cell_prompt_tokens: int | None = None
+    cell_output_tokens: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int, int, int | None, int | None]:
+        """What identifies a trial within a run (the store's resume key)."""
+        return (self.build, self.setting, self.trial, self.concurrency, self.cell_prompt_tokens,
+                self.cell_output_tokens)
 
     def ok_requests(self) -> list[RequestResult]:
         return [r for r in self.requests if r.ok]

@@ -134,7 +134,87 @@ MIGRATIONS: list[tuple[str, str]] = [
             PRIMARY KEY (run_id, build, setting)
         );
     """),
+    ("0006_build_binaries", """
+        ALTER TABLE builds ADD COLUMN binary_json TEXT;  -- given binaries (--llama-bin): --version, backends, files
+    """),
+    # The workload grid: a trial belongs to a cell (prompt tokens × output tokens per request) as well as to a
+    # concurrency level, so the unique key grows by the cell. SQLite cannot change a UNIQUE constraint in place:
+    # the table is copied. Trials stored before this hold the run's single workload, read from its study file.
+    ("0007_trial_cells", lambda db: _trial_cells(db)),
 ]
+
+_TRIALS_0006 = """
+    CREATE TABLE trials_0006 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        config_id INTEGER NOT NULL REFERENCES configs(id),
+        build TEXT NOT NULL,
+        setting TEXT NOT NULL,
+        trial INTEGER NOT NULL,
+        concurrency INTEGER NOT NULL,
+        input_tokens INTEGER, input_tps REAL,
+        output_tokens INTEGER, output_tps REAL,
+        wall_s REAL, aggregate_output_tps REAL, aggregate_total_tps REAL,
+        errors INTEGER NOT NULL DEFAULT 0,
+        started REAL,
+        requests_json TEXT NOT NULL,
+        foreign_load REAL,
+        cell_prompt_tokens INTEGER,             -- prompt tokens each request asked for (the workload cell)
+        cell_output_tokens INTEGER,             -- output tokens each request asked for
+        UNIQUE (run_id, build, setting, trial, concurrency, cell_prompt_tokens, cell_output_tokens)
+    );
+    INSERT INTO trials_0006 (id, run_id, config_id, build, setting, trial, concurrency, input_tokens, input_tps,
+        output_tokens, output_tps, wall_s, aggregate_output_tps, aggregate_total_tps, errors, started, requests_json,
+        foreign_load)
+      SELECT id, run_id, config_id, build, setting, trial, concurrency, input_tokens, input_tps, output_tokens,
+        output_tps, wall_s, aggregate_output_tps, aggregate_total_tps, errors, started, requests_json, foreign_load
+      FROM trials;
+    DROP TABLE trials;
+    ALTER TABLE trials_0006 RENAME TO trials
+"""
+
+
+def _trial_cells(db: sqlite3.Connection) -> None:
+    for stmt in _TRIALS_0006.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+    for run_id, toml_text in db.execute("SELECT id, study_toml FROM runs").fetchall():
+        prompt, output = legacy_cell(toml_text)
+        db.execute("UPDATE trials SET cell_prompt_tokens=?, cell_output_tokens=? WHERE run_id=?"
+                   " AND cell_prompt_tokens IS NULL", (prompt, output, run_id))
+
+
+def legacy_cell(study_toml: str | None) -> tuple[int, int]:
+    """The one workload cell of a run stored before the grid (its study's scalar `[workload]` tokens; the
+    defaults where the study file did not set them or cannot be read)."""
+    import tomllib
+
+    try:
+        wl = (tomllib.loads(study_toml or "").get("workload") or {})
+    except (tomllib.TOMLDecodeError, TypeError):
+        wl = {}
+
+    def one(v, default: int) -> int:
+        if isinstance(v, list) and len(v) == 1:
+            v = v[0]
+        return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+    return one(wl.get("prompt_tokens"), 256), one(wl.get("output_tokens"), 32)
+
+
+def with_trial_cells(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """A run's tables (as `dump_run` or an export gives them) with every trial's workload cell filled in: trials
+    from before the grid have none, and carry their run's single workload."""
+    trials = tables.get("trials") or []
+    if all(t.get("cell_prompt_tokens") is not None and t.get("cell_output_tokens") is not None for t in trials):
+        return tables
+    runs = tables.get("runs") or [{}]
+    prompt, output = legacy_cell(runs[0].get("study_toml"))
+    filled = [{**t, "cell_prompt_tokens": t.get("cell_prompt_tokens") if t.get("cell_prompt_tokens") is not None
+               else prompt,
+               "cell_output_tokens": t.get("cell_output_tokens") if t.get("cell_output_tokens") is not None
+               else output} for t in trials]
+    return {**tables, "trials": filled}
 
 
 def _now() -> str:
@@ -190,9 +270,12 @@ class Store:
             if name in applied:
                 continue
             with self.tx() as db:
-                for stmt in sql.split(";"):
-                    if stmt.strip():
-                        db.execute(stmt)
+                if callable(sql):  # a migration that also moves data
+                    sql(db)
+                else:
+                    for stmt in sql.split(";"):
+                        if stmt.strip():
+                            db.execute(stmt)
                 db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, _now()))
 
     # ------------------------------------------------------------ writing
@@ -230,12 +313,13 @@ class Store:
         with self.tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO builds (run_id, name, status, reason, key, source_version, source_commit,"
-                " source_origin, options_json, cmake_argv_json, build_seconds, reused) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " source_origin, options_json, cmake_argv_json, build_seconds, reused, binary_json)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, name, status, reason,
                  a.key if a else None, a.source.version if a else None, a.source.commit if a else None,
                  a.source.origin if a else None, _j(a.options) if a else None,
                  _j(list(a.cmake_argv)) if a else None, a.build_seconds if a else None,
-                 int(a.reused) if a else None))
+                 int(a.reused) if a else None, _j(a.given) if a else None))
 
     def start_config(self, run_id: str, outcome: ConfigOutcome, pass_no: int = 0) -> int:
         with self.tx() as db:
@@ -285,14 +369,18 @@ class Store:
         clean repeat on resume; a clean trial is never stored twice."""
         with self.tx() as db:
             db.execute("DELETE FROM trials WHERE run_id=? AND build=? AND setting=? AND trial=? AND concurrency=?"
-                       " AND errors > 0", (run_id, t.build, t.setting, t.trial, t.concurrency))
+                       " AND cell_prompt_tokens IS ? AND cell_output_tokens IS ? AND errors > 0",
+                       (run_id, t.build, t.setting, t.trial, t.concurrency, t.cell_prompt_tokens,
+                        t.cell_output_tokens))
             db.execute(
                 "INSERT INTO trials (run_id, config_id, build, setting, trial, concurrency, input_tokens, input_tps,"
                 " output_tokens, output_tps, wall_s, aggregate_output_tps, aggregate_total_tps, errors, started,"
-                " requests_json, foreign_load) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " requests_json, foreign_load, cell_prompt_tokens, cell_output_tokens)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, config_id, t.build, t.setting, t.trial, t.concurrency, t.input_tokens, t.input_tps,
                  t.output_tokens, t.output_tps, t.wall_s, t.aggregate_output_tps, t.aggregate_total_tps,
-                 t.errors, t.started, _j([asdict(r) for r in t.requests]), t.foreign_load))
+                 t.errors, t.started, _j([asdict(r) for r in t.requests]), t.foreign_load, t.cell_prompt_tokens,
+                 t.cell_output_tokens))
 
     def save_context_check(self, run_id: str, build: str, setting: str, mode: str, fitted: int | None,
                            verified: bool | None, max_loaded: int | None, steps: list[dict]) -> None:
@@ -356,9 +444,12 @@ class Store:
         row = self.db.execute("SELECT info_json FROM system_info WHERE run_id=?", (run_id,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def done_trials(self, run_id: str) -> set[tuple[str, str, int, int]]:
-        return {(r[0], r[1], r[2], r[3]) for r in self.db.execute(
-            "SELECT build, setting, trial, concurrency FROM trials WHERE run_id=? AND errors = 0", (run_id,))}
+    def done_trials(self, run_id: str) -> set[tuple[str, str, int, int, int | None, int | None]]:
+        """The keys (`Trial.key`) of the run's clean trials: build, setting, trial, concurrency and the workload
+        cell's prompt and output tokens."""
+        return {tuple(r) for r in self.db.execute(
+            "SELECT build, setting, trial, concurrency, cell_prompt_tokens, cell_output_tokens FROM trials"
+            " WHERE run_id=? AND errors = 0", (run_id,))}
 
     def unfinished_run(self, study_hash: str) -> str | None:
         """The latest unfinished run of this study made on this host (an imported run from another rig is
@@ -410,6 +501,7 @@ class Store:
         runs = tables.get("runs") or []
         if len(runs) != 1:
             raise StoreError(f"a run to restore needs exactly one runs row, not {len(runs)}.")
+        tables = with_trial_cells(tables)
         run_id = runs[0]["id"]
         if self.has_run(run_id):
             raise StoreError(f"run {run_id} is already in {self.path}.")

@@ -168,37 +168,53 @@ def measure(
     build: str,
     setting: str,
     trials: tuple[int, ...],
-    concurrency: list[int],
-    shape: Shape,
+    concurrency: list[int] | None = None,
+    shape: Shape | None = None,
+    cells: list[tuple[Shape, list[int]]] | None = None,
     warmup: int = 1,
     on_trial: Callable[[Trial], None] = lambda t: None,
     transport: httpx.BaseTransport | None = None,
     n_slots: int = 0,
 ) -> list[Trial]:
-    """Warm up, then for each trial number and concurrency level run one level and hand the Trial to `on_trial`
-    (which stores it) before the next starts. With `n_slots`, every level starts with all slots erased."""
+    """Warm up, then for each trial number, each workload cell (a Shape with the concurrency levels it runs at;
+    `shape` with `concurrency` is the one-cell form) and each level, run one level and hand the Trial to
+    `on_trial` (which stores it) before the next starts. With `n_slots`, every level starts with all slots
+    erased."""
+    if cells is None:
+        if shape is None or not concurrency:
+            raise ValueError("measure needs cells, or a shape with concurrency levels")
+        cells = [(shape, list(concurrency))]
+    cells = [(sh, levels) for sh, levels in cells if levels]
+    if not cells:
+        return []
     # No keep-alive: a pooled connection that llama-server closed while idle fails the next request at once
     # ("Server disconnected without sending a response"); a fresh loopback connection costs ~0.1 ms.
-    limits = httpx.Limits(max_connections=max(concurrency) + 2, max_keepalive_connections=0)
+    top = max(max(levels) for _, levels in cells)
+    limits = httpx.Limits(max_connections=top + 2, max_keepalive_connections=0)
     out: list[Trial] = []
-    with httpx.Client(base_url=base_url, timeout=shape.timeout_s, limits=limits, transport=transport) as client:
-        prompts = [prompt_ids(client, shape.prompt_tokens, rotate=7 * k) for k in range(max(concurrency))]
+    with httpx.Client(base_url=base_url, timeout=cells[0][0].timeout_s, limits=limits, transport=transport) as client:
+        prompts = {sh: [prompt_ids(client, sh.prompt_tokens, rotate=7 * k) for k in range(max(levels))]
+                   for sh, levels in cells}
+        first = cells[0][0]
         for _ in range(warmup):
-            w = one_request(client, -1, prompts[0], shape)
+            w = one_request(client, -1, prompts[first][0], first)
             if not w.ok:
                 raise WorkloadError(f"the warm-up request failed: {w.error}",
                                     tip="see the server log; the prompt may exceed the context size.")
         for trial in trials:
-            for c in concurrency:
-                proc.check_stop()
-                if n_slots and not clear_slots(client, n_slots):
-                    raise WorkloadError("the server refused to erase its slots between levels",
-                                        tip="llama-server needs --slot-save-path for POST /slots/N?action=erase.")
-                started = time.time()
-                before = sysload.snapshot()
-                reqs, wall = run_level(client, c, prompts, shape)
-                t = Trial(build=build, setting=setting, trial=trial, concurrency=c, requests=tuple(reqs),
-                          wall_s=wall, started=started, foreign_load=sysload.foreign_cores(before, sysload.snapshot()))
-                on_trial(t)
-                out.append(t)
+            for sh, levels in cells:
+                for c in levels:
+                    proc.check_stop()
+                    if n_slots and not clear_slots(client, n_slots):
+                        raise WorkloadError("the server refused to erase its slots between levels",
+                                            tip="llama-server needs --slot-save-path for POST /slots/N?action=erase.")
+                    started = time.time()
+                    before = sysload.snapshot()
+                    reqs, wall = run_level(client, c, prompts[sh], sh)
+                    t = Trial(build=build, setting=setting, trial=trial, concurrency=c, requests=tuple(reqs),
+                              wall_s=wall, started=started,
+                              foreign_load=sysload.foreign_cores(before, sysload.snapshot()),
+                              cell_prompt_tokens=sh.prompt_tokens, cell_output_tokens=sh.output_tokens)
+                    on_trial(t)
+                    out.append(t)
     return out

@@ -77,37 +77,57 @@ def _memory(la: dict | None, lb: dict | None) -> dict:
     }
 
 
-def _samples(d: RunData, build: str, setting: str, level: int, metric: str) -> tuple[list[float], int]:
-    ts = sorted((t for t in d.trials if t["build"] == build and t["setting"] == setting
-                 and int(t["concurrency"]) == level), key=lambda t: t["trial"])
-    used = [t for t in ts if not t.get("errors")]
-    vals = [v for t in used if (v := speed.trial_value(t, metric)) is not None]
-    return vals, len(ts) - len(used)
+def _cells(d: RunData, build: str, setting: str) -> dict[tuple[int, int, int], speed.Cell]:
+    """(prompt tokens, output tokens, level) → the trials of one configuration there."""
+    return {(k[2], k[3], k[4]): c for k, c in speed.cells(d).items() if k[0] == build and k[1] == setting}
+
+
+def _workload(d: RunData) -> str:
+    cells = ", ".join(f"{p:,}+{o:,}" for p, o in d.cells) or "none"
+    return f"{cells} tokens per request, output {d.output_mode}"
 
 
 def _speed(a: RunData, b: RunData, build: str, setting: str, threshold: float, seed: int,
            n_resamples: int) -> list[dict]:
-    la = {int(t["concurrency"]) for t in a.trials if t["build"] == build and t["setting"] == setting}
-    lb = {int(t["concurrency"]) for t in b.trials if t["build"] == build and t["setting"] == setting}
+    """Speed of one configuration in A and B, cell by cell. Cells measured with the same workload and level are
+    compared; a level where each run measured one other cell gets rows with no ratio ("not comparable", and
+    why); so does a differing output mode, and a foreign CPU load that differs beyond speed.FOREIGN_LOAD_GAP
+    keeps the ratio but gives no verdict."""
+    ca, cb = _cells(a, build, setting), _cells(b, build, setting)
+    pairs = [(k, k) for k in sorted(set(ca) & set(cb))]
+    for level in sorted({k[2] for k in ca} & {k[2] for k in cb}):
+        only_a = [k for k in ca if k[2] == level and k not in cb]
+        only_b = [k for k in cb if k[2] == level and k not in ca]
+        if len(only_a) == 1 and len(only_b) == 1:
+            pairs.append((only_a[0], only_b[0]))
+    mode = (None if a.output_mode == b.output_mode else
+            f"output mode differs ({a.output_mode} in A, {b.output_mode} in B)")
     out = []
-    for level in sorted(la & lb):
+    for ka, kb in sorted(pairs, key=lambda x: (x[0][2], x[0])):
+        xa, xb = ca[ka], cb[kb]
+        unlike = None if ka == kb else (f"workload differs: {ka[0]:,}+{ka[1]:,} tokens per request in A, "
+                                        f"{kb[0]:,}+{kb[1]:,} in B")
+        unlike = unlike or mode
         for m in speed.METRICS:
-            if m.single_stream_only and level != 1:
-                continue
-            ax, a_ex = _samples(a, build, setting, level, m.name)
-            bx, b_ex = _samples(b, build, setting, level, m.name)
+            ax, _ = xa.samples(m.name)
+            bx, _ = xb.samples(m.name)
             if not ax or not bx:
                 continue
             r = stats.ratio(ax, bx, seed=seed, n_resamples=n_resamples)
+            why = unlike or speed.comparable(xa.foreign_load, xb.foreign_load)
             out.append({
-                "metric": m.name, "concurrency": level,
+                "metric": m.name, "concurrency": ka[2], "prompt_tokens": ka[0], "output_tokens": ka[1],
+                "b_prompt_tokens": kb[0], "b_output_tokens": kb[1],
                 "a_median": round(stats.summarize(ax).median, 3),
                 "b_median": round(stats.summarize(bx).median, 3),
-                "ratio": round(r.ratio, 4), "ci_low": None if r.ci_low is None else round(r.ci_low, 4),
-                "ci_high": None if r.ci_high is None else round(r.ci_high, 4), "confidence": r.confidence,
-                "n_a": r.n_baseline, "n_b": r.n_candidate, "a_excluded": a_ex, "b_excluded": b_ex,
+                "ratio": None if unlike else round(r.ratio, 4),
+                "ci_low": None if unlike or r.ci_low is None else round(r.ci_low, 4),
+                "ci_high": None if unlike or r.ci_high is None else round(r.ci_high, 4), "confidence": r.confidence,
+                "n_a": r.n_baseline, "n_b": r.n_candidate, "a_excluded": xa.excluded, "b_excluded": xb.excluded,
+                "a_foreign_load": xa.foreign_load, "b_foreign_load": xb.foreign_load,
                 "higher_is_better": m.higher_is_better,
-                "verdict": stats.verdict(r, threshold, m.higher_is_better),
+                "verdict": speed.NOT_COMPARABLE if why else stats.verdict(r, threshold, m.higher_is_better),
+                "reason": why,
             })
     return out
 
@@ -129,6 +149,9 @@ def compare(a: RunData, b: RunData, threshold: float | None = None, *, seed: int
         notes.append(f"the runs come from different studies ({sa['study']} and {sb['study']}).")
     if not both:
         notes.append("no configuration (build × setting) is present in both runs.")
+    if _workload(a) != _workload(b):
+        notes.append(f"the runs measured different workloads (A: {_workload(a)}; B: {_workload(b)}): only cells with "
+                     "the same prompt and output tokens and output mode are compared; the others are not comparable.")
     configs = []
     for build, setting in both:
         configs.append({
@@ -187,12 +210,17 @@ def markdown(c: dict) -> str:
     lines = []
     for cfg in c["configs"]:
         for s in cfg["speed"]:
-            r = stats.Ratio(s["ratio"], s["ci_low"], s["ci_high"], s["n_a"], s["n_b"], s["confidence"])
             label = next((m.label for m in speed.METRICS if m.name == s["metric"]), s["metric"])
             where = "single stream" if s["concurrency"] == 1 else f"{s['concurrency']} parallel requests"
-            lines.append(f"- {cfg['build']} × {cfg['setting']}, {label}, {where}: B/A "
-                         f"{stats.format_ratio(r)} ({_num(s['a_median'])} → {_num(s['b_median'])}) — "
-                         f"{s['verdict']}")
+            cell = f"{s['prompt_tokens']:,}-token prompts"
+            if s["ratio"] is None:
+                lines.append(f"- {cfg['build']} × {cfg['setting']}, {label}, {where}: "
+                             f"({_num(s['a_median'])} → {_num(s['b_median'])}) — {s['verdict']} ({s['reason']})")
+                continue
+            r = stats.Ratio(s["ratio"], s["ci_low"], s["ci_high"], s["n_a"], s["n_b"], s["confidence"])
+            tail = s["verdict"] + (f" ({s['reason']})" if s.get("reason") else "")
+            lines.append(f"- {cfg['build']} × {cfg['setting']}, {label}, {where}, {cell}: B/A "
+                         f"{stats.format_ratio(r)} ({_num(s['a_median'])} → {_num(s['b_median'])}) — {tail}")
     if lines:
         out += [f"## Speed (B relative to A; threshold {c['threshold']:.0%})", ""] + lines + [""]
     for tag, keys in (("A", c["only_in_a"]), ("B", c["only_in_b"])):

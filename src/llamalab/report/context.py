@@ -102,17 +102,26 @@ def rows(data: RunData) -> list[dict]:
             fitted = led.get("n_ctx")
             measured = None if fitted is None or base.get("n_ctx") is None else fitted - base["n_ctx"]
             predicted = 0 if b == builds[0] else predicted_delta_tokens(base, led)
+            train = data.n_ctx_train(led)
+            capped = False
+            if predicted and predicted > 0 and train and base.get("n_ctx") is not None:
+                room = max(0, train - base["n_ctx"])  # no build gives more context than the model was trained for
+                capped, predicted = predicted > room, min(predicted, room)
             fit = led.get("fit") or {}
             budgets = _budgets(cfg)
             over = _over_budget(led, budgets)
             out.append({
                 "build": b, "setting": setting, "baseline": builds[0],
                 "fitted_n_ctx": fitted,
+                "n_ctx_train": train,
+                "at_model_limit": bool(train and fitted and fitted >= train),
                 "fit_reduced_from": led.get("fit_ctx_from") or fit.get("ctx_from"),
+                "fit_status": led.get("fit_status"),  # llama.cpp's own word: "ok", "failed", or None (no fit ran)
                 "budgets_mib": budgets,
                 "over_budget": over,  # devices whose allocated buffers exceed their budget: would not load there
                 "kv_bytes_per_token": round(sum(_kv_by_label(led).values()), 1) or None,
                 "predicted_delta_tokens": predicted,
+                "predicted_capped_at_model_limit": capped,
                 "measured_delta_tokens": measured,
                 "prediction_error_tokens": None if predicted is None or measured is None else measured - predicted,
                 "verified": None if (chk := checks.get((b, setting))) is None else bool(chk["verified"]),
@@ -121,22 +130,42 @@ def rows(data: RunData) -> list[dict]:
     return out
 
 
+def limit_text(r: dict) -> str:
+    """" (the model's limit, n_ctx_train 131,072)" for a context at the model's training context, else ""."""
+    return f" (the model's limit, n_ctx_train {r['n_ctx_train']:,})" if r.get("at_model_limit") else ""
+
+
 def sentences(data: RunData) -> list[str]:
     out = []
-    for r in rows(data):
+    all_rows = rows(data)
+    for r in all_rows:
         if r["build"] == r["baseline"] or r["measured_delta_tokens"] is None:
             continue
         pred = r["predicted_delta_tokens"]
         base_ctx = r["fitted_n_ctx"] - r["measured_delta_tokens"]
+        base_row = next((x for x in all_rows if x["build"] == r["baseline"] and x["setting"] == r["setting"]), {})
         pct = f" ({100 * r['measured_delta_tokens'] / base_ctx:+.0f}%)" if base_ctx else ""
-        s = (f"{r['setting']}: {r['build']} fits {r['fitted_n_ctx']:,} tokens vs {base_ctx:,} for {r['baseline']}: "
-             f"{r['measured_delta_tokens']:+,} tokens{pct}")
+        s = (f"{r['setting']}: {r['build']} fits {r['fitted_n_ctx']:,} tokens{limit_text(r)} vs {base_ctx:,} for "
+             f"{r['baseline']}{limit_text(base_row)}: {r['measured_delta_tokens']:+,} tokens{pct}")
         if r["over_budget"]:
             s += (f" — but it is over budget ({'; '.join(r['over_budget'])}): fit could not meet the budgets, so this "
                   "context would not load on the emulated devices")
         if pred is not None:
             s += f"; predicted from its compute buffers and KV bytes per token: {pred:+,}"
+            if r["predicted_capped_at_model_limit"]:
+                s += " (capped at the model's limit)"
         out.append(s + ".")
+    at_limit = [r for r in all_rows if r["build"] == r["baseline"] and r.get("at_model_limit")]
+    for r in at_limit:
+        out.append(f"{r['setting']}: {r['baseline']} already runs the model's whole context ({r['fitted_n_ctx']:,} "
+                   "tokens = n_ctx_train): no build can give more context here, whatever memory it frees.")
+    failed = [r for r in all_rows if r.get("fit_status") == "failed"]
+    if failed:
+        out.append(f"llama.cpp's memory fit reported failure in {len(failed)} of {len(all_rows)} configuration(s) "
+                   "(\"failed to fit params to free device memory\"): where it reduced the context it had done so "
+                   "for the total memory, then stopped before placing layers per device (it does not move layers "
+                   "when -ngl is given); each fitted context is the one it reduced to, and the per-device budget "
+                   "check above is llamalab's.")
     for r in rows(data):
         if r["verified"] is not None:
             s = (f"{r['setting']}: {r['build']}'s fitted context of {r['fitted_n_ctx']:,} tokens "

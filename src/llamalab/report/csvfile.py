@@ -31,7 +31,7 @@ JSON_CELLS = {f"{REQ}itl_ms"}
 _INT = re.compile(r"^-?\d+$")
 TRIAL_COLUMNS = ("id", "run_id", "config_id", "build", "setting", "trial", "concurrency", "input_tokens", "input_tps",
                  "output_tokens", "output_tps", "wall_s", "aggregate_output_tps", "aggregate_total_tps", "errors",
-                 "started")
+                 "started", "foreign_load", "cell_prompt_tokens", "cell_output_tokens")
 
 
 def _cell(v) -> str:

@@ -54,6 +54,40 @@ class RunData:
                 out[(c["build"], c["setting"])] = c
         return list(out.values())
 
+    @cached_property
+    def default_cell(self) -> tuple[int, int]:
+        """The workload cell of trials that carry none (runs from before the grid, RunData made by hand)."""
+        from ..store import legacy_cell
+
+        return legacy_cell(self.study_toml)
+
+    def cell(self, trial: dict) -> tuple[int, int]:
+        """(prompt tokens, output tokens) each request of the trial asked for."""
+        p, o = trial.get("cell_prompt_tokens"), trial.get("cell_output_tokens")
+        d = self.default_cell
+        return (d[0] if p is None else int(p), d[1] if o is None else int(o))
+
+    @cached_property
+    def cells(self) -> list[tuple[int, int]]:
+        """Every workload cell the run's trials measured, by prompt then output tokens."""
+        return sorted({self.cell(t) for t in self.trials})
+
+    @property
+    def output_mode(self) -> str:
+        """`fixed` (exactly the output tokens asked for) or `natural` (stop at end of text)."""
+        v = (self.study.get("workload") or {}).get("output")
+        return v if v in ("fixed", "natural") else "fixed"
+
+    def n_ctx_train(self, ledger: dict | None = None) -> int | None:
+        """The model's training context: from a ledger (`print_info: n_ctx_train`), else the run's model header."""
+        v = (ledger or {}).get("n_ctx_train")
+        if not v:
+            try:
+                v = (json.loads(self.run.get("model_json") or "null") or {}).get("n_ctx_train")
+            except (ValueError, AttributeError):
+                v = None
+        return int(v) if v else None
+
     def ledger_for(self, build: str, setting: str) -> dict | None:
         for c in reversed(self.configs):
             if c["build"] == build and c["setting"] == setting and c.get("ledger") and c["status"] == "ok":

@@ -5,14 +5,15 @@ suffix (`requests_json` → `requests`). Each configuration carries its `ledger`
 `buffers` rows. `tables_of` turns a report back into the stored rows, so a test can check nothing was lost.
 Any other table of the run (`crosschecks`, …) appears top-level under its name, one readable row per stored row.
 Derived parts: `rows` (the seed table, every concurrency level), `throughput`, `comparisons`, `memory`, `context`
-(fitted context per configuration, predicted vs measured difference) and `recommendation`.
+(fitted context per configuration, predicted vs measured difference), `decision_table` (per setting: the rows by
+use), `pp_gain` (pipeline parallelism's gain per workload cell and the crossover sentence) and `recommendation`.
 """
 
 from __future__ import annotations
 
 import json
 
-from . import context, recommend, speed, tables, verdict
+from . import context, grid, recommend, speed, tables, verdict
 from .data import RunData
 
 FORMAT = "llamalab-report"
@@ -103,6 +104,9 @@ def document(data: RunData, *, seed: int = 0) -> dict:
         "comparisons": speed.comparisons(data, seed=seed),
         "memory": verdict.memory_comparisons(data),
         "context": context.rows(data),
+        "decision_table": {s: [r.as_json() for r in recommend.decision_table(data, s)]
+                           for s in verdict.study_settings(data)},
+        "pp_gain": _pp_gain(data, seed),
         "recommendation": recommend.recommendation(data),
     }
     for name, rows in other_tables(data).items():
@@ -110,6 +114,15 @@ def document(data: RunData, *, seed: int = 0) -> dict:
             raise ValueError(f"table {name!r} collides with a part of the JSON report")
         doc[name] = rows
     return doc
+
+
+def _pp_gain(data: RunData, seed: int) -> dict | None:
+    p = grid.pair(data)
+    if p is None:
+        return None
+    rows = grid.gains(data, p, seed=seed)
+    return {"setting": p.setting, "pipeline": p.pp, "no_pipeline": p.no_pp, "copies": p.copies, "cells": rows,
+            "sentence": grid.crossover(data, rows, p)}
 
 
 def ledger_row(config_id: int, ledger: dict) -> dict:

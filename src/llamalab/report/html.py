@@ -12,7 +12,7 @@ import html
 import re
 
 from ..safetext import plain
-from . import context, plots, recommend, speed, summary, tables
+from . import context, grid, plots, recommend, speed, summary, tables
 from .data import RunData
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -40,6 +40,7 @@ code, pre { font: 12px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; }
 pre { background: #f5f6f8; border: 1px solid var(--line); padding: 8px; overflow-x: auto; white-space: pre-wrap;
       overflow-wrap: anywhere; }
 .note { color: var(--muted); font-size: 12px; }
+table.words td { white-space: normal; max-width: 28em; vertical-align: top; }
 td.good { color: #1d7a35; font-weight: 600; } td.bad { color: #b3261e; font-weight: 600; } td.same { color: var(--muted); }
 """
 
@@ -47,6 +48,10 @@ CAPTIONS = {
     "compute": "Compute buffer per device and on the host, per configuration (MiB, from llama.cpp's log).",
     "context": "Context size (n_ctx, tokens) each configuration ran with.",
     "throughput": "Aggregate output tokens/s against parallel requests: median over trials, bars span min–max.",
+    "pp_gain": "Pipeline-parallel gain per workload cell: the pipeline build's aggregate prompt and output t/s over the "
+               "same build without pipeline parallelism (above 1: it pays), ratio of medians with its 95% bootstrap "
+               "interval; full colour where the verdict is pays or costs, pale where there is no measurable "
+               "difference.",
 }
 
 
@@ -83,11 +88,13 @@ def _throughput(data: RunData) -> str:
     if not rows:
         return ""
     f = tables._fmt
-    head = ["Build", "Setting", "Parallel requests", "Trials", "Aggregate output t/s (median)", "min", "max",
-            "Output t/s", "Input t/s", "TTFT p50 (ms)", "TTFT p90 (ms)", "ITL p50 (ms)", "ITL p90 (ms)"]
-    body = [[r["build"], r["setting"], f(r["concurrency"]), f(r["n"]), f(r["aggregate_output_tps"]),
-             f(r["aggregate_output_tps_min"]), f(r["aggregate_output_tps_max"]), f(r["output_tps"]),
-             f(r["input_tps"]), f(r["ttft_ms_p50"]), f(r["ttft_ms_p90"]), f(r["itl_ms_p50"]), f(r["itl_ms_p90"])]
+    head = ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials", "Aggregate output t/s (median)",
+            "min", "max", "Aggregate prompt t/s", "Output t/s", "Input t/s", "TTFT p50 (ms)", "TTFT p90 (ms)",
+            "ITL p50 (ms)", "ITL p90 (ms)"]
+    body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
+             f(r["aggregate_output_tps"]), f(r["aggregate_output_tps_min"]), f(r["aggregate_output_tps_max"]),
+             f(r["aggregate_input_tps"]), f(r["output_tps"]), f(r["input_tps"]), f(r["ttft_ms_p50"]),
+             f(r["ttft_ms_p90"]), f(r["itl_ms_p50"]), f(r["itl_ms_p90"])]
             for r in rows]
     return _table(head, body)
 
@@ -96,21 +103,57 @@ def _speed_table(comparisons: list[dict]) -> str:
     labels = {m.name: m.label for m in speed.METRICS}
     f = tables._fmt
     out = ['<div class="scroll"><table class="speed">', "<thead><tr>"]
-    head = ["Setting", "Candidate vs baseline", "Metric", "Parallel requests", "Baseline", "Candidate", "Ratio",
-            "Interval", "Verdict"]
+    head = ["Setting", "Candidate vs baseline", "Metric", "Prompt tokens", "Parallel requests", "Baseline",
+            "Candidate", "Ratio", "Interval", "Verdict"]
     t = ' class="t"'
-    out += [f"<th{t if i < 3 or i == 8 else ''}>{esc(h)}</th>" for i, h in enumerate(head)]
+    out += [f"<th{t if i < 3 or i == 9 else ''}>{esc(h)}</th>" for i, h in enumerate(head)]
     out.append("</tr></thead><tbody>")
     for c in comparisons:
         ci = f"[{c['ci_low']:.2f}, {c['ci_high']:.2f}]" if c["ci_low"] is not None else "no interval"
-        verdict = c["verdict"]
-        cls = {"faster": "good", "slower": "bad"}.get(verdict, "same")
+        verdict = c["verdict"] + (f" ({c['reason']})" if c.get("reason") else "")
+        cls = {"faster": "good", "slower": "bad"}.get(c["verdict"], "same")
         cells = [c["setting"], f"{c['candidate']} vs {c['baseline']}", labels.get(c["metric"], c["metric"]),
-                 f(c["concurrency"]), f(c["baseline_median"]), f(c["candidate_median"]), f"{c['ratio']:.2f}×", ci]
+                 f(c.get("prompt_tokens")), f(c["concurrency"]), f(c["baseline_median"]), f(c["candidate_median"]),
+                 f"{c['ratio']:.2f}×", ci]
         out.append("<tr>" + "".join(f"<td{t if i < 3 else ''}>{esc(x)}</td>" for i, x in enumerate(cells))
                    + f'<td class="t {cls}">{esc(verdict)}</td></tr>')
     out.append("</tbody></table></div>")
     return "\n".join(out)
+
+
+def _decision(data: RunData) -> list[str]:
+    """The decision table of every setting, right under the recommendation it is the source of."""
+    settings = [s for s in recommend.study_settings(data) if recommend.decision_table(data, s)]
+    out = ["<h2>Decision by use</h2>"] if settings else []
+    for s in settings:
+        if len(settings) > 1:
+            out.append(f"<h3>{esc(s)}</h3>")
+        head, body = recommend.table_cells(recommend.decision_table(data, s))
+        out.append(_wrapped_table(head, body))
+    return out
+
+
+def _wrapped_table(head: list[str], body: list[list[str]]) -> str:
+    """A table of sentences: cells wrap."""
+    out = ['<div class="scroll"><table class="words">', "<thead><tr>"]
+    out += [f'<th class="t">{esc(h)}</th>' for h in head]
+    out.append("</tr></thead><tbody>")
+    for row in body:
+        out.append("<tr>" + "".join(f'<td class="t">{prose(c)}</td>' for c in row) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "\n".join(out)
+
+
+def _pp_gain(data: RunData, images: dict[str, bytes]) -> list[str]:
+    p = grid.pair(data)
+    rows = grid.gains(data, p) if p else []
+    if not rows:
+        return []
+    out = ["<h2>Where pipeline parallelism pays</h2>", f'<p class="rec">{prose(grid.crossover(data, rows, p))}</p>']
+    if "pp_gain" in images:
+        out.append(_img("pp_gain", images["pp_gain"]))
+    out.append(_table(*grid.table(rows), text_cols=1))
+    return out
 
 
 def _img(name: str, png: bytes) -> str:
@@ -137,6 +180,7 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
         f"<h1>llamalab: {esc(r['study'])} — run {esc(r['id'])}</h1>",
         f'<p class="sub">{esc(r["status"])}, started {esc(r.get("started"))} on {esc(r.get("host"))}</p>',
         f'<p class="rec"><b>Recommendation.</b> {prose(recommend.recommendation(data))}</p>',
+        *_decision(data),
         "<h2>System</h2>",
         '<dl class="sys">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in summary.system_items(data))
         + "</dl>",
@@ -160,19 +204,22 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
     thr = _throughput(data)
     if thr:
         parts += ["<h2>Throughput by concurrency</h2>", thr]
+    parts += _pp_gain(data, images)
     trust = summary.noise_lines(data) + summary.fidelity_lines(data)
     if trust:
         parts += ["<h2>How far to trust the figures</h2>",
                   "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in trust) + "</ul>"]
-    if images:
+    others = {k: v for k, v in images.items() if k != "pp_gain"}
+    if others:
         parts.append("<h2>Plots</h2>")
-        parts += [_img(name, png) for name, png in images.items()]
+        parts += [_img(name, png) for name, png in others.items()]
     builds = summary.build_items(data)
     if builds:
         parts.append("<h2>Builds</h2>")
         parts.append(_table(["Build", "Label", "Status", "CMake options", "llama.cpp", "Build time"],
                             [[b["name"], b["label"], b["status"], b["cmake"], b["source"], b["build"]]
                              for b in builds], text_cols=6))
+        parts += [f'<p class="note">{esc(n)}</p>' for n in summary.binary_notes(data)]
     missing = summary.not_measured(data)
     if missing:
         parts += ["<h2>Not measured</h2>", "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in missing) + "</ul>"]

@@ -3,25 +3,53 @@
 from __future__ import annotations
 
 from ..safetext import plain
-from . import context, network, recommend, speed, summary, tables
+from . import context, grid, network, recommend, speed, summary, tables
 from .data import RunData
 
 
 def _throughput(data: RunData) -> str:
     rows = speed.throughput_table(data)
     f = tables._fmt
-    head = ["Build", "Setting", "Parallel requests", "Trials", "Aggregate output t/s", "min–max", "Output t/s",
-            "TTFT p50 (ms)", "ITL p50 (ms)"]
-    body = [[r["build"], r["setting"], f(r["concurrency"]), f(r["n"]), f(r["aggregate_output_tps"]),
-             f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}", f(r["output_tps"]),
-             f(r["ttft_ms_p50"]), f(r["itl_ms_p50"])] for r in rows]
+    head = ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials", "Aggregate output t/s", "min–max",
+            "Aggregate prompt t/s", "Output t/s", "TTFT p50 (ms)", "ITL p50 (ms)"]
+    body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
+             f(r["aggregate_output_tps"]), f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}",
+             f(r["aggregate_input_tps"]), f(r["output_tps"]), f(r["ttft_ms_p50"]), f(r["itl_ms_p50"])] for r in rows]
     return tables.markdown_table(head, body)
+
+
+def decision_tables(data: RunData) -> list[str]:
+    """The decision table of every setting (a heading per setting where the study has several)."""
+    out = []
+    settings = [s for s in recommend.study_settings(data) if recommend.decision_table(data, s)]
+    for s in settings:
+        rows = recommend.decision_table(data, s)
+        if len(settings) > 1:
+            out += [f"### {s}", ""]
+        out += [tables.markdown_table(*recommend.table_cells(rows)), ""]
+    return out
+
+
+def pp_gain(data: RunData) -> list[str]:
+    """Where pipeline parallelism pays: the crossover sentence and the grid of its gain."""
+    p = grid.pair(data)
+    rows = grid.gains(data, p) if p else []
+    if not rows:
+        return []
+    return ["## Where pipeline parallelism pays", "", grid.crossover(data, rows, p), "",
+            tables.markdown_table(*grid.table(rows)), "",
+            f"Each cell: {p.pp} / {p.no_pp} in aggregate prompt and output t/s (above 1: pipeline parallelism is "
+            "faster), ratio of medians with its 95% bootstrap interval; *pays* and *costs* need the ratio beyond "
+            f"the threshold ({speed.threshold_of(data):.0%}) and an interval that excludes 1.", ""]
 
 
 def render(data: RunData) -> str:
     r = data.run
     out = [f"# llamalab: {r['study']} — run {r['id']}", ""]
     out += ["**Recommendation.** " + recommend.recommendation(data), ""]
+    table = decision_tables(data)
+    if table:
+        out += ["## Decision by use", ""] + table
     items = dict(summary.system_items(data))
     out.append(f"- llama.cpp {items['llama.cpp']}")
     out.append(f"- machine: {items['CPU']}; GPUs: {items['GPUs']}")
@@ -35,13 +63,16 @@ def render(data: RunData) -> str:
         out += [f"At {level} parallel requests:", ""]
     out.append(tables.markdown_table(head, body))
     out.append("")
-    if len({int(t["concurrency"]) for t in data.trials}) > 1:
+    if len({int(t["concurrency"]) for t in data.trials}) > 1 or len(data.cells) > 1:
         out += ["## Throughput by concurrency", "", _throughput(data), ""]
+    out += pp_gain(data)
     builds = summary.build_items(data)
     if builds:
         out += ["## Builds", ""]
         out += [f"- {b['name']}: {b['label']} — CMake `{b['cmake']}`, llama.cpp {b['source']}, {b['status']}"
-                for b in builds] + [""]
+                for b in builds]
+        out += [f"- binaries {v}" for k, v in summary.system_items(data) if k == "Binaries"]
+        out += [f"- note: {n}" for n in summary.binary_notes(data)] + [""]
     missing = summary.not_measured(data)
     if missing:
         out += ["## Not measured", ""] + [f"- {s}" for s in missing] + [""]

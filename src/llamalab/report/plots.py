@@ -3,6 +3,8 @@
 - `compute_figure`: compute buffer MiB per device (host included) per configuration, grouped bars.
 - `context_figure`: the context (n_ctx, tokens) each configuration ran with.
 - `throughput_figure`: aggregate output t/s against concurrency per configuration, median with min–max bars.
+- `pp_gain_figure`: the pipeline-parallel gain as a heatmap over the workload grid (prompt length × concurrency),
+  one panel each for aggregate prompt and output t/s: ratio and interval per cell (`grid.gains`).
 Each returns None when the run holds nothing to draw.
 """
 
@@ -10,11 +12,14 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
+
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from . import speed
+from . import grid, speed
 from .data import RunData, compute_by_label, host_compute
 from .verdict import study_builds, study_settings
 
@@ -110,31 +115,96 @@ def throughput_figure(data: RunData) -> Figure | None:
     table = [r for r in speed.throughput_table(data) if r["aggregate_output_tps"] is not None]
     if not table:
         return None
-    fig = _figure(7.0, 4.2)
-    ax = fig.add_subplot()
-    keys = list(dict.fromkeys((r["build"], r["setting"]) for r in table))
+    configs = list(dict.fromkeys((r["build"], r["setting"]) for r in table))
+    cells = sorted({(r["prompt_tokens"], r["output_tokens"]) for r in table})
+    keys = [(c, cell) for c in configs for cell in cells
+            if any((r["build"], r["setting"], r["prompt_tokens"], r["output_tokens"]) == (*c, *cell) for r in table)]
     levels = sorted({r["concurrency"] for r in table})
     n = len(keys)
-    for i, key in enumerate(keys):
-        rows = [r for r in table if (r["build"], r["setting"]) == key]
+    fig = _figure(7.0 if len(cells) == 1 else 9.5, 4.2)
+    ax = fig.add_subplot()
+    markers = "osD^vP*X"
+    for i, (cfg, cell) in enumerate(keys):
+        # one line per configuration and workload cell: colour by configuration, marker by prompt length
+        rows = [r for r in table if (r["build"], r["setting"], r["prompt_tokens"], r["output_tokens"]) == (*cfg, *cell)]
         # a small sideways offset keeps overlapping interval bars readable
-        xs = [levels.index(r["concurrency"]) + (i - (n - 1) / 2) * 0.06 for r in rows]
+        xs = [levels.index(r["concurrency"]) + (i - (n - 1) / 2) * min(0.06, 0.6 / n) for r in rows]
         ys = [r["aggregate_output_tps"] for r in rows]
         lo = [y - r["aggregate_output_tps_min"] for y, r in zip(ys, rows)]
         hi = [r["aggregate_output_tps_max"] - y for y, r in zip(ys, rows)]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.2,
-                    color=COLORS[i % len(COLORS)], label=_t(f"{key[0]} × {key[1]}"))
+        label = f"{cfg[0]} × {cfg[1]}" + (f", {cell[0]:,}+{cell[1]:,} tokens" if len(cells) > 1 else "")
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker=markers[cells.index(cell) % len(markers)], markersize=4,
+                    capsize=3, linewidth=1.2, color=COLORS[configs.index(cfg) % len(COLORS)], label=_t(label))
     ax.set_xticks(range(len(levels)), [str(x) for x in levels])
     ax.set_xlim(-0.5, len(levels) - 0.5)
     ax.set_xlabel("parallel requests")
     ax.set_ylabel("aggregate output (tokens/s)")
     ax.set_title(_t(f"Throughput vs concurrency (median, min–max over trials) — run {data.id}"), fontsize=9)
-    ax.legend(fontsize=8)
+    if len(cells) > 1:
+        ax.set_yscale("log")  # prompt lengths apart by orders of magnitude: each line keeps its shape
+        fig.legend(loc="outside right upper", fontsize=7)  # many lines: beside the plot, never over it
+    else:
+        ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return fig
 
 
-PLOTS = {"compute": compute_figure, "context": context_figure, "throughput": throughput_figure}
+def pp_gain_figure(data: RunData) -> Figure | None:
+    p = grid.pair(data)
+    rows = grid.gains(data, p) if p else []
+    if not rows or len({(r["prompt_tokens"], r["output_tokens"], r["concurrency"]) for r in rows}) < 2:
+        return None
+    levels = sorted({r["concurrency"] for r in rows})
+    prompts = sorted({(r["prompt_tokens"], r["output_tokens"]) for r in rows})
+    many_outputs = len({o for _, o in prompts}) > 1
+    ratios = [r["ratio"] for r in rows]
+    spread = max(0.1, max(abs(x - 1) for x in ratios) * 1.05)
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=1 - spread, vmax=1 + spread)
+    fig = _figure(max(6.5, 2.0 + 2.6 * len(levels)), 1.6 + 0.75 * len(prompts))
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, name in zip(axes, grid.GAIN_METRICS):
+        z = np.full((len(prompts), len(levels)), np.nan)
+        sure = np.zeros_like(z, dtype=bool)  # a verdict (pays or costs): full colour; otherwise pale
+        for r in rows:
+            if r["metric"] == name:
+                i, j = prompts.index((r["prompt_tokens"], r["output_tokens"])), levels.index(r["concurrency"])
+                z[i, j] = r["ratio"]
+                sure[i, j] = r["verdict"] in ("faster", "slower")
+        rgba = _cmap()(norm(np.nan_to_num(z, nan=1.0)))
+        rgba[~sure, :3] = 1 - 0.3 * (1 - rgba[~sure, :3])
+        rgba[np.isnan(z)] = (0.93, 0.93, 0.93, 1.0)
+        ax.imshow(rgba, aspect="auto", origin="lower")
+        for r in rows:
+            if r["metric"] != name:
+                continue
+            i, j = prompts.index((r["prompt_tokens"], r["output_tokens"])), levels.index(r["concurrency"])
+            iv = f"\n[{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if r["ci_low"] is not None else "\n(no interval)"
+            mark = {"faster": "pays", "slower": "costs", "no measurable difference": "same"}.get(r["verdict"],
+                                                                                               "not comparable")
+            ax.text(j, i, f"{r['ratio']:.2f}×{iv}\n{mark}", ha="center", va="center", fontsize=7,
+                    fontweight="bold" if r["verdict"] in ("faster", "slower") else "normal")
+        for i in range(len(prompts)):
+            for j in range(len(levels)):
+                if np.isnan(z[i, j]):
+                    ax.text(j, i, "not run", ha="center", va="center", fontsize=7, color="#777777")
+        ax.set_xticks(range(len(levels)), [str(lv) for lv in levels])
+        ax.set_xlabel("parallel requests")
+        ax.set_title(f"aggregate {grid.WORDS[name]} t/s", fontsize=9)
+    axes[0].set_yticks(range(len(prompts)), [f"{p_:,}" + (f"+{o:,}" if many_outputs else "") for p_, o in prompts])
+    axes[0].set_ylabel("prompt tokens")
+    fig.suptitle(_t(f"Pipeline-parallel gain: {p.pp} / {p.no_pp} ({p.setting}; above 1: pipeline parallelism is "
+                    f"faster) — run {data.id}"), fontsize=9)
+    return fig
+
+
+def _cmap():
+    from matplotlib import colormaps
+
+    return colormaps["RdYlGn"]
+
+
+PLOTS = {"compute": compute_figure, "context": context_figure, "throughput": throughput_figure,
+         "pp_gain": pp_gain_figure}
 
 
 def to_bytes(fig: Figure, fmt: str = "png") -> bytes:

@@ -1,15 +1,43 @@
-"""The recommendation: one paragraph per study that turns memory (context gained or lost) and speed (single stream
-and parallel, with intervals) into advice a user can act on, ending with the exact CMake command or server flags.
-Every number in it comes from the stored run. Pure."""
+"""Advice from everything measured: a small decision table by use, and the paragraph derived from it.
+
+Three uses, each a row: one user with short prompts (the shortest prompt measured, one request), one user with
+long prompts — RAG, agents, code — (the longest prompt, one request), and serving N requests at once (the highest
+concurrency level, every prompt length that ran there). For each row and each build against the setting's baseline
+(the study's first build, llama.cpp's default), what the build *buys* and what it *costs* is read off the stored
+run alone:
+
+- speed: every comparison in the row's scope (`speed.comparisons`: ratio, 95% interval, verdict) — a "faster"
+  verdict is bought, a "slower" one is a cost, "no measurable difference" neither, "not comparable" neither (and
+  said);
+- context: the tokens `--fit` gave it over the baseline (never past the model's n_ctx_train), bought in the
+  long-prompt and serving rows (short prompts do not need it), a cost in every row where it is lost; a context
+  from an over-budget configuration counts for nothing;
+- memory: weights that moved (model buffers that differ from the baseline's) are always a cost; compute the build
+  frees without a context gain is said, and buys nothing under the study's budgets.
+
+A build is recommended for a use only when it buys something there, with every cost it has there stated; when
+none does, the row keeps the baseline and says what the best alternative would have bought and cost. The paragraph
+is written from the rows, so it can say nothing the table does not. Pure: takes a stored RunData.
+"""
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass, field
 
 from . import context, speed
-from .data import RunData, compute_by_label
+from .data import RunData
 from .summary import _study_cmake
-from .verdict import study_settings
+from .verdict import memory_comparisons, study_builds, study_settings
+
+SHORT, LONG, SERVING = "short", "long", "serving"
+TITLES = {SHORT: "One user, short prompts", LONG: "One user, long prompts (RAG, agents, code)",
+          SERVING: "Serving {n} requests at once"}
+ROW_METRICS = {SHORT: ("input_tps", "ttft_ms", "output_tps", "itl_ms"),
+               LONG: ("input_tps", "ttft_ms", "output_tps", "itl_ms"),
+               SERVING: ("aggregate_output_tps", "aggregate_input_tps", "ttft_ms", "itl_ms")}
+CONTEXT_MATTERS = {SHORT: False, LONG: True, SERVING: True}
+SAME_CONTEXT = 256  # --fit steps the context by 256 tokens: closer than that is the same context
 
 
 def action(data: RunData, build: str) -> str:
@@ -25,16 +53,377 @@ def action(data: RunData, build: str) -> str:
     return " and ".join(parts) or "use llama.cpp's defaults"
 
 
-def _cmp(comps: list[dict], metric: str, cand: str, setting: str, level: int) -> dict | None:
-    return next((c for c in comps if c["metric"] == metric and c["candidate"] == cand and c["setting"] == setting
-                 and c["concurrency"] == level), None)
-
-
-def _ratio_text(c: dict | None) -> str:
+def ratio_text(c: dict | None) -> str:
     if c is None:
         return "not measured"
     iv = f" [{c['ci_low']:.2f}, {c['ci_high']:.2f}]" if c.get("ci_low") is not None else " (one trial: no interval)"
     return f"{c['ratio']:.2f}×{iv}"
+
+
+# ---------------------------------------------------------------- one build in one use
+
+
+@dataclass
+class Claim:
+    """One measured figure in a row: `kind` speed | context | weights | memory; `comparison` for speed."""
+
+    kind: str
+    text: str
+    comparison: dict | None = None
+    label: str = ""  # for speed: the metric (and where), without the ratio
+
+
+@dataclass
+class Assessment:
+    build: str
+    buys: list[Claim] = field(default_factory=list)
+    costs: list[Claim] = field(default_factory=list)
+    same: list[dict] = field(default_factory=list)  # comparisons with no measurable difference
+    unlike: list[dict] = field(default_factory=list)  # comparisons that are not comparable
+    notes: list[str] = field(default_factory=list)  # neither bought nor paid: freed memory without a context gain
+    unneeded_context: str = ""  # a context gain in a use that does not need it (short prompts)
+    context_gain: int = 0
+    freed_mib: float = 0.0  # compute freed over every device
+    moved: bool = False
+
+    @property
+    def speed_buys(self) -> list[Claim]:
+        return [c for c in self.buys if c.kind == "speed"]
+
+    @property
+    def speed_costs(self) -> list[Claim]:
+        return [c for c in self.costs if c.kind == "speed"]
+
+
+@dataclass
+class Scope:
+    use: str
+    title: str
+    setting: str
+    level: int
+    cells: list[tuple[int, int]]  # (prompt tokens, output tokens)
+    note: str = ""  # why the scope is narrower than the use (one prompt length measured, …)
+
+    def covers(self, c: dict) -> bool:
+        return (c["setting"] == self.setting and c["concurrency"] == self.level
+                and (c.get("prompt_tokens"), c.get("output_tokens")) in self.cells
+                and c["metric"] in ROW_METRICS[self.use])
+
+
+def _label(c: dict, scope: Scope, many_outputs: bool) -> str:
+    m = speed.metric(c["metric"]).short
+    if len(scope.cells) > 1:
+        m += f" at {c['prompt_tokens']:,}-token prompts"
+        if many_outputs:
+            m += f", {c['output_tokens']:,} output tokens"
+    return m
+
+
+def _memory(data: RunData, setting: str, build: str) -> dict | None:
+    return next((m for m in memory_comparisons(data) if m["setting"] == setting and m["candidate"] == build), None)
+
+
+def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict, many_outputs: bool
+           ) -> Assessment:
+    """What `build` buys and costs against the setting's baseline, for one use."""
+    a = Assessment(build)
+    for c in comps:
+        if c["candidate"] != build or not scope.covers(c):
+            continue
+        text = f"{_label(c, scope, many_outputs)} {ratio_text(c)}"
+        if c["verdict"] == "faster":
+            a.buys.append(Claim("speed", text, c, _label(c, scope, many_outputs)))
+        elif c["verdict"] == "slower":
+            a.costs.append(Claim("speed", text, c, _label(c, scope, many_outputs)))
+        elif c["verdict"] == speed.NOT_COMPARABLE:
+            a.unlike.append(c)
+        else:
+            a.same.append(c)
+    row = ctx.get((build, scope.setting))
+    base_row = ctx.get((row["baseline"], scope.setting)) if row else None
+    gain = (row or {}).get("measured_delta_tokens") or 0
+    if row and row.get("over_budget"):
+        gain = 0
+        a.notes.append(f"its context is not counted: over budget ({'; '.join(row['over_budget'])})")
+    a.context_gain = gain
+    mem = _memory(data, scope.setting, build)
+    if mem:
+        a.freed_mib = -sum(v for v in mem["compute_delta_mib"].values() if v is not None)
+        if mem["weights_moved"]:
+            a.moved = True
+            a.costs.append(Claim("weights", f"moves weights ({mem['weights_moved_text']}): not a no-op"))
+        grown = {d: v for d, v in mem["compute_delta_mib"].items() if v is not None and v > 1.0}
+        if grown:
+            a.costs.append(Claim("memory", "more compute buffer (" + ", ".join(
+                f"{d} {v:+,.2f} MiB" for d, v in grown.items()) + ")"))
+    if gain > 0 and row and base_row:
+        text = (f"+{gain:,} tokens of context ({base_row['fitted_n_ctx']:,} → {row['fitted_n_ctx']:,}"
+                f"{context.limit_text(row)})")
+        if CONTEXT_MATTERS[scope.use]:
+            a.buys.append(Claim("context", text))
+        else:
+            a.unneeded_context = text + ", which short prompts do not need"
+    elif gain < 0 and row and base_row:
+        a.costs.append(Claim("context", f"{gain:,} tokens of context ({base_row['fitted_n_ctx']:,} → "
+                                        f"{row['fitted_n_ctx']:,})"))
+    elif a.freed_mib > 1.0 and mem:
+        n = max(1, len(mem["compute_delta_mib"]))
+        why = ("the baseline already runs the model's whole context" if base_row and base_row.get("at_model_limit")
+               else "no budget limited the context" if not (row or {}).get("budgets_mib")
+               and not (row or {}).get("fit_reduced_from") else "the fit gave no more context")
+        a.notes.append(f"frees {a.freed_mib / n:,.0f} MiB of compute buffer per device but gains no context ({why})")
+    return a
+
+
+def _rank(a: Assessment, order: list[str], data: RunData) -> tuple:
+    """Best first: nothing paid, most context, most speed bought, least speed paid, no weights moved, no rebuild."""
+    return (bool(a.costs), -a.context_gain, -len(a.speed_buys), len(a.speed_costs), a.moved,
+            bool(_study_cmake(data, a.build)), order.index(a.build) if a.build in order else 1 << 30)
+
+
+def _same_outcome(a: Assessment, b: Assessment) -> bool:
+    """Two builds that buy and cost the same here (context within the fit's step, the same verdicts)."""
+    def verdicts(x: Assessment) -> set:
+        return {(c.comparison["metric"], c.comparison["prompt_tokens"], c.comparison["output_tokens"], side)
+                for side, claims in (("buys", x.speed_buys), ("costs", x.speed_costs)) for c in claims}
+    return (abs(a.context_gain - b.context_gain) <= SAME_CONTEXT and not a.moved and not b.moved
+            and verdicts(a) == verdicts(b) and bool(a.costs) == bool(b.costs))
+
+
+# ---------------------------------------------------------------- the table
+
+
+@dataclass
+class Row:
+    use: str
+    title: str
+    setting: str
+    build: str  # what to run: the chosen build, or the baseline when keeping the default
+    baseline: str
+    keep_default: bool
+    run: str
+    buys: list[Claim]
+    costs: list[Claim]
+    same: list[dict]
+    unlike: list[dict]
+    notes: list[str]
+    measured: str
+    alternatives: list[str] = field(default_factory=list)  # builds that give the same here
+    versus: str | None = None  # keeping the default: the alternative it is weighed against
+    context_only: bool = False  # the build buys context alone and pays for it in speed
+    measured_any: bool = True
+
+    def as_json(self) -> dict:
+        return {"use": self.use, "title": self.title, "setting": self.setting, "build": self.build,
+                "baseline": self.baseline, "keep_default": self.keep_default, "run": self.run,
+                "buys": [c.text for c in self.buys], "costs": [c.text for c in self.costs],
+                "cost_comparisons": [c.comparison for c in self.costs if c.comparison],
+                "buy_comparisons": [c.comparison for c in self.buys if c.comparison],
+                "no_difference": [f"{speed.metric(c['metric']).short} {ratio_text(c)}" for c in self.same],
+                "not_comparable": [f"{speed.metric(c['metric']).short}: {c['reason']}" for c in self.unlike],
+                "notes": self.notes, "measured": self.measured, "alternatives": self.alternatives,
+                "versus": self.versus, "context_only": self.context_only}
+
+
+def _scopes(data: RunData, setting: str) -> list[Scope]:
+    trials = [t for t in data.trials if t["setting"] == setting and not t.get("errors")]
+    by_level: dict[int, set[tuple[int, int]]] = {}
+    for t in trials:
+        by_level.setdefault(int(t["concurrency"]), set()).add(data.cell(t))
+    out = []
+    single = sorted(by_level.get(1, set()))
+    prompts = sorted({p for p, _ in single})
+    if prompts:
+        lo, hi = prompts[0], prompts[-1]
+        out.append(Scope(SHORT, TITLES[SHORT], setting, 1, [c for c in single if c[0] == lo]))
+        note = "" if hi != lo else f"only {lo:,}-token prompts were measured"
+        out.append(Scope(LONG, TITLES[LONG], setting, 1, [c for c in single if c[0] == hi], note))
+    else:
+        out.append(Scope(SHORT, TITLES[SHORT], setting, 1, [], "single requests were not measured"))
+        out.append(Scope(LONG, TITLES[LONG], setting, 1, [], "single requests were not measured"))
+    parallel = [lv for lv in by_level if lv > 1]
+    if parallel:
+        top = max(parallel)
+        out.append(Scope(SERVING, TITLES[SERVING].format(n=top), setting, top, sorted(by_level[top])))
+    else:
+        out.append(Scope(SERVING, TITLES[SERVING].format(n="N"), setting, 0, [],
+                         "parallel requests were not measured: rerun with --set workload.concurrency=[1,4]"))
+    return out
+
+
+def _measured(data: RunData, scope: Scope, build: str, baseline: str) -> str:
+    if not scope.cells:
+        return scope.note
+    prompts = sorted({p for p, _ in scope.cells})
+    outputs = sorted({o for _, o in scope.cells})
+    n = sorted({int(t["trial"]) for t in data.trials if t["setting"] == scope.setting
+                and t["build"] in (build, baseline) and int(t["concurrency"]) == scope.level
+                and data.cell(t) in scope.cells and not t.get("errors")})
+    req = "1 request" if scope.level == 1 else f"{scope.level} requests at once"
+    s = (f"{scope.setting}; {'/'.join(f'{p:,}' for p in prompts)}-token prompts, "
+         f"{'/'.join(f'{o:,}' for o in outputs)} output tokens; {req}; {len(n)} trial(s) each")
+    return s + (f" ({scope.note})" if scope.note else "")
+
+
+def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
+    """The rows for one setting (default: the study's first setting with a measured baseline)."""
+    settings = study_settings(data)
+    ctx = {(r["build"], r["setting"]): r for r in context.rows(data)}
+    if setting is None:
+        setting = next((s for s in settings if any(k[1] == s for k in ctx)), None)
+    if setting is None:
+        return []
+    order = study_builds(data)
+    base = next((b for b in order if (b, setting) in ctx), None)
+    if base is None:
+        return []
+    cands = [b for b in order if b != base and (b, setting) in ctx]
+    comps = speed.comparisons(data)
+    many_outputs = len({o for _, o in data.cells}) > 1
+    rows = []
+    for scope in _scopes(data, setting):
+        assessed = [assess(data, scope, b, comps, ctx, many_outputs) for b in cands]
+        eligible = sorted((a for a in assessed if a.buys), key=lambda a: _rank(a, order, data))
+        measured_any = bool(scope.cells)
+        if eligible:
+            pick = eligible[0]
+            alts = [a.build for a in eligible[1:] if _same_outcome(a, pick)]
+            # lead with a build that needs no rebuild where one gives the same
+            runtime = [b for b in [pick.build, *alts] if not _study_cmake(data, b)]
+            if runtime and runtime[0] != pick.build:
+                alts = [pick.build, *[b for b in alts if b != runtime[0]]]
+                pick = next(a for a in assessed if a.build == runtime[0])
+            context_only = all(c.kind == "context" for c in pick.buys) and bool(pick.speed_costs)
+            notes = pick.notes + ([pick.unneeded_context] if pick.unneeded_context else [])
+            rows.append(Row(scope.use, scope.title, setting, pick.build, base, False, action(data, pick.build),
+                            pick.buys, pick.costs, pick.same, pick.unlike, notes,
+                            _measured(data, scope, pick.build, base), alts, None, context_only, measured_any))
+            continue
+        # nothing buys anything here: keep the default, weighed against the best alternative
+        ref = sorted(assessed, key=lambda a: (a.moved, -a.context_gain, -a.freed_mib, bool(a.speed_costs),
+                                              bool(_study_cmake(data, a.build)), order.index(a.build)))
+        alt = ref[0] if ref else None
+        buys: list[Claim] = []
+        costs: list[Claim] = []
+        notes: list[str] = []
+        if alt is not None:
+            for c in alt.speed_costs:  # the alternative is slower: keeping the default keeps that speed
+                buys.append(Claim("speed", f"{c.label} ({alt.build}: {ratio_text(c.comparison)})", c.comparison,
+                                  c.label))
+            for c in alt.costs:
+                if c.kind in ("weights", "context", "memory"):
+                    notes.append(f"{alt.build} {c.text}")
+            if alt.context_gain > 0:
+                costs.append(Claim("context", f"{alt.context_gain:,} tokens of context less than {alt.build}"
+                                              + (" (short prompts do not need them)" if scope.use == SHORT else "")))
+            notes += [f"{alt.build} {n}" for n in alt.notes]
+        how = action(data, base)
+        rows.append(Row(scope.use, scope.title, setting, base, base, True,
+                        f"keep {base}" + ("" if how == "use llama.cpp's defaults" else f" ({how})"), buys, costs,
+                        alt.same if alt else [], alt.unlike if alt else [], notes,
+                        _measured(data, scope, alt.build if alt else base, base), [],
+                        alt.build if alt else None, False, measured_any))
+    return rows
+
+
+# ---------------------------------------------------------------- the paragraph
+
+
+def _join(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _same_text(same: list[dict]) -> str:
+    names = list(dict.fromkeys(speed.metric(c["metric"]).short for c in same))
+    return f"no measurable difference in {_join(names)}" if names else ""
+
+
+def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = None) -> str:
+    """One row of the table as a sentence; every speed figure in it is the row's own. With `data`, alternatives
+    are named with what a user does to get them, the first time (`said` remembers across rows)."""
+    said = set() if said is None else said
+    if not r.measured_any:
+        return f"{r.title}: {r.measured}."
+    if r.keep_default:
+        s = f"{r.title}: keep {r.baseline} (llama.cpp's default)"
+        if r.versus is None:
+            return s + ": no other build was measured."
+        reasons = []
+        said_same = False
+        if r.buys:
+            reasons.append(f"it keeps {_join([c.text for c in r.buys])}, where {r.versus} is slower")
+        else:
+            what = [n.removeprefix(f"{r.versus} ") for n in r.notes]
+            if r.same:
+                what.append(_same_text(r.same).replace("no measurable", "makes no measurable", 1))
+                said_same = True
+            reasons.append(f"{r.versus} buys nothing measurable here" + (f": it {_join(what)}" if what else ""))
+        if r.costs:
+            reasons.append(f"keeping it costs {_join([c.text for c in r.costs])}")
+        if r.notes and r.buys:
+            reasons.append(_join(r.notes))
+        if r.same and not said_same:
+            reasons.append(f"{_same_text(r.same)} ({r.versus} vs {r.baseline})")
+        if r.unlike:
+            reasons.append("not comparable: " + _join(
+                list(dict.fromkeys(f"{speed.metric(c['metric']).short} ({c['reason']})" for c in r.unlike))))
+        return s + " — " + "; ".join(reasons) + "."
+    buys = _join([c.text for c in r.buys])
+    costs = _join([c.text for c in r.costs])
+    head = f"{r.title}: " + (f"if you need the context, {r.run}" if r.context_only else r.run)
+    s = f"{head} — it buys {buys}"
+    s += f"; it costs {costs}" if costs else "; no measured cost"
+    if r.same:
+        s += f"; {_same_text(r.same)}"
+    if r.unlike:
+        s += "; not comparable: " + _join(list(dict.fromkeys(
+            f"{speed.metric(c['metric']).short} ({c['reason']})" for c in r.unlike)))
+    if r.context_only:
+        s += f"; otherwise keep {r.baseline}"
+    if r.alternatives:
+        alts = []
+        for b in r.alternatives:
+            alts.append(b if b in said or data is None else f"{b} ({action(data, b)})")
+            said.add(b)
+        s += ". The same comes from " + " or from ".join(alts)
+    return s + "."
+
+
+def recommendation(data: RunData) -> str:
+    """The paragraph: one sentence per row of the first setting's decision table, then what differs with the
+    other settings."""
+    settings = study_settings(data)
+    rows_ctx = context.rows(data)
+    if not rows_ctx:
+        return "No configuration finished, so there is nothing to recommend yet; see the failures above."
+    base = rows_ctx[0]["baseline"]
+    table = decision_table(data)
+    text = ""
+    if not any(_pp_on(data, base, s) for s in settings):
+        text = (f"Pipeline parallelism was not active in {base} on these devices (one device, a split mode other than "
+                "layer, or a backend without events), so its scheduler copies cost nothing here. ")
+    if not table:
+        return text + f"Only {base} was measured: nothing to compare."
+    said: set[str] = set()
+    text += " ".join(row_sentence(r, data, said) for r in table)
+    first = table[0].setting
+    for s in settings:
+        if s == first:
+            continue
+        other = decision_table(data, s)
+        if not other:
+            continue
+        same = [(a.build, a.keep_default) for a in other] == [(b.build, b.keep_default) for b in table]
+        gains = [r for r in rows_ctx if r["setting"] == s and r["build"] != r["baseline"]
+                 and r["measured_delta_tokens"]]
+        g = "; ".join(f"{r['build']} {r['measured_delta_tokens']:+,} tokens" for r in gains)
+        if same:
+            text += f" With {s}: the same choices" + (f" (context: {g})" if g else "") + "."
+        else:
+            text += f" With {s}: " + " ".join(row_sentence(r, data, said) for r in other)
+    return text
 
 
 def _pp_on(data: RunData, build: str, setting: str) -> bool | None:
@@ -42,76 +431,29 @@ def _pp_on(data: RunData, build: str, setting: str) -> bool | None:
     return (cfg or {}).get("ledger", {}).get("pipeline_parallel") if cfg else None
 
 
-def recommendation(data: RunData) -> str:
-    settings = study_settings(data)
-    rows = context.rows(data)
-    if not rows:
-        return "No configuration finished, so there is nothing to recommend yet; see the failures above."
-    base = rows[0]["baseline"]
-    if not any(_pp_on(data, base, s) for s in settings):
-        return (f"Pipeline parallelism was not active in {base} on these devices (one device, a split mode other than "
-                "layer, or a backend without events), so its scheduler copies cost nothing here and no build change "
-                "is needed.")
-    comps = speed.comparisons(data)
-    # the candidate: the build that frees the most (context first, then compute MiB) with pipeline parallelism off
-    # or with one copy
-    scored = []  # (context gained, compute MiB freed over all devices, row)
+def table_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """The decision table for Markdown, HTML and the terminal: use, what to run, what it buys, what it costs,
+    where it was measured."""
+    head = ["Use", "Run", "Buys", "Costs", "Measured"]
+    body = []
     for r in rows:
-        if r["build"] == base or r.get("over_budget"):
-            continue
-        base_led = context._config(data, base, r["setting"])["ledger"]
-        led = context._config(data, r["build"], r["setting"])["ledger"]
-        freed = sum((compute_by_label(base_led).get(d) or 0) - (v or 0) for d, v in compute_by_label(led).items())
-        scored.append((r["measured_delta_tokens"] or 0, freed, r))
-    if not scored:
-        return f"No build of this study used less memory than {base}: keep llama.cpp's defaults."
-    gain, freed, r = max(scored, key=lambda x: (x[0], x[1]))
-    if gain <= 0 and freed <= 0:
-        return f"No build of this study used less memory than {base}: keep llama.cpp's defaults."
-    cand, setting = r["build"], r["setting"]
-    # builds that give the same in this setting (within the fit's 256-token step; where the context did not move,
-    # within 1 MiB of compute): name them as alternatives, and lead with one that needs no rebuild
-    same = [x["build"] for g, f, x in scored if x["setting"] == setting and x["build"] != cand
-            and (abs(g - gain) <= 256 if gain > 0 else (g == gain and abs(f - freed) <= 1.0))]
-    runtime = [b for b in [cand, *same] if not _study_cmake(data, b)]
-    if runtime and runtime[0] != cand:
-        same = [cand, *[b for b in same if b != runtime[0]]]
-        cand = runtime[0]
-        r = next(x for x in rows if x["build"] == cand and x["setting"] == setting)
-    levels = sorted({t["concurrency"] for t in data.trials})
-    single = _cmp(comps, "output_tps", cand, setting, 1)
-    top = max(levels) if levels else 1
-    parallel = _cmp(comps, "aggregate_output_tps", cand, setting, top) if top > 1 else None
-    n_devices = len(compute_by_label(context._config(data, cand, setting)["ledger"]))
-    mem = (f"{gain:+,} tokens of context ({100 * gain / (r['fitted_n_ctx'] - gain):+.0f}%, "
-           f"{r['fitted_n_ctx'] - gain:,} → {r['fitted_n_ctx']:,} with {setting})" if gain > 0 else
-           f"{freed / max(1, n_devices):,.0f} MiB less compute buffer per device with {setting}"
-           + ("" if r.get("budgets_mib") else " (the context did not change: these devices had room for the "
-              "model's whole context; set [devices] vram to your cards' free memory to see the context it buys)"))
-    single_words = {"no measurable difference": "unchanged", "faster": "faster", "slower": "slower"}
-    s_verdict = single_words.get(single["verdict"], single["verdict"]) if single else "not measured"
-    text = (f"For one user at a time, {action(data, cand)}: {mem}, generation speed {s_verdict} "
-            f"({_ratio_text(single)} vs {base}).")
-    if same:
-        text += " The same gain comes from " + " or from ".join(f"{alt} ({action(data, alt)})" for alt in same) + "."
-    if parallel is None:
-        text += (" Parallel requests were not measured, so whether pipeline parallelism pays when several requests "
-                 "run at once is open: rerun with --set workload.concurrency=[1,4].")
-    elif parallel["verdict"] == "slower":
-        text += (f" If you serve {top} or more requests at once, keep the default ({base}): "
-                 f"{100 * (1 / parallel['ratio'] - 1):+.0f}% aggregate throughput "
-                 f"({cand} runs at {_ratio_text(parallel)} of it).")
-    elif parallel["verdict"] == "faster":
-        text += (f" It is also faster with {top} parallel requests ({_ratio_text(parallel)} aggregate throughput), "
-                 "so it is the better choice for serving too.")
-    else:
-        text += (f" With {top} parallel requests its aggregate throughput is also no different "
-                 f"({_ratio_text(parallel)}), so pipeline parallelism bought nothing measurable here.")
-    others = [x for x in rows if x["setting"] != setting and x["build"] == cand and x["measured_delta_tokens"]]
-    for o in others:
-        text += f" With {o['setting']} the gain is {o['measured_delta_tokens']:+,} tokens."
-    return text
+        run = r.run + (f" (the same: {', '.join(r.alternatives)})" if r.alternatives else "")
+        if r.context_only:
+            run = "if you need the context: " + run
+        buys = "; ".join(c.text for c in r.buys) or "nothing measurable"
+        costs = "; ".join(c.text for c in r.costs) or "none measured"
+        extra = [n for n in r.notes]
+        if r.same:
+            extra.append(_same_text(r.same))
+        if r.unlike:
+            extra.append("not comparable: " + ", ".join(dict.fromkeys(speed.metric(c["metric"]).short
+                                                                       for c in r.unlike)))
+        measured = r.measured + (f" — {'; '.join(extra)}" if extra else "")
+        body.append([r.title, run, buys if r.measured_any else "–", costs if r.measured_any else "–", measured])
+    return head, body
 
 
 def as_json(data: RunData) -> dict:
-    return {"context": context.rows(data), "recommendation": recommendation(data)}
+    return {"context": context.rows(data), "decision_table": [r.as_json() for r in decision_table(data)],
+            "recommendation": recommendation(data)}
+

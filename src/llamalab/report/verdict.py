@@ -1,8 +1,12 @@
-"""What the numbers say: memory deltas per device and context deltas between builds, per setting."""
+"""What the memory numbers say: per device, the model (weights), KV and compute buffers of each build against the
+setting's baseline, the weights any configuration moved, and the context difference. Pure."""
 
 from __future__ import annotations
 
-from .data import RunData, compute_by_label, host_compute
+from ..ledger import pp_label_of
+from .data import RunData, compute_by_label, device_labels, device_names, host_compute
+
+MOVED_MIB = 0.01  # model buffers print to 0.01 MiB: any larger difference means weights moved
 
 
 def _in_study_order(data: RunData, table: str, column: str) -> list[str]:
@@ -19,8 +23,46 @@ def study_settings(data: RunData) -> list[str]:
     return _in_study_order(data, "settings", "setting") or ["default"]
 
 
+def by_label(ledger: dict, field: str) -> dict[str, float | None]:
+    """A buffer figure (`model_mib`, `kv_mib`, `compute_mib`) per device label, in llama.cpp's device order."""
+    names = device_names(ledger)
+    return {lab: ledger["devices"][n].get(field) for lab, n in zip(device_labels(names), names)}
+
+
+def host_sum(ledger: dict, field: str) -> float | None:
+    vals = [b.get(field) for b in ledger.get("host", {}).values() if b.get(field) is not None]
+    return round(sum(vals), 2) if vals else None
+
+
+def weights_moved(base: dict, led: dict) -> list[dict]:
+    """Where the candidate's model buffers differ from the baseline's: per device (a device one side lacks has no
+    weights there) and on the host. Empty when every model buffer is the same: no weight moved."""
+    bm, cm = by_label(base, "model_mib"), by_label(led, "model_mib")
+    out = []
+    for d in list(dict.fromkeys([*bm, *cm])):
+        a, b = bm.get(d) or 0.0, cm.get(d) or 0.0
+        if abs(a - b) > MOVED_MIB:
+            out.append({"where": d, "from_mib": round(a, 2), "to_mib": round(b, 2)})
+    ha, hb = host_sum(base, "model_mib") or 0.0, host_sum(led, "model_mib") or 0.0
+    if abs(ha - hb) > MOVED_MIB:
+        out.append({"where": "host", "from_mib": round(ha, 2), "to_mib": round(hb, 2)})
+    return out
+
+
+def moved_text(moved: list[dict]) -> str:
+    """"CUDA1 model 199.34 → 29.34 MiB, host +170.00 MiB"."""
+    parts = []
+    for m in moved:
+        if m["where"] == "host":
+            parts.append(f"host {m['to_mib'] - m['from_mib']:+,.2f} MiB")
+        else:
+            parts.append(f"{m['where']} model {m['from_mib']:,.2f} → {m['to_mib']:,.2f} MiB")
+    return ", ".join(parts)
+
+
 def memory_comparisons(data: RunData) -> list[dict]:
-    """For each setting, each build against the study's first build (llama.cpp's default)."""
+    """For each setting, each build against the study's first build (llama.cpp's default): compute, model and KV
+    MiB per device, host compute, the weights it moved, pipeline parallelism on both sides, and the context."""
     out = []
     builds = study_builds(data)
     for setting in study_settings(data):
@@ -32,12 +74,17 @@ def memory_comparisons(data: RunData) -> list[dict]:
             if b == base_name or not (led := data.ledger_for(b, setting)):
                 continue
             bc, cc = compute_by_label(base), compute_by_label(led)
-            per_dev = {d: _delta(cc.get(d), bc.get(d)) for d in bc}
+            moved = weights_moved(base, led)
             out.append({
                 "setting": setting, "baseline": base_name, "candidate": b,
-                "compute_delta_mib": per_dev,
+                "compute_delta_mib": {d: _delta(cc.get(d), bc.get(d)) for d in bc},
                 "compute_host_delta_mib": _delta(host_compute(led), host_compute(base)),
+                "model_delta_mib": _deltas(by_label(led, "model_mib"), by_label(base, "model_mib")),
+                "kv_delta_mib": _deltas(by_label(led, "kv_mib"), by_label(base, "kv_mib")),
+                "weights_moved": moved,
+                "weights_moved_text": moved_text(moved) or None,
                 "baseline_copies": base.get("sched_copies"), "candidate_copies": led.get("sched_copies"),
+                "baseline_pp": pp_label_of(base), "candidate_pp": pp_label_of(led),
                 "baseline_n_ctx": base.get("n_ctx"), "candidate_n_ctx": led.get("n_ctx"),
                 "n_ctx_delta": _delta(led.get("n_ctx"), base.get("n_ctx")),
             })
@@ -50,16 +97,30 @@ def _delta(a, b):
     return round(a - b, 2)
 
 
+def _deltas(cand: dict, base: dict) -> dict[str, float | None]:
+    """Per device of either side (a device one side lacks holds nothing there)."""
+    return {d: _delta(cand.get(d) or 0.0, base.get(d) or 0.0) if (d in cand or d in base) else None
+            for d in dict.fromkeys([*base, *cand])}
+
+
 def memory_sentences(data: RunData) -> list[str]:
     lines = []
     for c in memory_comparisons(data):
         devs = ", ".join(f"{d} {_signed(v)} MiB" for d, v in c["compute_delta_mib"].items() if v is not None)
         host = c["compute_host_delta_mib"]
         ctx = c["n_ctx_delta"]
-        s = (f"{c['setting']}: {c['candidate']} (sched copies {c['candidate_copies']}) vs {c['baseline']} "
-             f"(sched copies {c['baseline_copies']}): compute buffers {devs}")
+        s = (f"{c['setting']}: {c['candidate']} vs {c['baseline']} (pipeline parallelism {c['candidate_pp']} vs "
+             f"{c['baseline_pp']}): compute buffers {devs}")
         if host is not None:
             s += f", host {_signed(host)} MiB"
+        kv = {d: v for d, v in c["kv_delta_mib"].items() if v}
+        if kv:
+            s += "; KV " + ", ".join(f"{d} {_signed(v)} MiB" for d, v in kv.items())
+        if c["weights_moved"]:
+            s += (f"; WEIGHTS MOVED: {c['weights_moved_text']} — {c['candidate']} is not a no-op: it changes where "
+                  "the model's weights live (and so which device computes with them)")
+        else:
+            s += "; model buffers unchanged on every device (no weight moved)"
         if ctx:
             s += f"; context {_signed(ctx, 0)} tokens ({c['baseline_n_ctx']:,} → {c['candidate_n_ctx']:,})"
         lines.append(s + ".")

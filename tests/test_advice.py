@@ -1,0 +1,185 @@
+"""Advice that never contradicts its own measurements, checked over stored runs: the committed H200 export
+(benchmarks/h200/export.json) and real demo runs (tests/fixtures/runs). For every setting's decision table and the
+recommendation paragraph of each run:
+
+- every speed figure a row states as bought is a "faster" verdict of that build, every figure it states as a cost a
+  "slower" one, and every metric it calls "no measurable difference" has that verdict — in the same report;
+- every "slower" verdict of the recommended build in the row's scope is stated among its costs, in the table and in
+  the paragraph; a row that keeps the default states every way the alternative is slower;
+- a build is recommended only where it buys something; context never goes past the model's n_ctx_train;
+- a failed llama.cpp fit reads as failed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from llamalab import exchange
+from llamalab.report import context, data as rdata, markdown, recommend, speed
+from llamalab.store import Store
+from runfixtures import BUDGET, CONCURRENCY, DEMO, GRID, fill
+
+H200 = Path(__file__).parent.parent / "benchmarks" / "h200" / "export.json"
+RUNS = [DEMO, CONCURRENCY, BUDGET, GRID, "h200"]
+
+
+@pytest.fixture(scope="module", params=RUNS)
+def run(request, tmp_path_factory):
+    with Store(tmp_path_factory.mktemp("advice") / "r.db") as store:
+        if request.param == "h200":
+            rid = exchange.import_run(store, exchange.loads(H200.read_text(encoding="utf-8"))).run_id
+        else:
+            rid = fill(store, request.param)
+        yield rdata.load(store, rid)
+
+
+def _tables(data):
+    return [(s, recommend.decision_table(data, s)) for s in recommend.study_settings(data)
+            if recommend.decision_table(data, s)]
+
+
+def _scope_comparisons(data, row, build):
+    scopes = {sc.use: sc for sc in recommend._scopes(data, row.setting)}
+    sc = scopes[row.use]
+    return [c for c in speed.comparisons(data) if c["candidate"] == build and sc.covers(c)]
+
+
+def test_claims_are_the_reports_own_verdicts(run):
+    comps = speed.comparisons(run)
+    for _, rows in _tables(run):
+        for row in rows:
+            who = row.versus if row.keep_default else row.build
+            for claim in row.buys:
+                if claim.comparison is not None:
+                    assert claim.comparison in comps
+                    assert claim.comparison["candidate"] == who
+                    # keeping the default buys what the alternative is slower in
+                    assert claim.comparison["verdict"] == ("slower" if row.keep_default else "faster"), claim.text
+                    assert recommend.ratio_text(claim.comparison) in claim.text
+            for claim in row.costs:
+                if claim.comparison is not None:
+                    assert claim.comparison in comps and claim.comparison["candidate"] == who
+                    assert claim.comparison["verdict"] == ("faster" if row.keep_default else "slower"), claim.text
+            for c in row.same:
+                assert c["verdict"] == "no measurable difference" and c["candidate"] == who
+            for c in row.unlike:
+                assert c["verdict"] == speed.NOT_COMPARABLE and c["reason"]
+
+
+def test_every_slower_verdict_of_the_recommended_row_is_stated(run):
+    paragraph = recommend.recommendation(run)
+    md = markdown.render(run)
+    for _, rows in _tables(run):
+        for row in rows:
+            if not row.measured_any:
+                continue
+            if row.keep_default:
+                if row.versus is None:
+                    continue
+                # the default's costs against the alternative: every way the alternative is faster (none, else it
+                # would have been recommended); every way it is slower is what keeping the default buys
+                scope = _scope_comparisons(run, row, row.versus)
+                assert not [c for c in scope if c["verdict"] == "faster"]
+                slower = [c for c in scope if c["verdict"] == "slower"]
+                stated = [c.comparison for c in row.buys if c.comparison]
+                assert all(c in stated for c in slower)
+                continue
+            scope = _scope_comparisons(run, row, row.build)
+            stated = [c.comparison for c in row.costs if c.comparison]
+            for c in scope:
+                if c["verdict"] == "slower":
+                    assert c in stated, (row.title, c["metric"], c["prompt_tokens"])
+            for claim in row.costs:  # … and every cost is in the paragraph and in the Markdown table
+                assert claim.text in md
+                if row.setting == rows[0].setting and row.setting == _tables(run)[0][0]:
+                    assert claim.text in paragraph, claim.text
+
+
+def test_no_sentence_of_the_recommendation_contradicts_a_verdict(run):
+    """Read the paragraph back: each row's sentence puts a figure under "it buys" (faster), "it costs" (slower) or
+    "no measurable difference in" (neither), and the report's verdict for that build must agree."""
+    paragraph = recommend.recommendation(run)
+    comps = speed.comparisons(run)
+    (first, rows), *_ = _tables(run)
+    for row in rows:
+        sentence = recommend.row_sentence(row)
+        assert sentence.split(" — ")[0] in paragraph
+        who = row.versus if row.keep_default else row.build
+        scope = _scope_comparisons(run, row, who) if row.measured_any and who else []
+        by_label = {}
+        for c in scope:
+            label = recommend._label(c, next(s for s in recommend._scopes(run, row.setting) if s.use == row.use),
+                                     len({o for _, o in run.cells}) > 1)
+            by_label[f"{label} {recommend.ratio_text(c)}"] = c
+        parts = dict(re.findall(r"(it buys|it costs|it keeps) (.*?)(?=; |, where | — |\. The same|\.$)", sentence))
+        expected = {"it buys": "faster", "it costs": "slower", "it keeps": "slower"}
+        for head, body in parts.items():
+            for text, c in by_label.items():
+                if text in body:
+                    assert c["verdict"] == expected[head], (sentence, text)
+        m = re.search(r"no measurable difference in (.*?)(?: \(|;|\.$)", sentence)
+        if m:
+            named = [x.strip() for x in re.split(r",| and ", m.group(1)) if x.strip()]
+            for c in scope:
+                if speed.metric(c["metric"]).short in named and c["verdict"] != "no measurable difference":
+                    # the metric is named as unchanged: no cell of the row may say otherwise for it
+                    assert any(x.comparison == c for x in row.costs + row.buys), (sentence, c)
+        for word in ("unchanged", "no different", "bought nothing measurable"):
+            assert word not in sentence
+    assert first == rows[0].setting and comps is not None
+
+
+def test_a_build_is_recommended_only_where_it_buys_something(run):
+    for _, rows in _tables(run):
+        for row in rows:
+            if not row.keep_default and row.measured_any:
+                assert row.buys, row.title
+                assert row.build != row.baseline
+
+
+def test_context_never_exceeds_the_models_training_context(run):
+    for r in context.rows(run):
+        train = r["n_ctx_train"]
+        if not train:
+            continue
+        assert r["fitted_n_ctx"] <= train
+        base = r["fitted_n_ctx"] - (r["measured_delta_tokens"] or 0)
+        if r["predicted_delta_tokens"] is not None:
+            assert base + r["predicted_delta_tokens"] <= train
+
+
+def test_failed_fits_read_as_failed(run):
+    failed = [r for r in context.rows(run) if r["fit_status"] == "failed"]
+    text = " ".join(context.sentences(run))
+    assert ("llama.cpp's memory fit reported failure" in text) == bool(failed)
+
+
+def test_the_h200_export_no_longer_recommends_a_change_that_buys_nothing():
+    """Issue 16's first finding, on the committed H200 run: for one user with short prompts no build buys anything
+    (no speed verdict, and short prompts need no context), so the default stays."""
+    with Store(Path(":memory:")) as store:
+        rid = exchange.import_run(store, exchange.loads(H200.read_text(encoding="utf-8"))).run_id
+        data = rdata.load(store, rid)
+    short = recommend.decision_table(data)[0]
+    assert short.use == "short" and short.keep_default and short.build == "copies4"
+    assert "keep copies4" in recommend.recommendation(data)
+
+
+def test_the_h200_shape_on_the_cpu_has_its_map_and_table(tmp_path):
+    """The H200 study scaled to the CPU (tests/fixtures/runs/demo-grid.json, a real run): 16 cells, each compared;
+    the crossover sentence; every use has a row; the true no-op override moved no weight."""
+    from llamalab.report import grid, verdict
+
+    with Store(tmp_path / "r.db") as store:
+        data = rdata.load(store, fill(store, GRID))
+    assert data.cells == [(16, 8), (64, 8), (256, 8), (768, 8)]
+    rows = grid.gains(data)
+    assert len({(r["prompt_tokens"], r["concurrency"]) for r in rows}) == 16
+    assert grid.crossover(data, rows).startswith("Pipeline parallelism (copies4, 4 copies, against copies1)")
+    (m,) = [m for m in verdict.memory_comparisons(data) if m["candidate"] == "no-pp-override"]
+    assert m["weights_moved"] == [] and m["candidate_pp"] == "off"
+    assert [r.title for r in recommend.decision_table(data)] == [
+        "One user, short prompts", "One user, long prompts (RAG, agents, code)", "Serving 8 requests at once"]
