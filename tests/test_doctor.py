@@ -75,9 +75,10 @@ def test_bare_debian_machine_says_what_to_install():
     # One command installs everything the cpu build needs.
     assert rep.backend("cpu").fix["debian"] == ["sudo apt-get install -y cmake g++ make ninja-build"]
     assert rep.backend("no-pp-blas").fix["debian"][-1].endswith("libopenblas-dev")
-    # Debian 12's Vulkan packages are too old: the SDK is the fix here, packages elsewhere.
+    # Debian 12's Vulkan packages are too old: llamalab's private toolchain (or the SDK) is the fix here,
+    # packages elsewhere.
     vk = rep.tool("vulkan-headers").fix
-    assert "LunarG" in vk["debian"][0]
+    assert vk["debian"][0].startswith("bash scripts/vulkan-toolchain.sh") and "LunarG" in vk["debian"][0]
     assert vk["fedora"] == ["sudo dnf install -y vulkan-headers vulkan-loader-devel glslc spirv-headers-devel"]
     assert rep.study_backend == "cpu-rpc"
     assert_actionable(rep)
@@ -166,7 +167,8 @@ def test_vulkan_sdk_env_is_searched_first():
                "/opt/vk/x86_64/include/spirv/unified1/spirv.hpp": ""}))
     assert rep.tool("vulkan-headers").status == "ok" and rep.tool("vulkan-headers").version == "321"
     assert rep.backend("vulkan").buildable
-    assert not rep.backend("vulkan").runnable  # studies cannot use Vulkan devices yet
+    assert not rep.backend("vulkan").runnable  # no vulkaninfo here: whether a Vulkan device exists is unknown
+    assert "vulkan-tools" in rep.backend("vulkan").detail
 
 
 def test_make_without_ninja_and_neither():
@@ -230,5 +232,66 @@ def test_cli_json():
     res = CliRunner().invoke(cli, ["doctor", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert {b["name"] for b in doc["backends"]} == {"cpu", "cpu-rpc", "cuda", "vulkan", "no-pp-blas"}
+    assert {b["name"] for b in doc["backends"]} == {"cpu", "cpu-rpc", "cuda", "vulkan", "rocm", "no-pp-blas"}
+    assert doc["study_backend"] in ("cpu-rpc", "cuda", "vulkan", "rocm") and doc["study_backend_reason"]
     assert any(t["key"] == "cmake" and t["status"] == "ok" for t in doc["tools"])
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+LAVAPIPE = (FIXTURES / "vulkaninfo" / "lavapipe-mesa22.3.6-debian12.txt").read_text()
+AMD_HEAPS = (FIXTURES / "vulkaninfo" / "amd-8gb-heaps-budget.txt").read_text()
+TOOLCHAIN = "/home/u/.cache/llamalab/toolchains/vulkan"
+PREFIX_FILES = {f"{TOOLCHAIN}/toolchain.json": '{"recipe": 2}',
+                f"{TOOLCHAIN}/root/usr/include/vulkan/vulkan_core.h": "#define VK_HEADER_VERSION 309\n",
+                f"{TOOLCHAIN}/root/usr/include/spirv/unified1/spirv.hpp": ""}
+
+
+def test_lavapipe_machine_with_llamalabs_toolchain():
+    """Debian 12 with the private prefix and lavapipe: vulkan builds and runs (explicitly), auto stays cpu-rpc."""
+    rep = doctor.examine(fake(programs={**LINUX_TOOLS, "vulkaninfo": LAVAPIPE},
+                              files={**PREFIX_FILES, f"{TOOLCHAIN}/bin/glslc": "shaderc 2023.2-1\n"},
+                              env={"LLAMALAB_HOME": "/home/u/.cache/llamalab"}))
+    assert rep.tool("vulkan-headers").status == "ok" and "309" in rep.tool("vulkan-headers").detail
+    assert rep.tool("glslc").status == "ok" and rep.tool("glslc").path == f"{TOOLCHAIN}/bin/glslc"
+    vk = rep.backend("vulkan")
+    assert vk.buildable and vk.runnable and "lavapipe" in vk.detail and "auto never picks it" in vk.detail
+    assert rep.study_backend == "cpu-rpc"
+    (line,) = rep.other_gpus
+    assert line.startswith("llvmpipe (LLVM 15.0.6, 256 bits) (cpu, 2,048 MiB device-local; no VK_EXT_memory_budget")
+    assert rep.vulkan_devices[0]["software"] is True and rep.vulkan_devices[0]["memory_budget"] is False
+    assert_actionable(rep)
+
+
+def test_amd_machine_picks_vulkan_and_says_what_rocm_needs():
+    files = {"/sys/class/drm/card0/device/vendor": "0x1002\n", "/sys/class/drm/card0/device/class": "0x030000\n",
+             "/usr/include/vulkan/vulkan_core.h": "#define VK_HEADER_VERSION 275\n",
+             "/usr/include/spirv/unified1/spirv.hpp": ""}
+    p = fake(programs={**LINUX_TOOLS, "vulkaninfo": AMD_HEAPS, "glslc": "shaderc v2023.8\n"}, files=files,
+             os_release=UBUNTU2404)
+    p.listdir = lambda d: ["card0", "renderD128"] if d == "/sys/class/drm" else []
+    rep = doctor.examine(p)
+    assert rep.study_backend == "vulkan" and "AMD GPU (name not in the post)" in rep.study_backend_reason
+    assert rep.backend("vulkan").runnable and rep.backend("vulkan").buildable
+    assert rep.amd_gpus == ["AMD GPU (card0)"]
+    assert rep.tool("rocm").status == "missing" and "hipcc" in rep.tool("rocm").fix["debian"][-1]
+    assert rep.tool("rocm-smi").status == "missing"
+    rocm = rep.backend("rocm")
+    assert not rocm.buildable and not rocm.runnable
+    assert "VK_EXT_memory_budget: yes" in rep.other_gpus[0]
+    text = doctor.render(rep)
+    assert "devices.backend = vulkan here (its one GPU split in two virtual devices)" in text
+    assert_actionable(rep)
+
+
+def test_rocm_machine_builds_hip():
+    hip = "HIP version: 6.4.43482-0f2d60242\nAMD clang version 19.0.0git\n"
+    files = {"/sys/class/drm/card1/device/vendor": "0x1002\n", "/sys/class/drm/card1/device/class": "0x030000\n"}
+    p = fake(programs={**LINUX_TOOLS, "hipcc": hip, "rocm-smi": ""}, files=files, os_release=UBUNTU2404)
+    p.listdir = lambda d: ["card1"] if d == "/sys/class/drm" else []
+    rep = doctor.examine(p)
+    assert rep.tool("rocm").status == "ok" and rep.tool("rocm").version == "6.4.43482-0f2d60242"
+    assert rep.backend("rocm").buildable and rep.backend("rocm").runnable
+    assert rep.study_backend == "rocm"  # no Vulkan toolchain here
+    # hipcc without an AMD GPU: the gfx target must be named
+    rep = doctor.examine(fake(programs={**LINUX_TOOLS, "hipcc": hip}))
+    assert not rep.backend("rocm").buildable and "LLAMALAB_HIP_ARCH" in rep.backend("rocm").missing

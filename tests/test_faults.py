@@ -88,7 +88,7 @@ def test_health_never_ready_is_a_timeout_failure(demo_prep, llama_home, tmp_path
     store, rid = run_study(llama_home, tmp_path, ONE_BUILD + ["server.ready_timeout_s=0.01"])
     c = store.configs(rid)[0]
     assert c["status"] == "failed" and "not ready after" in c["reason"]
-    assert store.run(rid)["status"] == "finished" and not proc.live_children()
+    assert store.run(rid)["status"] == "failed" and not proc.live_children()  # nothing was measured
 
 
 def test_a_taken_port_is_retried_on_another(demo_prep, llama_home, tmp_path, monkeypatch):
@@ -103,8 +103,9 @@ def test_a_taken_port_is_retried_on_another(demo_prep, llama_home, tmp_path, mon
 
     def first_taken(host="127.0.0.1"):
         calls.append(1)
-        # rpc-servers take the first two ports; llama-server's first port is the taken one
-        return port if len(calls) == 3 else real(host)
+        # the [devices] vram check starts the two rpc-servers once before the run (ports 1, 2); then the pass's
+        # rpc-servers take the next two; llama-server's first port is the taken one
+        return port if len(calls) == 5 else real(host)
 
     monkeypatch.setattr(net, "free_port", first_taken)
     try:

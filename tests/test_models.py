@@ -92,3 +92,47 @@ def test_truncated_gguf_is_named_truncated(tmp_path):
 def test_unknown_preset():
     with pytest.raises(ModelError, match="unknown synthetic model preset"):
         models.preset("70b-please")
+
+
+def test_qwen35_hybrid_tensor_set_and_keys(tmp_path):
+    """The qwen35 writer: gated-delta-net layers, full attention every 4th (with its output gate in Q), the SSM keys."""
+    import dataclasses
+
+    import gguf
+
+    shape = dataclasses.replace(models.preset("qwen35-tiny"), n_vocab=600, n_layer=4)
+    p = models.write_synthetic(shape, tmp_path / "q.gguf")
+    info = models.read_info(p)
+    assert (info.architecture, info.n_layer, info.n_embd, info.n_head, info.n_head_kv) == ("qwen35", 4, 512, 4, 2)
+    r = gguf.GGUFReader(str(p))
+    f = {k: v.contents() for k, v in r.fields.items() if k.startswith("qwen35.")}
+    assert f["qwen35.ssm.inner_size"] == 64 * 4 and f["qwen35.full_attention_interval"] == 4
+    assert f["qwen35.rope.dimension_sections"] == [6, 5, 5, 0] and f["qwen35.attention.key_length"] == 128
+    t = {x.name: x for x in r.tensors}
+    assert "blk.3.attn_q.weight" in t and "blk.3.ssm_a" not in t  # layer 3: full attention
+    assert list(t["blk.3.attn_q.weight"].shape) == [512, 2 * 128 * 4]
+    assert "blk.0.attn_qkv.weight" in t and "blk.0.attn_q.weight" not in t  # layers 0-2: linear attention
+    assert list(t["blk.0.attn_qkv.weight"].shape) == [512, 2 * 64 * 2 + 64 * 4]
+    assert list(t["blk.0.ssm_conv1d.weight"].shape) == [4, 2 * 64 * 2 + 64 * 4]
+    assert np.all(np.asarray(t["blk.0.ssm_a"].data) == -1.0)  # a decaying state
+    assert len(t) == 4 * (2 + 3) + 3 * 9 + 1 * 6 + 3  # norms + FFN per layer, linear/full attention, embd/out
+    assert sum(int(np.prod(x.shape)) for x in r.tensors) == shape.n_params()
+
+
+def test_q5_k_weights_are_valid_blocks(tmp_path):
+    import dataclasses
+
+    import gguf
+
+    shape = dataclasses.replace(models.preset("qwen35-tiny"), n_vocab=512, n_layer=4, wtype="q5_k")
+    p = models.write_synthetic(shape, tmp_path / "q5.gguf")
+    r = gguf.GGUFReader(str(p))
+    t = {x.name: x for x in r.tensors}
+    assert t["blk.0.ffn_up.weight"].tensor_type == gguf.GGMLQuantizationType.Q5_K
+    assert t["blk.0.ssm_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    w = gguf.dequantize(t["blk.0.ffn_up.weight"].data, gguf.GGMLQuantizationType.Q5_K)
+    assert np.isfinite(w).all() and float(np.abs(w).max()) > 0
+    assert p.stat().st_size >= shape.tensor_bytes()
+    # the 27B preset: Qwen3.6 27B's shape at 5.5 bits per weight
+    big = models.preset("qwen36-27b")
+    assert 26.5e9 < big.n_params() < 27.5e9 and 16.5 < big.tensor_bytes() / 2**30 < 18.0

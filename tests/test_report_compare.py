@@ -64,7 +64,7 @@ def test_devices_match_by_position_across_backends(demo, tmp_path):
             devs[f"CUDA{i}"] = devs.pop(name)
         led["ledger_json"]["breakdown_final"] = []
         led["ledger_json"]["breakdown_projected"] = []
-    doc["tables"]["runs"][0]["id"] = "20261130-000000-cuda01"
+    doc["tables"]["runs"][0]["id"] = "20261130-000000-c0da01"
     other = load(tmp_path, "cuda", doc)
     c = cmp.compare(demo, other, n_resamples=500)
     assert [d["device"] for d in c["configs"][0]["memory"]["compute"]] == ["RPC0 / CUDA0", "RPC1 / CUDA1"]
@@ -78,7 +78,7 @@ def test_configurations_in_one_run_only_and_notes(demo, tmp_path):
     t["ledgers"] = [x for x in t["ledgers"] if x["config_id"] not in gone]
     t["buffers"] = [x for x in t["buffers"] if x["config_id"] not in gone]
     t["trials"] = [x for x in t["trials"] if x["config_id"] not in gone]
-    t["runs"][0]["id"] = "20261130-000000-other1"
+    t["runs"][0]["id"] = "20261130-000000-07e41a"
     model = t["runs"][0]["model_json"]
     t["runs"][0]["model_json"] = {**model, "fingerprint": "0" * 16, "name": "another model"}
     other = load(tmp_path, "other", doc)
@@ -96,7 +96,7 @@ def test_compare_is_json_serialisable(demo, conc):
 
 def _other(tmp_path, edit) -> rdata.RunData:
     doc = runfixtures.doc()
-    doc["tables"]["runs"][0]["id"] = "20261130-000000-other2"
+    doc["tables"]["runs"][0]["id"] = "20261130-000000-0a7e22"
     edit(doc)
     return load(tmp_path, "other2", doc)
 

@@ -171,9 +171,12 @@ def test_cli_report_csv_writes_two_files_and_plots(db, tmp_path):
 
 
 def test_cli_report_unknown_run_is_a_clean_error(db):
+    res = CliRunner().invoke(cli, ["report", "20991231", "--db", str(db)])
+    assert res.exit_code != 0
+    assert "no run '20991231'" in str(res.exception)
     res = CliRunner().invoke(cli, ["report", "nope", "--db", str(db)])
     assert res.exit_code != 0
-    assert "no run 'nope'" in str(res.exception)
+    assert "'nope' is not a llamalab run id or the start of one" in str(res.exception)
 
 
 def test_cli_runs_json_contract(db):

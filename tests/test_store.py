@@ -44,7 +44,7 @@ def test_database_from_a_newer_llamalab_is_refused(tmp_path):
 
 def test_not_a_database(tmp_path):
     (tmp_path / "r.db").write_text("hello, I am a text file" * 100)
-    with pytest.raises(StoreError, match="not a usable llamalab database"):
+    with pytest.raises(StoreError, match="is damaged: file is not a database"):
         storemod.Store(tmp_path / "r.db")
 
 

@@ -8,9 +8,12 @@
 #   bash benchmarks/device/run.sh study-bg  # the study stage in its own session, so it may outlast one call (10
 #                                           # minutes) while the machine stays warm; call it again to wait for it
 #   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
+#   bash benchmarks/device/run.sh vulkan    # Vulkan on NVIDIA's driver: build, plans (8B and 27B shapes), the study
+#                                           # of benchmarks/vulkan-h200/, report and export. Needs .carry-vk/ (the
+#                                           # Vulkan toolchain and GL .debs: scripts/vulkan-toolchain.sh --debs .carry-vk --gl)
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
-stage=${1:?stage: build or study}
+stage=${1:?stage: build, study, validate or vulkan}
 study=${STUDY:-benchmarks/h200/study.toml}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -69,6 +72,34 @@ case "$stage" in
     tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs" . 2>/dev/null
     cat "$OUT/report.md" | head -80
     echo "study stage: done in $(( $(date +%s) - t0 )) s"
+    ;;
+  vulkan)
+    # 7 files back: doctor+build log (stderr.txt), plan.json, plan-27b.json, report.md, report.json, export.json, logs.
+    # The machine has NVIDIA's Vulkan driver (an ICD file) but no loader, GL libraries, headers or glslc: the GL
+    # libraries go into / (as the machine's notes say), the toolchain into a private prefix llamalab builds against.
+    vstudy=${VSTUDY:-benchmarks/vulkan-h200/study.toml}
+    for f in .carry-vk/gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+    export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+    bash scripts/vulkan-toolchain.sh --from .carry-vk > /dev/null || exit 1
+    ll doctor > "$OUT/stderr.txt" 2>&1
+    grep -E "Vulkan|glslc|vulkan " "$OUT/stderr.txt"
+    ll build "$vstudy" --json > "$OUT/builds.json" 2>> "$OUT/stderr.txt"; rc=$?
+    echo "build rc=$rc in $(( $(date +%s) - t0 )) s"; tail -4 "$OUT/stderr.txt"
+    python3 -c "import json; [print(b['build'], b.get('build_seconds'), 's', 'reused' if b.get('reused') else '', b.get('skipped') or '') for b in json.load(open('$OUT/builds.json'))]" 2>/dev/null
+    cat "$OUT/builds.json" >> "$OUT/stderr.txt"; rm -f "$OUT/builds.json"
+    [ "$rc" = 0 ] || exit 1
+    ll plan "$vstudy" --json > "$OUT/plan.json" 2>> "$OUT/stderr.txt"; echo "plan (8B) rc=$? in $(( $(date +%s) - t0 )) s"
+    ll plan "${VSTUDY27:-benchmarks/vulkan-h200/study-27b.toml}" --json > "$OUT/plan-27b.json" 2>> "$OUT/stderr.txt"
+    echo "plan (27B shape, header-only) rc=$? in $(( $(date +%s) - t0 )) s"
+    ll run "$vstudy" > /dev/null 2>> "$OUT/stderr.txt"; rc=$?
+    echo "run rc=$rc in $(( $(date +%s) - t0 )) s"; tail -15 "$OUT/stderr.txt"
+    ll report --format md -o "$OUT/report.md"
+    ll report --format json -o "$OUT/report.json"
+    run_id=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['run']['id'])")
+    ll export "$run_id" -o "$OUT/export.json"
+    tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs" . 2>/dev/null
+    sed -n '/Graph splits/,/^## Memory/p' "$OUT/report.md" | head -30
+    echo "vulkan stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   validate)
     # one file back: everything this stage writes goes into validate.tar.gz

@@ -42,6 +42,7 @@ BACKEND_DEFINES: dict[str, dict[str, str]] = {
     "cpu-rpc": {"GGML_RPC": "ON"},
     "cuda": {"GGML_CUDA": "ON", "GGML_RPC": "ON"},
     "vulkan": {"GGML_VULKAN": "ON", "GGML_RPC": "ON"},
+    "rocm": {"GGML_HIP": "ON", "GGML_RPC": "ON"},
 }
 
 # Target name → file it produces under bin/.
@@ -171,7 +172,8 @@ class Builder:
     home: Path
     jobs: int = field(default_factory=lambda: os.cpu_count() or 2)
     targets: tuple[str, ...] = DEFAULT_TARGETS
-    extra_defines: dict[str, str] = field(default_factory=dict)  # e.g. CMAKE_CUDA_ARCHITECTURES
+    extra_defines: dict[str, str] = field(default_factory=dict)  # e.g. CMAKE_CUDA_ARCHITECTURES, Vulkan_INCLUDE_DIR
+    build_env: dict[str, str] = field(default_factory=dict)  # e.g. HIPCXX, HIP_PATH for a HIP build
     progress: ProgressFn | None = None
     log: Callable[[str], None] = print
 
@@ -259,7 +261,7 @@ class Builder:
                              tip="install CMake ≥ 3.14 and a C++17 compiler (Debian: apt-get install cmake g++ ninja-build), "
                              "or run `llamalab doctor`; or run the study on llama.cpp binaries you already have "
                              "(a release archive): --llama-bin DIR.")
-        done = proc.run(argv, log_path=log_path, on_line=on_line)
+        done = proc.run(argv, log_path=log_path, on_line=on_line, env=self.build_env or None)
         if done.returncode != 0:
             tail = "\n".join("    " + ln for ln in proc.tail_lines(log_path, 25))
             raise BuildError(

@@ -9,10 +9,15 @@ from pathlib import Path
 
 import click
 
-from . import __version__, proc
+from . import __version__, proc, runids
 from .errors import Interrupted, LlamalabError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+# Exit codes: 0 done; 1 an error; 2 bad input (study file, flag, model, path); 3 a run finished but some
+# configurations failed; 4 a run measured nothing (every configuration failed); 130 interrupted.
+EXIT_SOME_FAILED = 3
+EXIT_NOTHING_MEASURED = 4
 
 
 @click.group(context_settings=CONTEXT)
@@ -27,6 +32,11 @@ def cli() -> None:
       llamalab run pipeline-parallel --model m.gguf  the same study on your model and GPUs
       llamalab inspect server.log                    where did my VRAM go? (any llama.cpp log)
       llamalab report                                the last run as Markdown
+
+    \b
+    Exit codes: 0 done; 1 an error; 2 bad input (study file, flag, model, output path);
+    3 the run finished but some configurations failed; 4 nothing was measured (every configuration failed);
+    130 interrupted (rerun the same command to resume).
     """
 
 
@@ -88,6 +98,15 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
     st, text = studymod.load(ref, overrides)
     opts = runner.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
                           crosscheck=crosscheck, max_context=max_context)
+    if resume:
+        runids.check_ref(resume, "--resume")
+    # before anything is built or run: the database opens, is sound, no other run is being measured in it, and
+    # a run to resume is one this machine made
+    with Store(opts.db) as store:
+        store.check()
+        store.refuse_if_busy()
+        if resume:
+            store.resumable(resume)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         prep = runner.prepare(st, opts, progress)
@@ -96,14 +115,28 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
         progress.close()
     with Store(opts.db) as store:
         data = rdata.load(store, run_id)
+        failed, total, measured = runner.run_outcome(store, run_id)
     md = markdown.render(data)
     atomic_write(opts.runs_dir / run_id / "report.md", md)
     if as_json:
         click.echo(json.dumps(tables.rows(data), indent=2))
-        return
-    _print_table(data)
-    click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
-               f"(re-render with `llamalab report {run_id}`)", err=True)
+    else:
+        _print_table(data)
+        click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
+                   f"(re-render with `llamalab report {run_id}`)", err=True)
+    if not measured:
+        why = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "") if failed else \
+            "no trial finished without failed requests"
+        click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
+                   "failed.", err=True)
+        click.echo("tip: the reasons are in the report and in each configuration's llama-server.log under "
+                   f"{opts.runs_dir / run_id / 'logs'}.", err=True)
+        sys.exit(EXIT_NOTHING_MEASURED)
+    if failed:
+        click.echo(f"warning: {len(failed)} of {total} configuration(s) failed: {'; '.join(failed[:3])}"
+                   f"{' …' if len(failed) > 3 else ''}. The rest were measured (exit code "
+                   f"{EXIT_SOME_FAILED}).", err=True)
+        sys.exit(EXIT_SOME_FAILED)
 
 
 def _print_table(data) -> None:
@@ -182,7 +215,8 @@ def _print_advice(console, data, show) -> None:
 @_study_options
 def demo(**kw) -> None:
     """Run the pipeline-parallel study on an embedded default: pinned llama.cpp b11312 built for CPU + RPC,
-    two local rpc-servers as devices, a synthetic model. Prints the table and the memory verdict.
+    two local rpc-servers as devices, a synthetic model. Prints the table and the memory verdict. Exit codes as
+    for `llamalab run` (3: some configurations failed, 4: nothing measured).
 
     \b
     Examples:
@@ -199,6 +233,10 @@ def demo(**kw) -> None:
 @_study_options
 def run(study, model, **kw) -> None:
     """Run a study: a preset name (pipeline-parallel, demo) or a study .toml file.
+
+    Exit code 0 when every configuration was measured, 3 when some failed (the others are in the report), 4 when
+    nothing was measured (the run is stored as failed); 1 or 2 for other errors, 130 when interrupted. Only one
+    run at a time is measured in a database: a second `run` while one is running is refused.
 
     \b
     Examples:
@@ -275,7 +313,7 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
     from .report.write import atomic_write
     from .store import Store
 
-    with Store(db or default_db(), create=False) as store:
+    with Store(db or default_db(), readonly=True) as store:
         data = rdata.load(store, run_id)
     if output:
         for path, text in formats.files(data, fmt, output).items():
@@ -296,9 +334,10 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
 @click.option("--db", type=click.Path(path_type=Path), default=None, help="Results database.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print as JSON: id, study, status (finished | interrupted | failed | running), started, finished, "
-                   "host, trials.")
+                   "host, trials, live (a llamalab process is measuring it now), imported.")
 def runs(db, as_json) -> None:
-    """List stored runs, oldest first.
+    """List stored runs, oldest first. A run is "running" only while the llamalab that measures it lives; one
+    whose process was killed shows as "interrupted" (rerun its command to resume it). Imported runs are marked.
 
     \b
     Examples:
@@ -308,7 +347,7 @@ def runs(db, as_json) -> None:
     from .paths import default_db
     from .store import Store
 
-    with Store(db or default_db(), create=False) as store:
+    with Store(db or default_db(), readonly=True) as store:
         items = store.runs()
     if as_json:
         click.echo(json.dumps(items, indent=2))
@@ -319,7 +358,7 @@ def runs(db, as_json) -> None:
 
     for r in items:  # imported runs carry other machines' names
         click.echo(one_line(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}  "
-                            f"{r['host']}"))
+                            f"{r['host']}{'  (imported)' if r['imported'] else ''}"))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -343,7 +382,7 @@ def compare(run_a, run_b, db, threshold, as_json) -> None:
     from .report import compare as cmp, data as rdata
     from .store import Store
 
-    with Store(db or default_db(), create=False) as store:
+    with Store(db or default_db(), readonly=True) as store:
         a, b = rdata.load(store, run_a), rdata.load(store, run_b)
     from .safetext import plain
 
@@ -369,7 +408,7 @@ def export_cmd(run_id, db, output) -> None:
     from .report.write import atomic_write
     from .store import Store
 
-    with Store(db or default_db(), create=False) as store:
+    with Store(db or default_db(), readonly=True) as store:
         text = exchange.dumps(exchange.export_run(store, run_id))
     if output:
         atomic_write(output, text)
@@ -514,29 +553,46 @@ def stub(model, output) -> None:
                err=True)
 
 
-def main() -> None:
-    signal.signal(signal.SIGTERM, proc.request_stop)
-    signal.signal(signal.SIGINT, proc.request_stop)
+def entry(argv: list[str] | None = None) -> int:
+    """Run one command line and return its exit code: a LlamalabError (or a refusal of the file system) is printed
+    as one `error:` line and a `tip:` line, never raised."""
     try:
-        cli.main(standalone_mode=False, prog_name="llamalab")
+        cli.main(args=argv, standalone_mode=False, prog_name="llamalab")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except click.exceptions.Abort:
         proc.terminate_all()
         click.echo("interrupted.", err=True)
-        sys.exit(130)
+        return 130
     except click.ClickException as e:
         e.show()
-        sys.exit(e.exit_code)
+        return e.exit_code
     except KeyboardInterrupt:
         stopped = proc.terminate_all()
         click.echo(f"interrupted; stopped {stopped} child process(es). Rerun the same command to resume.", err=True)
-        sys.exit(Interrupted.exit_code)
+        return Interrupted.exit_code
     except LlamalabError as e:
         from .safetext import plain
 
         click.echo(f"error: {plain(e.message)}", err=True)  # messages quote log lines and file names
         if e.tip:
             click.echo(f"tip: {plain(e.tip)}", err=True)
-        sys.exit(e.exit_code)
+        return e.exit_code
+    except OSError as e:  # the file system said no where no narrower error applied (read-only HOME, full disk …)
+        proc.terminate_all()
+        where = f" ({e.filename})" if e.filename else ""
+        click.echo(f"error: {e.strerror or e}{where}.", err=True)
+        click.echo("tip: llamalab writes builds under $LLAMALAB_HOME (default ~/.cache/llamalab) and results under "
+                   "$LLAMALAB_DATA (default ~/.local/share/llamalab); point them, --db or -o at a writable place "
+                   "with free space.", err=True)
+        return 1
+    return 0
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, proc.request_stop)
+    signal.signal(signal.SIGINT, proc.request_stop)
+    sys.exit(entry())
 
 
 if __name__ == "__main__":

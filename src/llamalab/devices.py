@@ -4,6 +4,11 @@
   pipeline parallelism really activates on a machine without GPUs (design.md §5.3).
 * `cuda`: NVIDIA GPUs; when the study asks for more devices than there are GPUs, `GGML_CUDA_DEVICES=N`
   splits the GPUs into N virtual devices (recorded as virtual).
+* `vulkan`: Vulkan devices chosen with `GGML_VK_VISIBLE_DEVICES`; more devices than GPUs list a GPU twice
+  (`0,0`) and name the devices (`-dev Vulkan0,Vulkan1`), since llama.cpp otherwise skips a second device with the
+  same PCI id (vulkan.py). Mesa's lavapipe (a CPU device) is used only when asked for explicitly.
+* `rocm`: AMD GPUs through HIP (`ROCm0` …); like CUDA, `GGML_CUDA_DEVICES=N` (ggml-cuda's code, which HIP builds
+  share) gives virtual devices, `HIP_VISIBLE_DEVICES` chooses fewer.
 * `cpu`: the host alone (one device; pipeline parallelism never activates).
 * `rpc`: no local device; the study's remote rpc-servers (`[devices] rpc = [...]`, see remote.py) are all there
   is. Remote endpoints can also join `cpu-rpc` and `cuda` setups.
@@ -18,7 +23,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import budget, net, proc
+from . import budget, net, proc, vulkan as vk
 from .build import BuildArtifact
 from .errors import ConfigError, LaunchError
 
@@ -35,12 +40,14 @@ class DeviceSetup:
     endpoints: tuple[str, ...] = ()
     description: str = ""
     remotes: tuple[dict, ...] = ()  # remote devices (remote.RemoteDevice.as_dict): endpoint, memory, backend
+    gpu_of: tuple[int, ...] = ()  # physical GPU (driver index) of each local device, where known
 
     def as_dict(self) -> dict:
         return {
             "backend": self.backend, "count": self.count, "server_args": list(self.server_args),
             "env": dict(self.env), "virtual": self.virtual, "endpoints": list(self.endpoints),
             "description": self.description, "remotes": [dict(r) for r in self.remotes],
+            "gpu_of": list(self.gpu_of),
         }
 
 
@@ -102,7 +109,40 @@ def cuda(count: int, physical: int) -> Iterator[DeviceSetup]:
             else f"{count} CUDA GPU(s)")
     if count < physical:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
-    yield DeviceSetup(backend="cuda", count=count, env=env, virtual=virtual, description=desc)
+    yield DeviceSetup(backend="cuda", count=count, env=env, virtual=virtual, description=desc,
+                      gpu_of=tuple(i % physical for i in range(count)))
+
+
+@contextmanager
+def vulkan(count: int, physical: Sequence[vk.PhysicalDevice]) -> Iterator[DeviceSetup]:
+    """Vulkan devices: `count` of them from the physical devices llama.cpp sees (vulkan.select)."""
+    try:
+        sel = vk.select(count, physical)
+    except LookupError:
+        raise LaunchError("the study asks for Vulkan devices, but llama.cpp's Vulkan backend sees none.",
+                          tip="run `llamalab doctor` and `vulkaninfo --summary`; on a machine without a GPU install "
+                          "Mesa's lavapipe (apt-get install mesa-vulkan-drivers) or use backend = \"cpu-rpc\".") from None
+    yield DeviceSetup(backend="vulkan", count=count, server_args=sel.server_args, env=sel.env, virtual=sel.virtual,
+                      description=sel.describe(), gpu_of=sel.indices)
+
+
+@contextmanager
+def rocm(count: int, physical: int) -> Iterator[DeviceSetup]:
+    """AMD GPUs through HIP; `count` > `physical` splits them into virtual devices with GGML_CUDA_DEVICES."""
+    if physical < 1:
+        raise LaunchError("the study asks for ROCm devices, but llama.cpp's HIP backend sees no AMD GPU.",
+                          tip="run `llamalab doctor` and `rocm-smi`; check that this user may open /dev/kfd "
+                          "(group render/video).")
+    env: dict[str, str] = {}
+    virtual = count > physical
+    if virtual:
+        env["GGML_CUDA_DEVICES"] = str(count)
+    if count < physical:
+        env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
+    desc = (f"{count} virtual ROCm devices on {physical} GPU(s) (GGML_CUDA_DEVICES={count})" if virtual
+            else f"{count} ROCm GPU(s)")
+    yield DeviceSetup(backend="rocm", count=count, env=env, virtual=virtual, description=desc,
+                      gpu_of=tuple(i % physical for i in range(count)))
 
 
 @contextmanager
@@ -114,6 +154,14 @@ def cpu() -> Iterator[DeviceSetup]:
 def none() -> Iterator[DeviceSetup]:
     """No local device: backend "rpc", where every device is a remote rpc-server (remote.attached adds them)."""
     yield DeviceSetup(backend="rpc", count=0, description="")
+
+
+def count_named(binary: Path, prefix: str, env: dict[str, str] | None = None) -> int:
+    """How many devices whose name starts with `prefix` (ROCm, CUDA, Vulkan) `llama-server --list-devices` shows."""
+    rc, out = proc.capture([str(binary), "--list-devices"], timeout_s=60, env=env)
+    if rc != 0:
+        return 0
+    return sum(1 for d in budget.parse_devices(out.splitlines()) if d.name.startswith(prefix))
 
 
 def list_memory(binary: Path, server_args: Sequence[str], env: dict[str, str] | None = None

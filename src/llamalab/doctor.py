@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import build, gpu, proc
+from . import build, detect, gpu, paths, proc, toolchain, vulkan as vk
 
 # ---------------------------------------------------------------- facts the checks rely on
 
@@ -27,7 +27,7 @@ CMAKE_MIN_NATIVE_ARCH = (3, 24)  # CMAKE_CUDA_ARCHITECTURES=native, llamalab's d
 # llama.cpp b11312 uses vk::LayerSettingsCreateInfoEXT (VK_EXT_layer_settings) without a version guard; Debian 12
 # ships headers 1.3.239, which lack it (design.md §5.3). Ubuntu 24.04's 1.3.275 is what llama.cpp's own CI builds
 # with from distribution packages, so that is the oldest we call new enough.
-VULKAN_MIN_HEADER = 275
+VULKAN_MIN_HEADER = detect.VULKAN_MIN_HEADER
 
 FAMILIES = ("debian", "fedora", "arch", "macos")
 FAMILY_NAMES = {"debian": "Debian/Ubuntu", "fedora": "Fedora", "arch": "Arch", "macos": "macOS"}
@@ -59,7 +59,10 @@ def _same(pkgs: str) -> dict[str, str]:
     return {f: pkgs for f in FAMILIES}
 
 
-_LUNARG = ("install the LunarG Vulkan SDK (https://vulkan.lunarg.com/sdk/home), then `source <sdk>/setup-env.sh` "
+_TOOLCHAIN_SCRIPT = ("bash scripts/vulkan-toolchain.sh  (in a llamalab checkout: Debian 13's Vulkan headers and "
+                     "Debian 12's glslc unpacked into ~/.cache/llamalab/toolchains/vulkan, nothing installed "
+                     "system-wide; llamalab's builds find them there)")
+_LUNARG = ("or install the LunarG Vulkan SDK (https://vulkan.lunarg.com/sdk/home), then `source <sdk>/setup-env.sh` "
            "in the shell that runs llamalab")
 
 RECIPES: dict[str, Recipe] = {
@@ -95,8 +98,23 @@ RECIPES: dict[str, Recipe] = {
          "fedora": "vulkan-headers vulkan-loader-devel glslc spirv-headers-devel",
          "arch": "vulkan-headers vulkan-icd-loader shaderc spirv-headers",
          "macos": "vulkan-headers vulkan-loader molten-vk shaderc spirv-headers"}),
-    # Where the distribution's Vulkan headers are too old (Debian 12, Ubuntu before 24.04).
-    "vulkan-sdk": Recipe(steps={f: _LUNARG for f in FAMILIES}),
+    # Where the distribution's Vulkan headers are too old (Debian 12, Ubuntu before 24.04): llamalab's own
+    # private toolchain on Debian/Ubuntu, the LunarG SDK everywhere.
+    "vulkan-sdk": Recipe(steps={f: (_TOOLCHAIN_SCRIPT + "; " + _LUNARG) if f == "debian" else _LUNARG[3:]
+                                for f in FAMILIES}),
+    "vulkan-tools": Recipe({"debian": "vulkan-tools", "fedora": "vulkan-tools", "arch": "vulkan-tools",
+                            "macos": "vulkan-tools"}),
+    "lavapipe": Recipe({"debian": "mesa-vulkan-drivers", "fedora": "mesa-vulkan-drivers", "arch": "vulkan-swrast"}),
+    "rocm": Recipe(
+        {"debian": "hipcc libhipblas-dev librocblas-dev rocm-smi", "fedora": "rocm-hip-devel hipblas-devel "
+         "rocblas-devel rocm-smi", "arch": "rocm-hip-sdk rocm-smi-lib"},
+        {"debian": "Debian 13 and Ubuntu 24.04 package ROCm (older releases: AMD's repository, "
+                   "https://rocm.docs.amd.com/projects/install-on-linux/en/latest/):",
+         "macos": "ROCm does not exist for macOS"}),
+    "rocm-smi": Recipe({"debian": "rocm-smi", "fedora": "rocm-smi", "arch": "rocm-smi-lib"}),
+    "hip-arch": Recipe(steps={f: "export LLAMALAB_HIP_ARCH=gfx1100  (your GPU's gfx target: `rocminfo | grep gfx`; "
+                                 "gfx1030 RX 6800/6900, gfx1100 RX 7900, gfx1201 RX 9070, gfx90a MI210/250, "
+                                 "gfx942 MI300)" for f in ("debian", "fedora", "arch")}),
     "cuda-arch": Recipe(steps={f: "export LLAMALAB_CUDA_ARCH=90  (the GPU you will run on: 86 RTX 30xx/A10, "
                                   "89 RTX 40xx/L4/L40, 90 H100/H200, 120 RTX 50xx)" for f in ("debian", "fedora", "arch")}),
 }
@@ -126,6 +144,7 @@ class Probe:
     gpus: Callable[[], list[gpu.Gpu]] = gpu.probe
     openblas: Callable[[], tuple[bool, str]] = build.openblas_available
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    listdir: Callable[[str], list[str]] = field(default=lambda d: sorted(os.listdir(d)) if os.path.isdir(d) else [])
     system: str = sys.platform  # "linux", "darwin", …
     machine: str = field(default_factory=platform.machine)
     python: str = field(default_factory=platform.python_version)
@@ -183,6 +202,9 @@ class Report:
     other_gpus: list[str]
     backends: list[BackendStatus]
     study_backend: str  # what `devices.backend = "auto"` resolves to here
+    study_backend_reason: str = ""
+    vulkan_devices: list[dict] = field(default_factory=list)  # vulkaninfo: name, type, memory budget
+    amd_gpus: list[str] = field(default_factory=list)
 
     def tool(self, key: str) -> Finding:
         return next(f for f in self.tools if f.key == key)
@@ -199,6 +221,9 @@ class Report:
             "other_gpus": list(self.other_gpus),
             "backends": [{**asdict(b), "missing": list(b.missing)} for b in self.backends],
             "study_backend": self.study_backend,
+            "study_backend_reason": self.study_backend_reason,
+            "vulkan_devices": list(self.vulkan_devices),
+            "amd_gpus": list(self.amd_gpus),
         }
 
 
@@ -382,7 +407,34 @@ def _driver(p: Probe, gpus: list[gpu.Gpu], system: str) -> Finding:
 _VULKAN_HEADER_DIRS = ("/usr/include", "/usr/local/include", "/opt/homebrew/include")
 
 
+def _vulkan_prefix(p: Probe) -> list[Finding] | None:
+    """llamalab's private toolchain (scripts/vulkan-toolchain.sh), where complete: headers, glslc, SPIRV-Headers."""
+    home = Path(p.env["LLAMALAB_HOME"]) if p.env.get("LLAMALAB_HOME") else paths.cache_home()
+    prefix = toolchain.vulkan_prefix(home, p.env)
+    d = toolchain.vulkan_defines_for(prefix, p.machine)
+    header = p.read(f"{d['Vulkan_INCLUDE_DIR']}/vulkan/vulkan_core.h")
+    if p.read(f"{prefix}/toolchain.json") is None or header is None or \
+            p.read(f"{d['Vulkan_INCLUDE_DIR']}/spirv/unified1/spirv.hpp") is None:
+        return None
+    ver = vulkan_header_version(header)
+    glslc = d["Vulkan_GLSLC_EXECUTABLE"]
+    rc, text = p.capture([glslc, "--version"])
+    where = f"llamalab's toolchain prefix {prefix}"
+    return [
+        Finding("vulkan-headers", "Vulkan headers", "ok", f"VK_HEADER_VERSION {ver} ({where})", version=str(ver),
+                path=f"{d['Vulkan_INCLUDE_DIR']}/vulkan/vulkan_core.h"),
+        Finding("glslc", "glslc", "ok" if rc == 0 else "missing",
+                f"{_first_line(text)} ({glslc})" if rc == 0 else f"{glslc} does not run: rerun scripts/vulkan-toolchain.sh",
+                path=glslc, fix={} if rc == 0 else {f: [_TOOLCHAIN_SCRIPT] for f in FAMILIES}),
+        Finding("spirv-headers", "SPIRV-Headers", "ok", f"{d['Vulkan_INCLUDE_DIR']}/spirv/unified1/spirv.hpp ({where})",
+                path=f"{d['Vulkan_INCLUDE_DIR']}/spirv/unified1/spirv.hpp"),
+    ]
+
+
 def _vulkan(p: Probe, osinfo: OsInfo) -> list[Finding]:
+    out = _vulkan_prefix(p)
+    if out is not None:
+        return out + [_vulkaninfo_finding(p)]
     sdk = p.env.get("VULKAN_SDK")
     dirs = ([f"{sdk}/include"] if sdk else []) + list(_VULKAN_HEADER_DIRS)
     header_ver = header_at = None
@@ -420,35 +472,56 @@ def _vulkan(p: Probe, osinfo: OsInfo) -> list[Finding]:
     out.append(Finding("spirv-headers", "SPIRV-Headers", "ok", spirv, path=spirv) if spirv else
                Finding("spirv-headers", "SPIRV-Headers", "missing",
                        "spirv/unified1/spirv.hpp not found: the vulkan backend needs it", fix=install))
-    vi = p.which("vulkaninfo")
-    out.append(Finding("vulkaninfo", "vulkaninfo", "ok", f"found ({vi})", path=vi) if vi else
-               Finding("vulkaninfo", "vulkaninfo", "info", "not found (optional: lists Vulkan devices; "
-                       "package vulkan-tools)"))
+    out.append(_vulkaninfo_finding(p))
     return out
 
 
-def _vulkan_devices(p: Probe) -> list[str]:
+def _vulkaninfo_finding(p: Probe) -> Finding:
+    vi = p.which("vulkaninfo")
+    return (Finding("vulkaninfo", "vulkaninfo", "ok", f"found ({vi}): lists Vulkan devices and, where the driver has "
+                    "VK_EXT_memory_budget, their memory in use (the driver cross-check)", path=vi) if vi else
+            Finding("vulkaninfo", "vulkaninfo", "info", "not found (optional: lists Vulkan devices and their memory "
+                    "in use for the driver cross-check)", fix=fixes(["vulkan-tools"])))
+
+
+def _vulkan_devices(p: Probe) -> list[vk.VkInfoDevice]:
+    """Every Vulkan device vulkaninfo reports, with its heaps (full report: memory budget where supported)."""
     vi = p.which("vulkaninfo")
     if not vi:
         return []
-    rc, out = p.capture([vi, "--summary"])
-    if rc != 0:
-        return []
-    names = re.findall(r"deviceName\s*=\s*(.+)", out)
-    return [n.strip() for n in names]
+    rc, out = p.capture([vi])
+    if rc != 0 or "GPU" not in out:
+        rc, out = p.capture([vi, "--summary"])
+    return vk.parse_vulkaninfo(out) if rc == 0 else []
 
 
-def _rocm(p: Probe) -> Finding:
+def _amd_gpus(p: Probe) -> list[str]:
+    return [f"AMD GPU ({card})" for card, vendor in detect.drm_gpus(p.read, p.listdir) if vendor == "AMD"]
+
+
+def _rocm(p: Probe, amd: list[str]) -> list[Finding]:
     hipcc = p.which("hipcc")
+    out = []
     if hipcc:
-        rc, out = p.capture([hipcc, "--version"])
-        m = re.search(r"HIP version:\s*(\S+)", out) if rc == 0 else None
+        rc, text = p.capture([hipcc, "--version"])
+        m = re.search(r"HIP version:\s*(\S+)", text) if rc == 0 else None
         ver = m.group(1) if m else None
-        smi = " and rocm-smi" if p.which("rocm-smi") else ""
-        return Finding("rocm", "ROCm (HIP)", "info", f"hipcc {ver or ''}{smi} found ({hipcc}); llamalab does not build "
-                       "the HIP backend yet", version=ver, path=hipcc)
-    return Finding("rocm", "ROCm (HIP)", "info", "hipcc not found (nothing to do: llamalab does not build the HIP "
-                   "backend yet)")
+        out.append(Finding("rocm", "ROCm (HIP)", "ok", f"hipcc {ver or 'unknown version'} ({hipcc}): builds the rocm "
+                           "backend (-DGGML_HIP=ON)", version=ver, path=hipcc))
+    elif amd:
+        out.append(Finding("rocm", "ROCm (HIP)", "missing", f"hipcc not found: needed to build the rocm backend for "
+                           f"{', '.join(amd)} (the vulkan backend runs on AMD GPUs too)", fix=fixes(["rocm"])))
+    else:
+        out.append(Finding("rocm", "ROCm (HIP)", "info", "hipcc not found (only for AMD GPUs: the rocm backend)"))
+    smi = p.which("rocm-smi")
+    if smi:
+        out.append(Finding("rocm-smi", "rocm-smi", "ok", f"found ({smi}): the memory cross-check on AMD GPUs", path=smi))
+    else:
+        out.append(Finding("rocm-smi", "rocm-smi", "missing" if amd else "info",
+                           "not found: " + ("the memory cross-check on AMD GPUs needs it" if amd
+                                            else "only for AMD GPUs (the memory cross-check)"),
+                           fix=fixes(["rocm-smi"]) if amd else {}))
+    return out
 
 
 def _metal(p: Probe) -> Finding:
@@ -496,18 +569,42 @@ def examine(p: Probe | None = None) -> Report:
     nvcc = _nvcc(p)
     driver = _driver(p, gpus, p.system)
     vulkan = _vulkan(p, osinfo)
-    rocm = _rocm(p)
+    amd = _amd_gpus(p)
+    rocm = _rocm(p, amd)
     metal = _metal(p)
-    tools = [python, cmake, cc, cxx, ninja, make, ccache, git, pkgconf, openblas, nvcc, driver, *vulkan, rocm, metal]
+    tools = [python, cmake, cc, cxx, ninja, make, ccache, git, pkgconf, openblas, nvcc, driver, *vulkan, *rocm, metal]
     if p.system == "darwin":
         # On macOS the CUDA lines only add noise; say once that CUDA does not apply.
         tools = [t if t.key != "nvcc" else Finding("nvcc", "CUDA toolkit", "info", "not applicable on macOS")
                  for t in tools]
 
-    backends = _backends(p, tools, gpus, osinfo)
-    auto = "cuda" if gpus else "cpu-rpc"
-    return Report(os=osinfo, machine=p.machine, tools=tools, gpus=gpus, other_gpus=_vulkan_devices(p),
-                  backends=backends, study_backend=auto)
+    vk_devices = _vulkan_devices(p)
+    backends = _backends(p, tools, gpus, osinfo, vk_devices, amd)
+    by = {t.key: t for t in tools}
+    vk_bad = [k for k in ("vulkan-headers", "glslc", "spirv-headers") if by[k].status in ("missing", "old")]
+    vk_gpus = [d.name for d in vk_devices if not d.software]
+    if not vk_devices and not p.which("vulkaninfo") and detect.gpu_icds(p.env, p.listdir):
+        vk_gpus = [f"{vendor} GPU ({card})" for card, vendor in detect.drm_gpus(p.read, p.listdir)]
+    facts = detect.Facts(nvidia_gpus=len(gpus), nvcc=by["nvcc"].status == "ok", vulkan_gpus=tuple(vk_gpus),
+                         vulkan_buildable=not vk_bad, vulkan_why_not=", ".join(by[k].title for k in vk_bad),
+                         amd_gpus=len(amd), hip=by["rocm"].status == "ok")
+    auto, why = detect.auto_backend(facts)
+    return Report(os=osinfo, machine=p.machine, tools=tools, gpus=gpus,
+                  other_gpus=[_vk_line(d) for d in vk_devices], backends=backends, study_backend=auto,
+                  study_backend_reason=why, amd_gpus=amd,
+                  vulkan_devices=[{"gpu": d.gpu, "name": d.name, "type": d.device_type, "software": d.software,
+                                   "memory_budget": d.has_budget, "device_local_mib": d.device_local_mib()[0]}
+                                  for d in vk_devices])
+
+
+def _vk_line(d: vk.VkInfoDevice) -> str:
+    kind = d.device_type.replace("PHYSICAL_DEVICE_TYPE_", "").replace("_", " ").lower()
+    size, _ = d.device_local_mib()
+    mem = f", {size:,.0f} MiB device-local" if d.heaps else ""
+    budget = ("; VK_EXT_memory_budget: yes (driver cross-check)" if d.has_budget else
+              "; no VK_EXT_memory_budget (no driver cross-check)") if d.heaps else ""
+    cpu = " — a CPU implementation: studies use it only with devices.backend = \"vulkan\"" if d.software else ""
+    return f"{d.name} ({kind}{mem}{budget}){cpu}"
 
 
 def _merge(*fixes_: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
@@ -529,7 +626,8 @@ def _merge(*fixes_: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return out
 
 
-def _backends(p: Probe, tools: list[Finding], gpus: list[gpu.Gpu], osinfo: OsInfo) -> list[BackendStatus]:
+def _backends(p: Probe, tools: list[Finding], gpus: list[gpu.Gpu], osinfo: OsInfo,
+              vk_devices: list[vk.VkInfoDevice] | None = None, amd: list[str] | None = None) -> list[BackendStatus]:
     by = {t.key: t for t in tools}
     bad = {k for k, t in by.items() if t.status in ("missing", "old")}
     base = [k for k in ("cmake", "cc", "cxx", "make") if k in bad]
@@ -553,7 +651,7 @@ def _backends(p: Probe, tools: list[Finding], gpus: list[gpu.Gpu], osinfo: OsInf
     if p.system == "darwin":
         out.append(BackendStatus("cuda", False, False, "not available on macOS: llama.cpp uses Metal there, and "
                                  "llamalab's cpu and cpu-rpc builds include it (nothing to install)"))
-        return _rest(p, by, bad, out, add)
+        return _rest(p, by, bad, out, add, vk_devices or [], amd or [])
     extra, fx, note = [], [], ""
     if "nvcc" in bad:
         extra.append("nvcc")
@@ -578,17 +676,41 @@ def _backends(p: Probe, tools: list[Finding], gpus: list[gpu.Gpu], osinfo: OsInf
     else:
         run_detail = "cannot run here: no NVIDIA GPU with a working driver"
     add("cuda", extra, _merge(*fx), bool(gpus), run_detail, note)
-    return _rest(p, by, bad, out, add)
+    return _rest(p, by, bad, out, add, vk_devices or [], amd or [])
 
 
-def _rest(p: Probe, by: dict[str, Finding], bad: set[str], out: list[BackendStatus], add) -> list[BackendStatus]:
-    # vulkan: headers new enough, glslc, SPIRV-Headers. Studies cannot use Vulkan devices yet.
-    vk = [k for k in ("vulkan-headers", "glslc", "spirv-headers") if k in bad]
-    accepted = study_backends()
-    vk_run = "vulkan" in accepted
-    add("vulkan", vk, _merge(*[by[k].fix for k in vk]), vk_run,
-        "runs here" if vk_run else "llamalab studies cannot run on Vulkan devices yet (devices.backend accepts "
-        + ", ".join(accepted) + ")")
+def _rest(p: Probe, by: dict[str, Finding], bad: set[str], out: list[BackendStatus], add,
+          vk_devices: list[vk.VkInfoDevice], amd: list[str]) -> list[BackendStatus]:
+    # vulkan: headers new enough, glslc, SPIRV-Headers; devices from vulkaninfo.
+    missing_vk = [k for k in ("vulkan-headers", "glslc", "spirv-headers") if k in bad]
+    real = [d for d in vk_devices if not d.software]
+    soft = [d for d in vk_devices if d.software]
+    if real:
+        names = ", ".join(d.name for d in real)
+        run_detail = (f"runs here on {len(real)} Vulkan GPU(s): {names}"
+                      + ("; a 2-device study lists one GPU twice (GGML_VK_VISIBLE_DEVICES=0,0 with -dev "
+                         "Vulkan0,Vulkan1)" if len(real) == 1 else ""))
+    elif soft:
+        run_detail = (f"runs here on {soft[0].name}, Mesa's CPU implementation of Vulkan (lavapipe), with devices.backend = "
+                      "\"vulkan\" (auto never picks it): a correctness and memory check, not a speed one")
+    elif p.which("vulkaninfo"):
+        run_detail = "cannot run here: vulkaninfo finds no Vulkan device (install a GPU driver, or Mesa's lavapipe)"
+    else:
+        run_detail = ("vulkaninfo is not installed, so whether a Vulkan device exists is unknown (package "
+                      "vulkan-tools; Mesa's lavapipe, mesa-vulkan-drivers, is a Vulkan device on the CPU)")
+    add("vulkan", missing_vk, _merge(*[by[k].fix for k in missing_vk]), bool(vk_devices), run_detail)
+
+    # rocm: hipcc (HIP's clang, hipBLAS, rocBLAS come with it), an AMD GPU to run on.
+    hip_missing = ["rocm"] if by["rocm"].status != "ok" else []
+    hip_fix = fixes(["rocm"]) if hip_missing else {}
+    arch_note = ""
+    if not hip_missing and not amd and not p.env.get("LLAMALAB_HIP_ARCH"):
+        hip_missing.append("LLAMALAB_HIP_ARCH")
+        hip_fix = fixes(["hip-arch"])
+        arch_note = "no AMD GPU is visible, so CMake cannot detect the gfx target: set LLAMALAB_HIP_ARCH"
+    hip_run = (f"runs here on {', '.join(amd)} (devices ROCm0 …)" if amd
+               else "cannot run here: no AMD GPU (/sys/class/drm)")
+    add("rocm", hip_missing, hip_fix, bool(amd) and by["rocm"].status == "ok", hip_run, arch_note)
 
     # no-pp-blas: a build option on the study's backend.
     blas = ["openblas"] if "openblas" in bad else []
@@ -643,6 +765,8 @@ def render(rep: Report) -> str:
         out.append("  no NVIDIA GPU found (NVML via nvidia-ml-py, then nvidia-smi)")
     for name in rep.other_gpus:
         out.append(f"  Vulkan device: {name}")
+    for name in rep.amd_gpus:
+        out.append(f"  {name}")
     out += ["", "Backends (what llamalab can build and run here)"]
     bw = max(len(b.name) for b in rep.backends)
     for b in rep.backends:
@@ -651,12 +775,13 @@ def render(rep: Report) -> str:
         out.append(f"  {b.name:<{bw}}  {build_mark}  {run_mark}  {b.detail}")
         if b.fix:
             out += _fix_lines(b.fix, fam, " " * (2 + bw + 2), others=False)
-    n = len(rep.gpus)
+    n = {"cuda": len(rep.gpus), "rocm": len(rep.amd_gpus),
+         "vulkan": sum(1 for d in rep.vulkan_devices if not d["software"])}.get(rep.study_backend, 0)
     dev = ("2 local rpc-servers on the CPU" if rep.study_backend == "cpu-rpc"
            else "its one GPU split in two virtual devices" if n == 1
            else "2 GPUs" if n == 2 else f"the first 2 of {n} GPUs")
-    out += ["", f"`llamalab run pipeline-parallel` would use devices.backend = {rep.study_backend} here ({dev}); "
-                "`llamalab demo` always uses cpu-rpc."]
+    out += ["", f"`llamalab run pipeline-parallel` would use devices.backend = {rep.study_backend} here ({dev}): "
+                f"{rep.study_backend_reason}. `llamalab demo` always uses cpu-rpc."]
     if fam and any(b.fix for b in rep.backends):
         out.append("Commands for other systems are in the Tools section; `llamalab doctor --json` lists them all.")
     return "\n".join(out) + "\n"

@@ -49,6 +49,12 @@ class StoreError(LlamalabError):
     """The results database cannot be used."""
 
 
+class OutputError(LlamalabError):
+    """A report or export file cannot be written where asked (a directory, a device, a read-only folder …)."""
+
+    exit_code = 2
+
+
 class Interrupted(LlamalabError):
     """The user or the system asked llamalab to stop (SIGINT/SIGTERM)."""
 

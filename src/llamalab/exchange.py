@@ -12,9 +12,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from . import __version__
+from . import __version__, runrows
 from .errors import ConfigError, StoreError
-from .store import MIGRATIONS, Store, with_trial_cells
+from .store import LOCAL_RUN_COLUMNS, MIGRATIONS, Store, with_trial_cells
 
 FORMAT = "llamalab-run"
 VERSION = 1
@@ -49,8 +49,13 @@ def export_run(store: Store, run_id: str | None = None) -> dict:
         "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "exported_by": f"llamalab {__version__}",
         "schema": store.migrations(),
-        "tables": decode_tables(store.dump_run(rid)),
+        "tables": _without_local(decode_tables(store.dump_run(rid))),
     }
+
+
+def _without_local(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """The run without what describes its place in one database (its owner process, when it was imported)."""
+    return {**tables, "runs": [{k: v for k, v in r.items() if k not in LOCAL_RUN_COLUMNS} for r in tables["runs"]]}
 
 
 def dumps(doc: dict) -> str:
@@ -60,37 +65,47 @@ def dumps(doc: dict) -> str:
 # ---------------------------------------------------------------- import
 
 def loads(text: str, name: str = "the file") -> dict:
-    """Parse and check an exported document; a clear ConfigError for anything else."""
+    """Parse and check an exported document; a clear ConfigError for anything else. The document is untrusted
+    input: every table and column is checked against `runrows` (types, the run id's shape, references between
+    rows) before anything is written."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{name} is not JSON ({e}).",
+                          tip="pass a file written by `llamalab export RUN -o FILE`.") from e
+    except RecursionError as e:
+        raise ConfigError(f"{name} nests its JSON too deeply to be a llamalab run export.",
                           tip="pass a file written by `llamalab export RUN -o FILE`.") from e
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f"{name} is not a llamalab run export (no \"format\": \"{FORMAT}\").",
                           tip="pass a file written by `llamalab export RUN -o FILE`; "
                               "`llamalab report --format json` output is a report, not an export.")
     v = doc.get("version")
-    if not isinstance(v, int) or v > VERSION:
+    if not isinstance(v, int) or isinstance(v, bool) or v > VERSION:
         raise ConfigError(f"{name} is a version {v!r} export; this llamalab reads up to version {VERSION}.",
                           tip="upgrade llamalab (pip install -U llamalab) to import it.")
+    schema = doc.get("schema") or []
+    if not isinstance(schema, list) or not all(isinstance(m, str) for m in schema):
+        raise ConfigError(f"{name}: \"schema\" must be a list of migration names, not {_short(schema)}.",
+                          tip="pass a file written by `llamalab export RUN -o FILE`.")
     known = {n for n, _ in MIGRATIONS}
-    newer = [m for m in doc.get("schema") or [] if m not in known]
+    newer = [m for m in schema if m not in known]
     if newer:
         raise ConfigError(f"{name} was exported by a newer llamalab (schema {', '.join(newer)}).",
                           tip="upgrade llamalab (pip install -U llamalab) to import it.")
     tables = doc.get("tables")
     if not isinstance(tables, dict) or not isinstance(tables.get("runs"), list) or len(tables["runs"]) != 1:
-        raise ConfigError(f"{name} holds no run (its \"tables\" must have exactly one row in \"runs\").")
+        raise ConfigError(f"{name} holds no run (its \"tables\" must have exactly one row in \"runs\").",
+                          tip="pass a file written by `llamalab export RUN -o FILE`.")
     for t, rows in tables.items():
         if t not in Store.RUN_TABLES or not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise ConfigError(f"{name}: \"tables.{t}\" is not a list of rows of a llamalab run table.")
-    config_ids = {r.get("id") for r in tables.get("configs", [])}
-    for t in ("ledgers", "buffers", "trials"):
-        dangling = [r.get("config_id") for r in tables.get(t, []) if r.get("config_id") not in config_ids]
-        if dangling:
-            raise ConfigError(f"{name}: tables.{t} points at configuration(s) {sorted(set(map(str, dangling)))} "
-                              "that tables.configs does not hold.")
+            raise ConfigError(f"{name}: \"tables.{t}\" is not a list of rows of a llamalab run table.",
+                              tip="pass a file written by `llamalab export RUN -o FILE`, unchanged.")
+    try:
+        runrows.Export.model_validate_json(text)
+    except runrows.ValidationError as e:
+        raise ConfigError(f"{name} is not a valid llamalab run export: {runrows.describe(e)}.",
+                          tip="pass a file written by `llamalab export RUN -o FILE`, unchanged.") from e
     return doc
 
 
@@ -110,8 +125,8 @@ class ImportResult:
         text = (f"imported run {self.run_id} from {self.host}: {self.configs} configuration(s), "
                 f"{self.trials} trial(s).")
         if self.status != "finished":
-            text += (f" Its status is {self.status}: it did not finish on its machine; finish it there and export "
-                     "it again to bring the rest.")
+            text += (f" Its status is {self.status}: it did not finish on its machine, and an imported run is never "
+                     "resumed here; finish it there and export it again to bring the rest.")
         return text
 
 
@@ -123,8 +138,8 @@ def import_run(store: Store, doc: dict) -> ImportResult:
     result = ImportResult(rid, True, len(tables.get("trials", [])), len(tables.get("configs", [])),
                           str(run.get("host")), str(run.get("status")))
     if store.has_run(rid):
-        here = canonical(decode_tables(store.dump_run(rid)))
-        there = canonical(tables)
+        here = canonical(_without_local(decode_tables(store.dump_run(rid))))
+        there = canonical(_without_local(tables))
         if here == there:
             return ImportResult(rid, False, result.trials, result.configs, result.host, result.status)
         raise StoreError(f"{store.path} already holds a different run with the id {rid}: {difference(here, there)}.",

@@ -1,4 +1,5 @@
-"""GGUF models: metadata of any file (via `gguf`), and deterministic synthetic llama models.
+"""GGUF models: metadata of any file (via `gguf`), and deterministic synthetic models (llama, and the hybrid
+Qwen3.5/3.6 `qwen35` architecture: gated-delta-net linear attention with a full-attention layer every 4th).
 
 Synthetic weights are tiled from one seeded pool of random f16 values, so an 8B-shape model is written at
 disk speed while every matrix still holds non-trivial data (dense kernels run as on a real model). A
@@ -20,8 +21,26 @@ from .errors import ModelError
 
 
 @dataclass(frozen=True)
+class HybridSpec:
+    """The linear-attention (gated delta net) part of a `qwen35` model, as its GGUF keys name it."""
+
+    head_dim: int  # attention.key_length = value_length of the full-attention layers
+    rope_dim: int  # rope.dimension_count (partial rotary)
+    rope_sections: tuple[int, int, int, int]  # rope.dimension_sections (multi-section rope)
+    ssm_conv_kernel: int
+    ssm_state_size: int  # head dim of the linear attention's keys and values
+    ssm_group_count: int  # key heads
+    ssm_time_step_rank: int  # value heads
+    full_attention_interval: int = 4  # every Nth layer is full attention, the rest linear
+
+    @property
+    def ssm_inner_size(self) -> int:
+        return self.ssm_state_size * self.ssm_time_step_rank
+
+
+@dataclass(frozen=True)
 class ModelShape:
-    """Dimensions of a llama-architecture model."""
+    """Dimensions of a model: llama (dense), or `qwen35` with `hybrid` set."""
 
     name: str
     n_layer: int
@@ -33,22 +52,47 @@ class ModelShape:
     n_ctx_train: int
     seed: int = 1234
     rope_theta: float = 1_000_000.0
+    arch: str = "llama"
+    hybrid: HybridSpec | None = None
+    wtype: str = "f16"  # the 2-D weight matrices: f16, or a quantized type of QUANT (norms and vectors stay f32)
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.hybrid.head_dim if self.hybrid else self.n_embd // self.n_head
 
     def n_params(self) -> int:
-        d, kv = self.n_embd, self.n_head_kv * self.head_dim
-        per_layer = d * d * 2 + d * kv * 2 + 3 * d * self.n_ff + 2 * d
-        return self.n_layer * per_layer + 2 * self.n_vocab * d + d
+        return sum(int(np.prod(shp)) for _, shp, _ in _tensors(self))
+
+    def tensor_bytes(self) -> int:
+        return sum(_layout(self, shp, dt)[1] for _, shp, dt in _tensors(self))
 
     def key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True) + f"|writer={WRITER_VERSION}"
+        d = asdict(self)
+        if self.arch == "llama" and self.hybrid is None and self.wtype == "f16":  # keys of the first presets stay
+            d.pop("arch"), d.pop("hybrid"), d.pop("wtype")
+        blob = json.dumps(d, sort_keys=True) + f"|writer={WRITER_VERSION}"
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 WRITER_VERSION = 1
+
+# Quantized weight types the writer can produce: (ggml type name, values per block, bytes per block, bytes of the
+# block's f16 scales at its start: d for Q8_0; d and dmin for the K quants).
+QUANT: dict[str, tuple[str, int, int, int]] = {
+    "q8_0": ("Q8_0", 32, 34, 2),
+    "q5_k": ("Q5_K", 256, 176, 4),
+}
+
+
+def _layout(shape: "ModelShape", shp: tuple[int, ...], dt: type) -> tuple[str, int]:
+    """(ggml type of a tensor, its bytes): 2-D f16 matrices take the shape's wtype where their rows divide into
+    blocks."""
+    n = int(np.prod(shp))
+    if shape.wtype != "f16" and dt is np.float16 and len(shp) == 2:
+        name, per, size, _ = QUANT[shape.wtype]
+        if shp[-1] % per == 0:
+            return name, n // per * size
+    return ("F16" if dt is np.float16 else "F32"), n * np.dtype(dt).itemsize
 
 PRESETS: dict[str, ModelShape] = {
     # Small enough for a 2-core CPU, large enough that compute buffers are tens of MiB.
@@ -57,6 +101,30 @@ PRESETS: dict[str, ModelShape] = {
     # The dimensions of a common 8B dense model (Qwen3-8B-like): 36 layers, 4096 wide, 32/8 heads.
     "8b": ModelShape("8b", n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, n_ff=12288, n_vocab=151936,
                      n_ctx_train=131072),
+    # Qwen3.6 27B's shape (the model of the study that started llamalab): the hybrid `qwen35` architecture, 64
+    # layers (48 gated-delta-net linear-attention layers, a full-attention layer every 4th: 16 with a KV cache).
+    # Sources: 64 layers, 5120 wide, vocabulary 248320 from Qwen3.5-27B's training recipe (THUDM/slime
+    # scripts/models/qwen3.5-27B.sh: --num-layers 64 --hidden-size 5120 --ffn-hidden-size 17408
+    # --num-attention-heads 24 --num-query-groups 4 --kv-channels 256 --rotary-percent 0.25 --vocab-size 248320);
+    # the GGUF keys of a Qwen3.5/3.6 27B conversion as llama.cpp prints them (ggml-org/llama.cpp#22673):
+    # feed_forward_length 17408, head_count 24, head_count_kv 4, key/value_length 256, rope.dimension_count 64,
+    # rope.dimension_sections [11, 11, 10, 0], rope.freq_base 1e7, ssm.conv_kernel 4, ssm.state_size 128,
+    # ssm.group_count 16, ssm.time_step_rank 48, ssm.inner_size 6144, full_attention_interval 4; context 262144.
+    # Qwen3.6 27B keeps Qwen3.5 27B's architecture (llama.cpp loads both as qwen35; src/models/qwen35.cpp types
+    # a 64-layer qwen35 as 27B). The original study ran Unsloth's UD-Q5_K_XL file (mixed ~5-6 bits); here every
+    # weight matrix is Q5_K (5.5 bits per weight): 17.2 GiB of weights, a little under that file.
+    "qwen36-27b": ModelShape(
+        "qwen36-27b", n_layer=64, n_embd=5120, n_head=24, n_head_kv=4, n_ff=17408, n_vocab=248320,
+        n_ctx_train=262144, rope_theta=10_000_000.0, arch="qwen35", wtype="q5_k",
+        hybrid=HybridSpec(head_dim=256, rope_dim=64, rope_sections=(11, 11, 10, 0), ssm_conv_kernel=4,
+                          ssm_state_size=128, ssm_group_count=16, ssm_time_step_rank=48)),
+    # The same architecture scaled down (8 layers: 6 linear, 2 full attention) so that the qwen35 tensor set is
+    # proven on a 2-core CPU by a real load and real requests.
+    "qwen35-tiny": ModelShape(
+        "qwen35-tiny", n_layer=8, n_embd=512, n_head=4, n_head_kv=2, n_ff=1536, n_vocab=32000, n_ctx_train=65536,
+        rope_theta=10_000_000.0, arch="qwen35",
+        hybrid=HybridSpec(head_dim=128, rope_dim=32, rope_sections=(6, 5, 5, 0), ssm_conv_kernel=4,
+                          ssm_state_size=64, ssm_group_count=2, ssm_time_step_rank=4)),
 }
 
 
@@ -92,8 +160,51 @@ def _vocab(n: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores[:n], types
 
 
+def _qwen35_tensors(shape: ModelShape) -> list[tuple[str, tuple[int, ...], type]]:
+    """The tensors llama.cpp b11312 loads for `qwen35` (src/models/qwen35.cpp, load_arch_tensors), numpy order."""
+    h = shape.hybrid
+    assert h is not None
+    d, hd = shape.n_embd, h.head_dim
+    key_dim, value_dim = h.ssm_state_size * h.ssm_group_count, h.ssm_state_size * h.ssm_time_step_rank
+    conv_dim = 2 * key_dim + value_dim
+    out: list[tuple[str, tuple[int, ...], type]] = [("token_embd.weight", (shape.n_vocab, d), np.float16)]
+    for i in range(shape.n_layer):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", (d,), np.float32), (p + "post_attention_norm.weight", (d,), np.float32)]
+        if (i + 1) % h.full_attention_interval == 0:  # full attention; Q carries its output gate (2 × heads)
+            out += [
+                (p + "attn_q.weight", (2 * hd * shape.n_head, d), np.float16),
+                (p + "attn_k.weight", (hd * shape.n_head_kv, d), np.float16),
+                (p + "attn_v.weight", (hd * shape.n_head_kv, d), np.float16),
+                (p + "attn_output.weight", (d, hd * shape.n_head), np.float16),
+                (p + "attn_q_norm.weight", (hd,), np.float32),
+                (p + "attn_k_norm.weight", (hd,), np.float32),
+            ]
+        else:  # gated delta net
+            out += [
+                (p + "attn_qkv.weight", (conv_dim, d), np.float16),
+                (p + "attn_gate.weight", (value_dim, d), np.float16),
+                (p + "ssm_conv1d.weight", (conv_dim, h.ssm_conv_kernel), np.float32),
+                (p + "ssm_dt.bias", (h.ssm_time_step_rank,), np.float32),
+                (p + "ssm_a", (h.ssm_time_step_rank,), np.float32),
+                (p + "ssm_beta.weight", (h.ssm_time_step_rank, d), np.float16),
+                (p + "ssm_alpha.weight", (h.ssm_time_step_rank, d), np.float16),
+                (p + "ssm_norm.weight", (h.ssm_state_size,), np.float32),
+                (p + "ssm_out.weight", (d, value_dim), np.float16),
+            ]
+        out += [
+            (p + "ffn_gate.weight", (shape.n_ff, d), np.float16),
+            (p + "ffn_up.weight", (shape.n_ff, d), np.float16),
+            (p + "ffn_down.weight", (d, shape.n_ff), np.float16),
+        ]
+    out += [("output_norm.weight", (d,), np.float32), ("output.weight", (shape.n_vocab, d), np.float16)]
+    return out
+
+
 def _tensors(shape: ModelShape) -> list[tuple[str, tuple[int, ...], type]]:
     """(name, numpy shape, dtype) in file order. Numpy shape is GGUF's ne reversed."""
+    if shape.arch == "qwen35":
+        return _qwen35_tensors(shape)
     d, kv = shape.n_embd, shape.n_head_kv * shape.head_dim
     out: list[tuple[str, tuple[int, ...], type]] = [("token_embd.weight", (shape.n_vocab, d), np.float16)]
     for i in range(shape.n_layer):
@@ -122,7 +233,8 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
-    w = gguf.GGUFWriter(str(tmp), "llama")
+    arch = shape.arch
+    w = gguf.GGUFWriter(str(tmp), arch)
     w.add_name(f"llamalab synthetic {shape.name}")
     w.add_context_length(shape.n_ctx_train)
     w.add_embedding_length(shape.n_embd)
@@ -130,11 +242,23 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
     w.add_feed_forward_length(shape.n_ff)
     w.add_head_count(shape.n_head)
     w.add_head_count_kv(shape.n_head_kv)
-    w.add_rope_dimension_count(shape.head_dim)
+    h = shape.hybrid
+    w.add_rope_dimension_count(h.rope_dim if h else shape.head_dim)
     w.add_rope_freq_base(shape.rope_theta)
+    if h:
+        w.add_uint32(f"{arch}.attention.key_length", h.head_dim)
+        w.add_uint32(f"{arch}.attention.value_length", h.head_dim)
+        w.add_array(f"{arch}.rope.dimension_sections", list(h.rope_sections))
+        w.add_uint32(f"{arch}.ssm.conv_kernel", h.ssm_conv_kernel)
+        w.add_uint32(f"{arch}.ssm.state_size", h.ssm_state_size)
+        w.add_uint32(f"{arch}.ssm.group_count", h.ssm_group_count)
+        w.add_uint32(f"{arch}.ssm.time_step_rank", h.ssm_time_step_rank)
+        w.add_uint32(f"{arch}.ssm.inner_size", h.ssm_inner_size)
+        w.add_uint32(f"{arch}.full_attention_interval", h.full_attention_interval)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(shape.n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+                     "q5_k": gguf.LlamaFileType.MOSTLY_Q5_K_M}[shape.wtype])
     tokens, scores, types = _vocab(shape.n_vocab)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
@@ -146,8 +270,9 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
     specs = _tensors(shape)
-    for name, shp, dt in specs:
-        w.add_tensor_info(name, shp, np.dtype(dt), int(np.prod(shp)) * np.dtype(dt).itemsize)
+    layouts = [_layout(shape, shp, dt) for _, shp, dt in specs]
+    for (name, shp, dt), (gtype, nbytes) in zip(specs, layouts):
+        w.add_tensor_info(name, shp, np.dtype(dt), nbytes, raw_dtype=gguf.GGMLQuantizationType[gtype])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -156,16 +281,39 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
     rng = np.random.default_rng(shape.seed)
     pool16 = (rng.standard_normal(POOL) * 0.02).astype(np.float16).tobytes()
     pool16 = pool16 + pool16  # so any offset has POOL values after it
-    ones32 = np.ones(shape.n_embd, dtype=np.float32).tobytes()
+    pool32 = (rng.standard_normal(POOL) * 0.02).astype(np.float32).tobytes()
+    blocks = b""
+    if shape.wtype in QUANT:  # valid blocks: small fixed scales, random quants (no NaN/inf scale from random bits)
+        _, per, size, scales = QUANT[shape.wtype]
+        raw = rng.integers(0, 256, size=(POOL // per, size), dtype=np.uint8)
+        raw[:, 0:2] = np.frombuffer(np.float16(0.0005).tobytes(), np.uint8)
+        if scales == 4:
+            raw[:, 2:4] = np.frombuffer(np.float16(0.0).tobytes(), np.uint8)
+        blocks = raw.tobytes() * 2
     pos = fout.tell()
     pos += (-pos) % align
     if data:
         fout.write(b"\0" * ((-fout.tell()) % align))
-    for idx, (name, shp, dt) in enumerate(specs):
-        nbytes = int(np.prod(shp)) * np.dtype(dt).itemsize
+    for idx, ((name, shp, dt), (gtype, nbytes)) in enumerate(zip(specs, layouts)):
         if data:
-            if dt is np.float32:
-                fout.write(ones32)
+            if gtype not in ("F16", "F32"):
+                size = QUANT[shape.wtype][2]
+                offset = (idx * 7919 % (len(blocks) // 2 // size)) * size
+                left = nbytes
+                while left:
+                    n = min(left, len(blocks) // 2 // size * size)
+                    fout.write(blocks[offset:offset + n])
+                    left -= n
+            elif dt is np.float32:
+                n = int(np.prod(shp))
+                if name.endswith("ssm_a"):  # A = −exp(A_log) < 0: a decaying state, as in a trained model
+                    fout.write(np.full(n, -1.0, dtype=np.float32).tobytes())
+                elif name.endswith(".bias"):
+                    fout.write(np.zeros(n, dtype=np.float32).tobytes())
+                elif len(shp) > 1:  # the convolution's kernel
+                    fout.write(pool32[:nbytes])
+                else:  # norms
+                    fout.write(np.ones(n, dtype=np.float32).tobytes())
             else:
                 offset = (idx * 7919 % POOL) * 2
                 left = nbytes

@@ -324,6 +324,7 @@ class ConfigPlan:
     fit_message: str | None = None
     pipeline_parallel: bool | None = None
     sched_copies: int | None = None
+    graph_splits: int | None = None  # the dry run's split count (hand-offs between devices and to the CPU)
     expected: Expectation | None = None
     copies_mismatch: str | None = None
     devices: list[DeviceFigures] = field(default_factory=list)
@@ -603,6 +604,7 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
     cp.ctx_reduced_from = first.fit_ctx_from
     cp.fit_ok, cp.fit_message = first.fit_ok, first.fit_message
     cp.pipeline_parallel, cp.sched_copies = final.pipeline_parallel, final.sched_copies
+    cp.graph_splits = final.graph_splits
     cp.devices, cp.host = final.devices, final.host
     cp.n_ubatch, cp.n_embd = final.n_ubatch, first.n_embd
     cp.expected = expected_pipeline(args, len(final.devices), prep.model_info.n_layer, art.options)

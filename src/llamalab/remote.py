@@ -513,6 +513,11 @@ def merge_setup(dev: "DeviceSetup", endpoints: Sequence[str],
     def backends(ep: str) -> str:
         return ", ".join(sorted({d.backend.upper() if d.backend != "unknown" else "?" for d in found.get(ep, ())})) or "?"
 
+    if "-dev" in args:  # named local devices (two Vulkan devices on one GPU): name the remote ones too, first,
+        i = args.index("-dev")  # where llama.cpp puts RPC devices by default
+        names = [d.key for e in endpoints for d in found.get(e, ())]
+        args[i + 1] = ",".join([*names, args[i + 1]])
+
     remote_desc = "; ".join(f"{e} ({backends(e)})" for e in endpoints)
     desc = (f"{dev.description} + " if dev.description and dev.count else "") + f"remote rpc-servers {remote_desc}"
     return replace(dev, backend=dev.backend if dev.count else "rpc", count=dev.count + n_remote,

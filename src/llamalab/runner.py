@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
+import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import (__version__, binaries, budget, build as buildmod, crosscheck, devices, gpu, ledger, maxctx, models,
-               nvmlcheck, proc, remote, server as servermod, source, sysinfo, workload)
+from . import (__version__, binaries, budget, build as buildmod, crosscheck, detect, devices, drivercheck, gpu,
+               ledger, maxctx, models, proc, remote, server as servermod, source, sysinfo, toolchain,
+               vulkan as vulkanmod, workload)
 from .build import BuildArtifact, Builder
-from .errors import BuildError, ConfigError, LaunchError, WorkloadError
+from .errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
 from .paths import cache_home, data_home, default_db
 from .progress import Progress
 from .records import ConfigOutcome
@@ -52,13 +55,31 @@ class Prepared:
     skipped: dict[str, str]  # build name → reason
     topology: dict = field(default_factory=dict)  # local devices and remote endpoints (remote.topology)
     binaries: dict[str, "binaries.Binaries"] = field(default_factory=dict)  # given binaries, by folder
+    vulkan_devices: list = field(default_factory=list)  # vulkan: every physical device this build sees
+    local_gpus: int = 0  # cuda/rocm: GPUs this build sees
 
 
-def resolve_backend(study: Study) -> str:
+def resolve_backend(study: Study, home: Path | None = None, progress: Progress | None = None) -> str:
+    """The study's backend; "auto" is chosen from this machine's GPUs and toolchains (detect.auto_backend)."""
     b = study.devices.backend
     if b == "auto":
-        return "cuda" if gpu.probe() else ("rpc" if study.devices.rpc else "cpu-rpc")
+        choice, why = detect.auto_backend(detect.facts(home or cache_home()), remotes=bool(study.devices.rpc))
+        if progress:
+            progress.message(f"devices.backend = \"auto\" → {choice}: {why}")
+        return choice
     return b
+
+
+def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """CMake definitions and build environment a backend needs on this machine: the CUDA architecture, the Vulkan
+    toolchain prefix (scripts/vulkan-toolchain.sh), HIP's compiler and GPU targets."""
+    if backend == "cuda":
+        return {"CMAKE_CUDA_ARCHITECTURES": os.environ.get("LLAMALAB_CUDA_ARCH", "native")}, {}
+    if backend == "vulkan":
+        return toolchain.vulkan_defines(home), {}
+    if backend == "rocm":
+        return toolchain.hip_defines(), toolchain.hip_env()
+    return {}, {}
 
 
 def study_hash(study: Study, model_path: Path) -> str:
@@ -85,7 +106,7 @@ def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str
 
 
 def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
-    backend = resolve_backend(study)
+    backend = resolve_backend(study, opts.home, progress)
     if study.devices.rpc:  # exposure warnings, reachability and ssh logins before anything is built
         remote.preflight(study.devices.rpc, progress.warn)
     given = given_binaries(study, backend, progress)
@@ -98,12 +119,11 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
         shape = models.preset(study.model.preset or "tiny")
         model_path = models.synthetic(shape, opts.home)
     info = models.read_info(model_path)
-    extra: dict[str, str] = {}
-    if backend == "cuda":
-        extra["CMAKE_CUDA_ARCHITECTURES"] = os.environ.get("LLAMALAB_CUDA_ARCH", "native")
+    extra, build_env = build_setup(backend, opts.home)
     build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
     builder = Builder(source=src, backend=build_backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
-                      extra_defines=extra, progress=progress.build, log=progress.message) if src else None
+                      extra_defines=extra, build_env=build_env, progress=progress.build,
+                      log=progress.message) if src else None
     artifacts: dict[str, BuildArtifact] = {}
     skipped: dict[str, str] = {}
     for spec in study.builds:
@@ -140,12 +160,25 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
                              "run `llamalab doctor` to see what this machine lacks.")
     for line in mixed_binaries(artifacts):
         progress.warn(line)
-    topology = _topology(study, backend, next(iter(artifacts.values())), progress)
+    first = next(iter(artifacts.values()))
+    vk_devices: list = []
+    local_gpus = 0
+    if backend == "vulkan":
+        vk_devices = vulkanmod.physical_devices(first.binary("llama-server"), first.env())
+        for d in vk_devices:
+            progress.message(f"Vulkan device #{d.index}: {d.description}, {d.free_mib:,} MiB free"
+                             + (" (a CPU implementation)" if d.software else ""))
+    elif backend == "cuda":
+        local_gpus = len(gpu.probe())
+    elif backend == "rocm":
+        local_gpus = devices.count_named(first.binary("llama-server"), "ROCm", first.env())
+    topology = _topology(study, backend, first, progress)
     first_given = next((given[b.name] for b in study.builds if b.name in given), None)
     src = src or first_given.source()  # type: ignore[union-attr]  (no source: every build ran given binaries)
     return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
                     artifacts=artifacts, skipped=skipped, topology=topology,
-                    binaries={str(b.dir): b for b in given.values()})
+                    binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
+                    local_gpus=local_gpus)
 
 
 def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, binaries.Binaries]:
@@ -245,7 +278,13 @@ def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
         with devices.local_rpc(art, d.count, log_dir, host=d.host, threads=d.rpc_threads) as dev:
             yield dev
     elif prep.backend == "cuda":
-        with devices.cuda(d.count, len(gpu.probe())) as dev:
+        with devices.cuda(d.count, prep.local_gpus or len(gpu.probe())) as dev:
+            yield dev
+    elif prep.backend == "vulkan":
+        with devices.vulkan(d.count, prep.vulkan_devices) as dev:
+            yield dev
+    elif prep.backend == "rocm":
+        with devices.rocm(d.count, prep.local_gpus) as dev:
             yield dev
     elif prep.backend == "cpu":
         with devices.cpu() as dev:
@@ -255,7 +294,7 @@ def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
             yield dev
     else:
         raise ConfigError(f"backend {prep.backend!r} is not supported by this llamalab yet.",
-                          tip="use cpu-rpc, cuda or cpu.")
+                          tip="use cpu-rpc, cuda, vulkan, rocm or cpu.")
 
 
 def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
@@ -270,6 +309,20 @@ def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup,
         return None
     mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
     return budget.emulate(budgets, mem, margins_mib=study.server.fit_target_mib, user_args=user_args)
+
+
+def check_budgets(prep: Prepared, progress: Progress) -> None:
+    """With `[devices] vram`: start the devices once and check that they can stand in for the budgeted ones (a
+    ConfigError if not), so that a study that cannot run stops before it writes anything. Each configuration checks
+    again when it starts (free memory may change meanwhile)."""
+    if not prep.study.devices.vram or not prep.artifacts:
+        return
+    art = next(iter(prep.artifacts.values()))
+    progress.message("checking the [devices] vram budgets against what the devices report free")
+    with tempfile.TemporaryDirectory(prefix="llamalab-budgets-") as tmp:
+        with device_setup(prep, art, Path(tmp)) as dev:
+            budget_emulation(prep.study, art, dev, {**art.env(), **dev.env}, [*prep.study.server.args,
+                                                                             *dev.server_args])
 
 
 def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
@@ -324,48 +377,34 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
     study = prep.study
     study_toml = to_toml(study)
     shash = study_hash(study, prep.model_path)
+    check_budgets(prep, progress)  # before any row is written: a budget these devices cannot stand for stops here
     with Store(opts.db) as store:
-        run_id = opts.resume
-        if run_id:
-            row = store.run(run_id)
-            run_id = row["id"]
-            if row["study_hash"] != shash:
-                raise ConfigError(
-                    f"run {run_id} is of study {row['study']!r} with other settings or another model; "
-                    "resuming it with this study would mix results.",
-                    tip="rerun with exactly the study file, --set overrides and --model of that run, or drop --resume.")
-        elif not opts.fresh:
-            run_id = store.unfinished_run(shash)
-            if run_id:
-                progress.message(f"resuming unfinished run {run_id} of this study (pass --fresh to start anew)")
-        if run_id is None:
-            run_id = store.new_run(study.name, study_toml, shash, version=__version__,
-                                   model=prep.model_info.as_dict(),
-                                   options={"backend": prep.backend, "db": str(opts.db)},
-                                   devices=prep.topology or None)
-            store.save_system(run_id, sysinfo.collect(llama_cpp_info(prep)))
-        else:
-            store.set_run_status(run_id, "running")
-        for spec in study.builds:
-            if spec.name in prep.artifacts:
-                store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
-            else:
-                reason = prep.skipped.get(spec.name) or ""
-                store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
-                                 reason=reason)
-        done = store.done_trials(run_id)
-        levels = study.workload.concurrency
-        cells = study.workload.cells()
-        passes = expand(study)
-        todo = [(i, p, tuple(t for t in p.trials
-                             if any((p.config.build.name, p.config.setting.name, t, c, *cell) not in done
-                                    for c in levels for cell in cells)))
-                for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
-        todo = [(i, p, ts) for i, p, ts in todo if ts]
-        total = sum(len(ts) * len(levels) * len(cells) for _, _, ts in todo)
-        counter = [0]
-        run_dir = opts.runs_dir / run_id
+        run_id, resumed = store.begin_run(study.name, study_toml, shash, version=__version__, resume=opts.resume,
+                                          fresh=opts.fresh, model=prep.model_info.as_dict(),
+                                          options={"backend": prep.backend, "db": str(opts.db)},
+                                          devices=prep.topology or None)
+        if resumed and not opts.resume:
+            progress.message(f"resuming unfinished run {run_id} of this study (pass --fresh to start anew)")
         try:
+            if not resumed:
+                store.save_system(run_id, sysinfo.collect(llama_cpp_info(prep)))
+            for spec in study.builds:
+                if spec.name in prep.artifacts:
+                    store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
+                else:
+                    reason = prep.skipped.get(spec.name) or ""
+                    store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
+                                     reason=reason)
+            done = store.done_trials(run_id)
+            levels = study.workload.concurrency
+            passes = expand(study)
+            todo = [(i, p, tuple(t for t in p.trials
+                                 if any((p.config.build.name, p.config.setting.name, t, c) not in done for c in levels)))
+                    for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
+            todo = [(i, p, ts) for i, p, ts in todo if ts]
+            total = sum(len(ts) * len(levels) for _, _, ts in todo)
+            counter = [0]
+            run_dir = opts.runs_dir / run_id
             for i, p, trials in todo:
                 proc.check_stop()
                 _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
@@ -375,16 +414,62 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                 _context_checks(prep, store, run_id, run_dir / "logs", progress, opts.max_context,
                                 opts.max_context_probes)
             proc.check_stop()
-            store.set_run_status(run_id, "finished")
+            # nothing measured (every configuration failed, or none could run) is a failed run, not a finished one
+            store.set_run_status(run_id, "finished" if store.done_trials(run_id) else "failed")
         except KeyboardInterrupt:
             proc.terminate_all()
-            store.set_run_status(run_id, "interrupted")
+            _mark_run(store, run_id, "interrupted", progress)
             raise
         except BaseException:
             proc.terminate_all()
-            store.set_run_status(run_id, "failed")
+            _mark_run(store, run_id, "failed", progress)
             raise
     return run_id
+
+
+def _mark_run(store: Store, run_id: str, status: str, progress: Progress) -> None:
+    """Record how a run ended after an error, without hiding that error: a database that cannot be written (a
+    full disk) leaves the run as it was, and its owner's exit makes it interrupted (resumable) all the same."""
+    try:
+        store.set_run_status(run_id, status)
+    except Exception as e:  # noqa: BLE001 - the error being raised is the one to report
+        progress.warn(f"could not mark run {run_id} {status}: {e}")
+
+
+def _finish_config(store: Store, config_id: int, status: str, reason: str, progress: Progress) -> None:
+    try:
+        store.finish_config(config_id, status, reason=reason)
+    except Exception as e:  # noqa: BLE001
+        progress.warn(f"could not record the configuration's end ({status}: {reason}): {e}")
+
+
+def run_outcome(store: Store, run_id: str) -> tuple[list[str], int, bool]:
+    """How a run's configurations ended: (a line per configuration that failed, the number of configurations
+    the study meant to measure, whether anything was measured). A configuration's last attempt counts (a resumed
+    run may repeat a failed one); a build that failed counts for each of its configurations; a build skipped
+    for a missing optional requirement (OpenBLAS) does not."""
+    run = store.run(run_id)
+    try:
+        settings = [s.get("name") for s in tomllib.loads(run["study_toml"]).get("settings") or []] or ["default"]
+    except tomllib.TOMLDecodeError:
+        settings = []
+    last: dict[tuple[str, str], dict] = {}
+    for c in store.configs(run_id):
+        last[(c["build"], c["setting"])] = c
+    failed = []
+    total = 0
+    for b in store.builds(run_id):
+        if b["status"] == "skipped":
+            continue
+        for st in settings:
+            total += 1
+            if b["status"] == "failed":
+                failed.append(f"{b['name']} × {st}: {(b['reason'] or 'build failed').splitlines()[0]}")
+                continue
+            c = last.get((b["name"], st))
+            if c is not None and c["status"] != "ok":
+                failed.append(f"{b['name']} × {st}: {(c['reason'] or c['status']).splitlines()[0]}")
+    return failed, total, bool(store.done_trials(run_id))
 
 
 def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress) -> None:
@@ -504,6 +589,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
             store.set_config_command(config_id, [str(art.binary("llama-server")), "-m", str(prep.model_path), *args],
                                      env, {**dev.as_dict(), "emulation": emulation})
             progress.message(f"starting llama-server for {label} ({dev.description})")
+            checker = drivercheck.for_setup(prep.backend, dev)  # a device-wide source reads its baseline now
             with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
                         env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
                 led = ledger.parse(srv.log_lines())
@@ -530,7 +616,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         progress.warn(f"{label} trial {t.trial} at concurrency {t.concurrency}: "
                                       f"{t.errors} request(s) failed: {t.requests[0].error}")
 
-                nvml_load = gpu.process_used_mib({srv.child.pid}) if prep.backend == "cuda" else None
+                driver_load = checker.read({srv.child.pid}) if checker else None
                 grid = []
                 for prompt, output in wl.cells():
                     shape = workload.Shape(prompt_tokens=prompt, output_tokens=output,
@@ -554,19 +640,19 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         raise
                 if not srv.alive():  # a dead server is the cause, whatever the client saw
                     raise LaunchError(srv.death("during the workload"))
-                if prep.backend == "cuda":
-                    nvml_run = gpu.process_used_mib({srv.child.pid})
-                    physical = len(gpu.probe())
+                if checker:
+                    driver_run = checker.read({srv.child.pid})
                     store.save_nvml(config_id, {
-                        "after_load": nvmlcheck.compare(led.to_json(), nvml_load, physical),
-                        "after_workload": nvmlcheck.compare(led.to_json(), nvml_run, physical),
+                        "after_load": checker.compare(led.to_json(), driver_load),
+                        "after_workload": checker.compare(led.to_json(), driver_run),
+                        "source": checker.source, "scope": checker.scope,
                     })
                 # the final ledger (with exit-time breakdown tables) is read after the server stops
             led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines())
             store.save_ledger(config_id, led)
         store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
     except KeyboardInterrupt:
-        store.finish_config(config_id, "interrupted", reason="stopped by SIGINT/SIGTERM")
+        _finish_config(store, config_id, "interrupted", "stopped by SIGINT/SIGTERM", progress)
         raise
     except (LaunchError, WorkloadError) as e:
         progress.warn(f"{label} failed: {e.message}")  # with the server log's last lines where it died
@@ -575,3 +661,8 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
         if logs_text.exists():
             led = ledger.parse(logs_text.read_text(errors="replace").splitlines())
             store.save_ledger(config_id, led)
+    except BaseException as e:
+        # any other error stops the study; the configuration does not stay "running"
+        why = e.message if isinstance(e, LlamalabError) else f"{type(e).__name__}: {e}"
+        _finish_config(store, config_id, "failed", f"the study stopped: {why}", progress)
+        raise

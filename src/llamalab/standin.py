@@ -17,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelError
+from .report.write import check_target, current_umask, output_error
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -202,12 +204,24 @@ def write(src: Path, dest: Path) -> Path:
                          "are not supported.", tip="merge it first with llama-gguf-split --merge, then copy its head.")
     with open(src, "rb") as f:
         head = f.read(lay.data_offset)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
-    with open(tmp, "wb") as f:
-        f.write(head)
-        f.truncate(lay.file_size)
-    os.replace(tmp, dest)
+    check_target(dest)  # a link, FIFO, device or directory at `dest` is refused, never replaced
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="." + dest.name + ".", dir=dest.parent)
+    except OSError as e:
+        raise output_error(dest, e) from e
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(head)
+            f.truncate(lay.file_size)
+        os.chmod(tmp, 0o666 & ~current_umask())
+        check_target(dest)
+        os.replace(tmp, dest)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise output_error(dest, e) from e
+        raise
     return dest
 
 

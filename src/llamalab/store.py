@@ -2,6 +2,11 @@
 
 Every finished trial is committed before the next one starts, so a crash loses at most the trial in flight.
 Reports are built from here, never from a live run.
+
+Commands that only read (runs, report, compare, export) open the file read-only (`mode=ro`) and never migrate
+it: a database of an older schema is copied into memory and migrated there, so the file stays as it was.
+A run records the process that measures it (`owner.py`); a run whose owner lives is never joined or resumed,
+and a second run on the same database is refused while one is being measured.
 """
 
 from __future__ import annotations
@@ -10,14 +15,13 @@ import json
 import socket
 import sqlite3
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from .errors import StoreError
-from . import memory
+from .errors import ConfigError, StoreError
+from . import memory, owner as ownermod, runids
 from .ledger import Ledger
 from .records import ConfigOutcome, Trial
 
@@ -141,6 +145,12 @@ MIGRATIONS: list[tuple[str, str]] = [
     # concurrency level, so the unique key grows by the cell. SQLite cannot change a UNIQUE constraint in place:
     # the table is copied. Trials stored before this hold the run's single workload, read from its study file.
     ("0007_trial_cells", lambda db: _trial_cells(db)),
+    ("0008_run_owner", """
+        ALTER TABLE runs ADD COLUMN owner_pid INTEGER;   -- the llamalab process measuring the run (owner.py)
+        ALTER TABLE runs ADD COLUMN owner_host TEXT;
+        ALTER TABLE runs ADD COLUMN owner_started TEXT;  -- boot id / start tick of that process
+        ALTER TABLE runs ADD COLUMN imported TEXT;       -- when `llamalab import` brought it (never resumed here)
+    """),
 ]
 
 _TRIALS_0006 = """
@@ -216,18 +226,31 @@ def with_trial_cells(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
                else output} for t in trials]
     return {**tables, "trials": filled}
 
+# Columns that describe a run's place in one database, not the run: not exported as facts, not compared.
+LOCAL_RUN_COLUMNS = ("owner_pid", "owner_host", "owner_started", "imported")
+
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 class Store:
-    def __init__(self, path: Path, *, create: bool = True):
+    def __init__(self, path: Path, *, readonly: bool = False):
+        """Open the results database at `path`. Read-write (the default) creates it and applies migrations;
+        `readonly` opens an existing file without writing to it, ever (see the module's docstring)."""
         self.path = Path(path)
-        if not create and not self.path.is_file():
-            raise StoreError(f"there is no results database at {self.path}.",
-                             tip="check --db (or LLAMALAB_DATA); `llamalab demo` or `llamalab run` creates one.")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.readonly = readonly
+        if readonly:
+            if not self.path.is_file():
+                raise StoreError(f"there is no results database at {self.path}.",
+                                 tip="check --db (or LLAMALAB_DATA); `llamalab demo` or `llamalab run` creates one.")
+            self.db = self._open_readonly()
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot make the folder {self.path.parent} for the results database: {e.strerror}.",
+                             tip="pass --db with a path in a writable folder, or set LLAMALAB_DATA.") from e
         try:
             self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
             self.db.row_factory = sqlite3.Row
@@ -235,8 +258,77 @@ class Store:
             self.db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path} is not a usable llamalab database: {e}",
-                             tip="pass --db with another path, or move this file aside.") from e
+            raise self.error(e) from e
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        uri = self.path.resolve().as_uri() + "?mode=ro"
+        try:
+            try:
+                db = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+                names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            except sqlite3.OperationalError:
+                # a WAL database in a folder or on a file system this process may not write: SQLite cannot make
+                # its shared-memory file, so read the file as it is (nothing can be writing it either)
+                db = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=30.0, isolation_level=None)
+                names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            db.row_factory = sqlite3.Row
+            if "_migrations" not in names:
+                db.close()
+                raise StoreError(f"{self.path} is not a llamalab results database (it has no llamalab tables).",
+                                 tip="check --db (or LLAMALAB_DATA); llamalab reads only databases it made.")
+            applied = [r[0] for r in db.execute("SELECT name FROM _migrations ORDER BY name")]
+            self._refuse_newer(applied)
+            if [n for n, _ in MIGRATIONS if n not in applied]:
+                # an older schema: read a migrated copy in memory; the file is not touched
+                mem = sqlite3.connect(":memory:", isolation_level=None)
+                db.backup(mem)
+                db.close()
+                mem.row_factory = sqlite3.Row
+                self.db = mem
+                self._migrate()
+                return mem
+            return db
+        except sqlite3.DatabaseError as e:
+            raise self.error(e) from e
+
+    def error(self, e: sqlite3.Error) -> StoreError:
+        """A SQLite failure on this database, in words, with what to do."""
+        text = str(e)
+        low = text.lower()
+        if "full" in low:
+            return StoreError(f"could not write to {self.path}: the disk is full ({text}).",
+                              tip="free some space (or pass --db on another disk); rerunning the same command "
+                                  "resumes an unfinished run.")
+        if "i/o error" in low:
+            return StoreError(f"could not read or write {self.path}: {text} (a full disk, a file size limit or a "
+                              "failing disk).",
+                              tip="free some space or check the disk; rerunning the same command resumes an "
+                                  "unfinished run.")
+        if "readonly" in low or "read-only" in low:
+            return StoreError(f"cannot write to {self.path}: it is read-only ({text}).",
+                              tip="commands that only read (runs, report, compare, export) work on it; pass --db "
+                                  "with a writable file to run or import.")
+        if "malformed" in low or "not a database" in low or "corrupt" in low:
+            return StoreError(f"{self.path} is damaged: {text}.",
+                              tip="move it aside and pass --db with a new file; `sqlite3 FILE .recover` may save "
+                                  "what is left of it.")
+        if "unable to open" in low:
+            return StoreError(f"cannot open {self.path}: {text}.",
+                              tip="check that the file and its folder can be read (and written, to run or import), "
+                                  "or pass --db with another path.")
+        return StoreError(f"{self.path} is not a usable llamalab database: {text}",
+                          tip="pass --db with another path, or move this file aside.")
+
+    def check(self) -> None:
+        """SQLite's quick check of every page: a damaged database is refused before a study runs into it."""
+        try:
+            rows = [r[0] for r in self.db.execute("PRAGMA quick_check(5)")]
+        except sqlite3.DatabaseError as e:
+            raise self.error(e) from e
+        if rows != ["ok"]:
+            raise StoreError(f"{self.path} is damaged: {'; '.join(rows)}.",
+                             tip="move it aside and pass --db with a new file; `sqlite3 FILE .recover` may save "
+                                 "what is left of it.")
 
     def close(self) -> None:
         self.db.close()
@@ -244,8 +336,13 @@ class Store:
     def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.close()
+        except sqlite3.Error:
+            pass
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
+            raise self.error(exc) from exc
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -253,19 +350,26 @@ class Store:
         try:
             yield self.db
         except BaseException:
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
+                try:
+                    self.db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
             raise
         self.db.execute("COMMIT")
 
-    def _migrate(self) -> None:
-        self.db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)")
-        applied = [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY name")]
+    def _refuse_newer(self, applied: list[str]) -> None:
         known = [name for name, _ in MIGRATIONS]
         unknown = [a for a in applied if a not in known]
         if unknown:
             raise StoreError(
                 f"{self.path} was written by a newer llamalab (it has migration(s) {', '.join(unknown)}).",
                 tip="upgrade llamalab (pip install -U llamalab), or pass --db with another database file.")
+
+    def _migrate(self) -> None:
+        self.db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)")
+        applied = [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY name")]
+        self._refuse_newer(applied)
         for name, sql in MIGRATIONS:
             if name in applied:
                 continue
@@ -282,14 +386,91 @@ class Store:
 
     def new_run(self, study: str, study_toml: str, study_hash: str, *, version: str,
                 model: dict | None = None, devices: dict | None = None, options: dict | None = None) -> str:
-        run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        """A new run owned by this process (see `begin_run`, which also refuses to start beside a live one)."""
         with self.tx() as db:
-            db.execute(
-                "INSERT INTO runs (id, study, study_toml, study_hash, status, started, host, llamalab_version,"
-                " model_json, devices_json, options_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, study, study_toml, study_hash, "running", _now(), socket.gethostname(), version,
-                 _j(model), _j(devices), _j(options)))
+            return self._insert_run(db, study, study_toml, study_hash, version=version, model=model, devices=devices,
+                                    options=options)
+
+    def _insert_run(self, db: sqlite3.Connection, study: str, study_toml: str, study_hash: str, *, version: str,
+                    model: dict | None, devices: dict | None, options: dict | None) -> str:
+        run_id = runids.new()
+        me = ownermod.current()
+        db.execute(
+            "INSERT INTO runs (id, study, study_toml, study_hash, status, started, host, llamalab_version,"
+            " model_json, devices_json, options_json, owner_pid, owner_host, owner_started)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (run_id, study, study_toml, study_hash, "running", _now(), socket.gethostname(), version,
+             _j(model), _j(devices), _j(options), me.pid, me.host, me.started))
         return run_id
+
+    def begin_run(self, study: str, study_toml: str, study_hash: str, *, version: str, resume: str | None = None,
+                  fresh: bool = False, model: dict | None = None, devices: dict | None = None,
+                  options: dict | None = None) -> tuple[str, bool]:
+        """The run this process will measure, claimed in one transaction: `resume` (an id or the start of one),
+        else (unless `fresh`) the latest unfinished run of this study made here, else a new run. Returns
+        (run id, resumed). Refused while another llamalab measures a run in this database on this host (two runs
+        would share the devices and disturb each other's timings), and for a run that was imported or that
+        another study made."""
+        with self.tx() as db:
+            self.refuse_if_busy()
+            if resume:
+                row = self.resumable(resume)
+                run_id = row["id"]
+                if row["study_hash"] != study_hash:
+                    raise ConfigError(
+                        f"run {run_id} is of study {row['study']!r} with other settings or another model; "
+                        "resuming it with this study would mix results.",
+                        tip="rerun with exactly the study file, --set overrides and --model of that run, or drop "
+                            "--resume.")
+            elif not fresh:
+                run_id = self.unfinished_run(study_hash)
+            else:
+                run_id = None
+            if run_id is None:
+                return self._insert_run(db, study, study_toml, study_hash, version=version, model=model,
+                                        devices=devices, options=options), False
+            me = ownermod.current()
+            db.execute("UPDATE runs SET status='running', finished=NULL, owner_pid=?, owner_host=?, owner_started=?"
+                       " WHERE id=?", (me.pid, me.host, me.started, run_id))
+            # configurations the previous owner was measuring when it died
+            db.execute("UPDATE configs SET status='interrupted', finished=?, reason=COALESCE(reason || '; ', '')"
+                       " || 'llamalab stopped while it ran (killed or crashed)' WHERE run_id=? AND status='running'",
+                       (_now(), run_id))
+            return run_id, True
+
+    def resumable(self, ref: str) -> sqlite3.Row:
+        """The run `ref` names, if this process may resume it: made here (not imported), with a proper id, and not
+        being measured by another live llamalab."""
+        row = self.run(ref)
+        run_id = runids.check(row["id"], "the stored run's id")
+        if row["imported"]:
+            raise ConfigError(
+                f"run {run_id} was imported (made on {row['host']}); an imported run is never resumed here.",
+                tip="finish it on the machine that made it and export it again, or start a new run (drop --resume).")
+        if row["status"] == "running" and _owner_live(row):
+            raise StoreError(f"run {run_id} is being measured by llamalab (pid {row['owner_pid']}) on "
+                             f"{row['owner_host']}; it cannot be resumed while that process runs.",
+                             tip="wait for it or stop it first, or start a new run (drop --resume).")
+        return row
+
+    def live_runs(self) -> list[dict]:
+        """Runs whose stored status is running and whose owner is a live process on this host."""
+        host = socket.gethostname()
+        rows = self.db.execute("SELECT id, study, started, owner_pid, owner_host, owner_started FROM runs"
+                               " WHERE status='running' AND owner_host=?", (host,)).fetchall()
+        return [dict(r) for r in rows if _owner_live(r)]
+
+    def refuse_if_busy(self) -> None:
+        """A StoreError while another llamalab process on this host measures a run in this database."""
+        live = self.live_runs()
+        if live:
+            r = live[0]
+            raise StoreError(
+                f"another llamalab (pid {r['owner_pid']}) is measuring run {r['id']} of study {r['study']!r} in "
+                f"{self.path} since {r['started']}. A second run now would share the devices with it and disturb "
+                "the timings of both, so this one does not start.",
+                tip=f"wait for it to finish (or stop it: kill {r['owner_pid']}), then rerun this command; "
+                    "`llamalab runs` shows it as running.")
 
     def set_run_status(self, run_id: str, status: str) -> None:
         with self.tx() as db:
@@ -410,25 +591,42 @@ class Store:
         return self._decoded("SELECT * FROM crosschecks WHERE run_id=?", (run_id,), "result_json")
 
     def run(self, run_id: str | None = None) -> sqlite3.Row:
+        """One run by its id or the start of it (`20261129-0948`); the latest without one."""
         if run_id is None:
             row = self.db.execute("SELECT * FROM runs ORDER BY started DESC, rowid DESC LIMIT 1").fetchone()
             if row is None:
                 raise StoreError(f"{self.path} holds no runs yet.", tip="run `llamalab demo` or `llamalab run STUDY` first.")
             return row
+        runids.check_ref(run_id)  # digits, hex and '-' only: no LIKE wildcards, no paths
         row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
             like = self.db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started DESC", (run_id + "%",)).fetchall()
             if len(like) == 1:
                 return like[0]
+            if len(like) > 1:
+                raise StoreError(f"{run_id!r} is the start of {len(like)} runs' ids in {self.path}.",
+                                 tip="give more of the id; `llamalab runs` lists them.")
             raise StoreError(f"no run {run_id!r} in {self.path}.", tip="`llamalab runs` lists the stored runs.")
         return row
 
     def runs(self) -> list[dict]:
+        """Every run, oldest first: id, study, status, started, finished, host, trials, live, imported. A run
+        stored as running whose owner is gone (killed, crashed) is shown as interrupted, with live false."""
         rows = self.db.execute(
-            "SELECT r.id, r.study, r.status, r.started, r.finished, r.host,"
-            " (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id) AS trials FROM runs r ORDER BY r.started, r.rowid"
-        ).fetchall()
-        return [dict(r) for r in rows]
+            "SELECT r.id, r.study, r.status, r.started, r.finished, r.host, r.imported, r.owner_pid, r.owner_host,"
+            " r.owner_started, (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id) AS trials"
+            " FROM runs r ORDER BY r.started, r.rowid").fetchall()
+        out = []
+        for r in rows:
+            d = dict(r)
+            pid, host, started = d.pop("owner_pid"), d.pop("owner_host"), d.pop("owner_started")
+            live = d["status"] == "running" and not d["imported"] and ownermod.alive(pid, host, started)
+            if d["status"] == "running" and not live:
+                d["status"] = "interrupted"
+            d["live"] = live
+            d["imported"] = bool(d["imported"])
+            out.append(d)
+        return out
 
     def builds(self, run_id: str) -> list[dict]:
         return [dict(r) for r in self.db.execute("SELECT * FROM builds WHERE run_id=? ORDER BY rowid", (run_id,))]
@@ -452,11 +650,18 @@ class Store:
             " WHERE run_id=? AND errors = 0", (run_id,))}
 
     def unfinished_run(self, study_hash: str) -> str | None:
-        """The latest unfinished run of this study made on this host (an imported run from another rig is
-        never resumed here by default)."""
-        row = self.db.execute("SELECT id FROM runs WHERE study_hash=? AND status IN ('running','interrupted')"
-                              " AND host=? ORDER BY started DESC LIMIT 1", (study_hash, socket.gethostname())).fetchone()
-        return row[0] if row else None
+        """The latest unfinished run of this study made on this host whose owner is gone (an imported run is
+        never resumed, and a run that another live llamalab measures is never joined)."""
+        rows = self.db.execute("SELECT id, status, owner_pid, owner_host, owner_started FROM runs WHERE study_hash=?"
+                               " AND status IN ('running','interrupted') AND host=? AND imported IS NULL"
+                               " ORDER BY started DESC, rowid DESC", (study_hash, socket.gethostname())).fetchall()
+        for r in rows:
+            if not runids.is_run_id(r["id"]):
+                continue
+            if r["status"] == "running" and _owner_live(r):
+                continue
+            return r["id"]
+        return None
 
     # ------------------------------------------------------------ whole runs (reports, export / import)
 
@@ -497,12 +702,17 @@ class Store:
 
     def restore_run(self, tables: dict[str, list[dict]]) -> str:
         """Insert a run as `dump_run` gives it (from this or another database) in one transaction; returns its id.
-        Config and trial ids are given anew; ledgers, buffers and trials follow their configuration."""
+        Config and trial ids are given anew; ledgers, buffers and trials follow their configuration. The run is
+        marked imported (so it is never resumed here) and has no owner in this database."""
         runs = tables.get("runs") or []
         if len(runs) != 1:
             raise StoreError(f"a run to restore needs exactly one runs row, not {len(runs)}.")
         tables = with_trial_cells(tables)
-        run_id = runs[0]["id"]
+        run_id = runids.check(runs[0].get("id"), "the run's id")
+        config_ids = {r.get("id") for r in tables.get("configs") or []}
+        for t in ("ledgers", "buffers", "trials"):
+            if any(r.get("config_id") not in config_ids for r in tables.get(t) or []):
+                raise StoreError(f"a row of {t} points at a configuration that the run does not hold.")
         if self.has_run(run_id):
             raise StoreError(f"run {run_id} is already in {self.path}.")
         for t in self.RUN_TABLES:
@@ -511,30 +721,46 @@ class Store:
                 raise StoreError(f"table {t} of this llamalab has no column(s) {', '.join(sorted(extra))}.",
                                  tip="upgrade llamalab (pip install -U llamalab) to read this run.")
 
-        def insert(db: sqlite3.Connection, table: str, row: dict) -> int:
-            cols = list(row)
-            cur = db.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-                             [row[c] for c in cols])
-            return int(cur.lastrowid)
-
-        ids: dict[int, int] = {}
-        with self.tx() as db:
-            for t in ("runs", "system_info", "builds"):
-                for row in tables.get(t) or []:
-                    insert(db, t, {**row, **({"run_id": run_id} if t != "runs" else {})})
-            for row in tables.get("configs") or []:
-                ids[row["id"]] = insert(db, "configs", {**{k: v for k, v in row.items() if k != "id"},
-                                                        "run_id": run_id})
-            for t in ("ledgers", "buffers"):
-                for row in tables.get(t) or []:
-                    insert(db, t, {**row, "config_id": ids[row["config_id"]]})
-            for row in tables.get("trials") or []:
-                insert(db, "trials", {**{k: v for k, v in row.items() if k != "id"}, "run_id": run_id,
-                                      "config_id": ids[row["config_id"]]})
-            for t in ("crosschecks", "context_checks"):
-                for row in tables.get(t) or []:
-                    insert(db, t, {**row, "run_id": run_id})
+        here = {"owner_pid": None, "owner_host": None, "owner_started": None, "imported": _now()}
+        try:
+            with self.tx() as db:
+                ids: dict[int, int] = {}
+                for t in ("runs", "system_info", "builds"):
+                    for row in tables.get(t) or []:
+                        _insert(db, t, {**row, **(here if t == "runs" else {"run_id": run_id})})
+                for row in tables.get("configs") or []:
+                    ids[row["id"]] = _insert(db, "configs", {**{k: v for k, v in row.items() if k != "id"},
+                                                             "run_id": run_id})
+                for t in ("ledgers", "buffers"):
+                    for row in tables.get(t) or []:
+                        _insert(db, t, {**row, "config_id": ids[row["config_id"]]})
+                for row in tables.get("trials") or []:
+                    _insert(db, "trials", {**{k: v for k, v in row.items() if k != "id"}, "run_id": run_id,
+                                           "config_id": ids[row["config_id"]]})
+                for t in ("crosschecks", "context_checks"):
+                    for row in tables.get(t) or []:
+                        _insert(db, t, {**row, "run_id": run_id})
+        except sqlite3.IntegrityError as e:
+            raise StoreError(f"the run's rows contradict each other or this database ({e}); nothing was imported.",
+                             tip="export the run again from the database that holds it.") from e
         return run_id
+
+
+def _owner_live(row) -> bool:
+    """Whether another live process measures the run of this row (this process itself does not count: a run it
+    left running, e.g. in a test, is its own to resume)."""
+    me = ownermod.current()
+    if (row["owner_pid"], row["owner_host"], row["owner_started"]) == (me.pid, me.host, me.started):
+        return False
+    return ownermod.alive(row["owner_pid"], row["owner_host"], row["owner_started"])
+
+
+def _insert(db: sqlite3.Connection, table: str, row: dict) -> int:
+    """One row; its column names were checked against the table's (`Store.columns`) by the caller."""
+    cols = list(row)
+    cur = db.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                     [row[c] for c in cols])
+    return int(cur.lastrowid)
 
 
 def _j(v) -> str | None:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from . import remote
+from . import budget, remote
 from .errors import ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
@@ -89,12 +89,23 @@ class RemoteSpec(_Strict):
 
 
 class DevicesSpec(_Strict):
-    backend: Literal["auto", "cpu-rpc", "cuda", "cpu", "rpc"] = "auto"
+    backend: Literal["auto", "cpu-rpc", "cuda", "vulkan", "rocm", "cpu", "rpc"] = "auto"
     count: Annotated[int, Field(ge=1, le=16)] = 2
     host: str = "127.0.0.1"
     rpc_threads: Annotated[int, Field(ge=1)] | None = None
     vram: list[str] | None = None  # per-device memory budgets, e.g. ["16GiB", "12GiB"]
     rpc: list[RemoteSpec] = Field(default_factory=list)  # remote rpc-servers: "host:port" or a table each
+
+    @field_validator("vram")
+    @classmethod
+    def _vram(cls, v: list[str] | None) -> list[str] | None:
+        """Budgets are read when the study is loaded, not when the first configuration starts."""
+        if v:  # [] means no budgets, as it always did
+            try:
+                budget.parse_budgets(v)
+            except ConfigError as e:
+                raise ValueError(f"{e.message} ({e.tip})" if e.tip else e.message) from None
+        return v
 
     @field_validator("rpc", mode="before")
     @classmethod

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ..errors import StoreError
 from ..store import Store
 
 
@@ -96,10 +97,24 @@ class RunData:
 
 
 def load(store: Store, run_id: str | None = None) -> RunData:
+    """One stored run, checked (`runrows`) before any renderer sees it: a database that an older llamalab filled
+    from an unchecked import may hold values of the wrong type, and that is an error with a tip, not a crash."""
+    from .. import exchange, runrows
+
     run = dict(store.run(run_id))
     rid = run["id"]
-    return RunData(run=run, builds=store.builds(rid), configs=store.configs(rid), trials=store.trials(rid),
-                   system=store.system(rid), study_toml=run.get("study_toml") or "", tables=store.dump_run(rid))
+    tables = store.dump_run(rid)
+    try:
+        runrows.Tables.model_validate_json(json.dumps(exchange.decode_tables(tables)))
+        return RunData(run=run, builds=store.builds(rid), configs=store.configs(rid), trials=store.trials(rid),
+                       system=store.system(rid), study_toml=run.get("study_toml") or "", tables=tables)
+    except runrows.ValidationError as e:
+        problem = runrows.describe(e)
+    except ValueError as e:  # a JSON column that is not JSON
+        problem = f"a stored JSON column does not parse ({e})"
+    raise StoreError(f"run {rid!r} in {store.path} cannot be reported: {problem}.",
+                     tip="it was probably imported by an older llamalab from a damaged or altered file: import a "
+                         "good export of it into a new database (--db).")
 
 
 _ENDPOINT = re.compile(r"\[.*\]$")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import runids
+from ..errors import ConfigError
 from . import csvfile, document, html, markdown, plots
 from .data import RunData, dumps
 
@@ -39,5 +41,20 @@ def files(data: RunData, fmt: str, output: Path) -> dict[Path, str]:
 
 
 def plot_files(data: RunData, folder: Path, formats: tuple[str, ...] = plots.FORMATS) -> dict[Path, bytes]:
-    """The plots as `<folder>/<run id>-<plot>.<png|svg>`."""
-    return {folder / f"{data.id}-{name}": blob for name, blob in plots.render(data, formats).items()}
+    """The plots as `<folder>/<run id>-<plot>.<png|svg>`: only inside `folder` (the id is checked, and so is
+    every resolved path)."""
+    rid = runids.check(data.id, "the run's id")
+    names = {folder / f"{rid}-{name}": blob for name, blob in plots.render(data, formats).items()}
+    for path in names:
+        inside(path, folder)
+    return names
+
+
+def inside(path: Path, folder: Path) -> Path:
+    """`path` if its folder resolves to `folder` (the file itself is not followed: a link there is refused when it
+    is written); a ConfigError otherwise."""
+    path = Path(path)
+    if path.name in ("", ".", "..") or path.parent.resolve() != Path(folder).resolve():
+        raise ConfigError(f"{path} would be written outside {folder}; nothing was written.",
+                          tip="report file names come from run ids; import the run again from a good export.")
+    return path

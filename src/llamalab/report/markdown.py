@@ -76,6 +76,12 @@ def render(data: RunData) -> str:
     missing = summary.not_measured(data)
     if missing:
         out += ["## Not measured", ""] + [f"- {s}" for s in missing] + [""]
+    splits = summary.split_table(data)
+    if splits:
+        out += ["## Graph splits and buffers per device", "",
+                "Each configuration as it loaded: llama.cpp's `graph splits` (more splits: more hand-offs between "
+                "devices or to the CPU; pipeline parallelism keeps `Copies` copies of every split's inputs), and each "
+                "device's compute and KV buffers.", "", tables.markdown_table(*splits), ""]
     mem = summary.memory_lines(data) + context.sentences(data)
     if mem:
         out += ["## Memory and context", ""] + [f"- {s}" for s in mem] + [""]

@@ -73,6 +73,48 @@ def memory_lines(data: RunData) -> list[str]:
     return verdict.memory_sentences(data)
 
 
+def split_rows(data: RunData) -> list[dict]:
+    """Per configuration that loaded: graph splits (prompt / one-token batches), scheduler copies, and each device's
+    compute and KV buffers — where a backend that cannot run an op hands it to the CPU, the splits and the copies of
+    their inputs show it (the q8_0 question of the Vulkan study)."""
+    from . import tables
+    from .data import compute_by_label, device_labels, device_names, host_compute
+
+    out = []
+    order = tables._order(data)
+    for c in sorted(data.configs, key=lambda c: (order.get((c["build"], c["setting"]), 1 << 30), c["id"])):
+        led = c.get("ledger") or {}
+        if c.get("status") != "ok" or led.get("graph_splits") is None:
+            continue
+        names = device_names(led)
+        kv = {lab: led["devices"][n].get("kv_mib") for lab, n in zip(device_labels(names), names)}
+        out.append({"build": c["build"], "setting": c["setting"], "splits": led.get("graph_splits"),
+                    "splits_tg": led.get("graph_splits_tg"), "copies": led.get("sched_copies"),
+                    "compute_mib": compute_by_label(led), "kv_mib": kv, "compute_host_mib": host_compute(led),
+                    "n_ctx": led.get("n_ctx")})
+    return out
+
+
+def split_table(data: RunData) -> tuple[list[str], list[list[str]]] | None:
+    """The split_rows as a table (None where no ledger has graph splits)."""
+    from .tables import _fmt
+
+    rows = split_rows(data)
+    if not rows:
+        return None
+    devs = list(dict.fromkeys(k for r in rows for k in r["compute_mib"]))
+    head = (["Build", "Setting", "Graph splits (batch / 1 token)", "Copies"] + [f"Compute {d} (MiB)" for d in devs]
+            + ["Compute host (MiB)"] + [f"KV {d} (MiB)" for d in devs] + ["Context (tokens)"])
+    body = []
+    for r in rows:
+        splits = (f"{r['splits']} / {r['splits_tg']}" if r["splits_tg"] not in (None, r["splits"])
+                  else _fmt(r["splits"]))
+        body.append([r["build"], r["setting"], splits, _fmt(r["copies"]),
+                     *[_fmt(r["compute_mib"].get(d)) for d in devs], _fmt(r["compute_host_mib"]),
+                     *[_fmt(r["kv_mib"].get(d)) for d in devs], _fmt(r["n_ctx"])])
+    return head, body
+
+
 def speed_lines(data: RunData) -> list[str]:
     return speed.sentences(data)
 
