@@ -156,7 +156,7 @@ def launch(
         use_port = port if fixed_port else net.free_port(host)
         argv = server_argv(binary, model, host=host, port=use_port, args=args)
         child = proc.spawn(argv, log_path=log_path, env=env)
-        server = Server(url=f"http://{host}:{use_port}", child=child, log_path=log_path, argv=argv, env=dict(env or {}))
+        server = Server(url=net.url(host, use_port), child=child, log_path=log_path, argv=argv, env=dict(env or {}))
         try:
             start = time.monotonic()
             _wait_ready(server, ready_timeout_s)
