@@ -122,6 +122,7 @@ class DevicesSpec(_Strict):
                 budget.parse_budgets(v)
             except ConfigError as e:
                 raise ValueError(f"{e.message} ({e.tip})" if e.tip else e.message) from None
+        return v
 
     @field_validator("host")
     @classmethod
