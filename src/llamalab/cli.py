@@ -161,20 +161,22 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
 
 def _print_table(data) -> None:
     """The terminal view of a stored run: the seed-style table, throughput per concurrency level, and the
-    memory, speed and fidelity lines (the same pieces as the Markdown report)."""
+    memory, speed and fidelity lines (the same pieces as the Markdown report). Every string goes to rich as a
+    Text of `safetext.plain`: labels, reasons and log lines are never read as markup or control sequences."""
     from rich.console import Console
     from rich.table import Table
 
     from .report import context, recommend, speed, summary, tables
+    from .safetext import rich_text as T
 
-    console = Console(width=200 if not sys.stdout.isatty() else None)
+    console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
 
     def show(title: str, head: list[str], body: list[list[str]], left: int = 2) -> None:
-        t = Table(title=title)
+        t = Table(title=T(title))
         for i, h in enumerate(head):
-            t.add_column(h, justify="left" if i < left else "right")
+            t.add_column(T(h), justify="left" if i < left else "right")
         for row in body:
-            t.add_row(*row)
+            t.add_row(*[T(c) for c in row])
         console.print(t)
 
     head, body = tables.table_cells(tables.rows(data))
@@ -189,9 +191,9 @@ def _print_table(data) -> None:
                                            "Aggregate output t/s", "min–max", "Aggregate prompt t/s",
                                            "TTFT p50 (ms)", "ITL p50 (ms)"], body)
     for line in summary.not_measured(data):
-        console.print(f"[yellow]not measured:[/] {line}", highlight=False)
+        console.print(T("not measured: ", "yellow") + T(line))
     for line in summary.memory_lines(data) + context.sentences(data):
-        console.print("• " + line, highlight=False)
+        console.print(T("• " + line))
     key = summary.key_speed_lines(data)
     if len(data.cells) > 1:  # a grid: the verdicts that say something; the map and the table below say the rest
         telling = [x for x in key if not x.endswith("— no measurable difference")]
@@ -200,13 +202,13 @@ def _print_table(data) -> None:
                            "report)")
         key = telling
     for line in key:
-        console.print("• " + line, highlight=False)
+        console.print(T("• " + line))
     for line in summary.noise_lines(data):
-        console.print("[yellow]• " + line + "[/]", highlight=False)
+        console.print(T("• " + line, "yellow"))
     for line in summary.fidelity_lines(data):
-        console.print("• " + line, highlight=False)
+        console.print(T("• " + line))
     _print_advice(console, data, show)
-    console.print("\n[bold]Recommendation.[/] " + recommend.recommendation(data), highlight=False)
+    console.print(T("\nRecommendation.", "bold") + T(" " + recommend.recommendation(data)))
 
 
 def _host_overrides(host: str) -> list[str]:
@@ -230,21 +232,21 @@ def _host_overrides(host: str) -> list[str]:
 
 
 def _print_advice(console, data, show) -> None:
-    """Where pipeline parallelism pays (the workload grid), and the decision table the recommendation comes from."""
-    from rich.markup import escape
-
+    """Where pipeline parallelism pays (the workload grid), and the decision table the recommendation comes from.
+    `show` puts every cell in a Text: nothing here is read as markup."""
     from .report import grid, recommend
+    from .safetext import rich_text as T
 
     p = grid.pair(data)
     gains = grid.gains(data, p) if p else []
     if gains:
         head, body = grid.table(gains)
-        show("Pipeline-parallel gain (pipeline / no pipeline)", head, [[escape(c) for c in r] for r in body], left=1)
-        console.print("• " + escape(grid.crossover(data, gains, p)), highlight=False)
+        show("Pipeline-parallel gain (pipeline / no pipeline)", head, body, left=1)
+        console.print(T("• " + grid.crossover(data, gains, p)))
     rows = recommend.decision_table(data)
     if rows:
         head, body = recommend.table_cells(rows)
-        show(f"Decision by use ({rows[0].setting})", head, [[escape(c) for c in r] for r in body], left=5)
+        show(f"Decision by use ({rows[0].setting})", head, body, left=5)
 
 
 # ---------------------------------------------------------------- commands
@@ -393,9 +395,11 @@ def runs(db, as_json) -> None:
         return
     if not items:
         click.echo("no runs stored yet; `llamalab demo` makes one.", err=True)
-    for r in items:
-        click.echo(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}  "
-                   f"{r['host']}{'  (imported)' if r['imported'] else ''}")
+    from .safetext import one_line
+
+    for r in items:  # imported runs carry other machines' names
+        click.echo(one_line(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}  "
+                            f"{r['host']}{'  (imported)' if r['imported'] else ''}"))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -421,8 +425,10 @@ def compare(run_a, run_b, db, threshold, as_json) -> None:
 
     with Store(db or default_db(), readonly=True) as store:
         a, b = rdata.load(store, run_a), rdata.load(store, run_b)
+    from .safetext import plain
+
     result = cmp.compare(a, b, threshold)
-    click.echo(rdata.dumps(result) if as_json else cmp.markdown(result), nl=as_json)
+    click.echo(rdata.dumps(result) if as_json else plain(cmp.markdown(result)), nl=as_json)
 
 
 @cli.command("export", context_settings=CONTEXT)
@@ -471,7 +477,9 @@ def import_cmd(file, db) -> None:
     doc = exchange.loads(file.read_text(encoding="utf-8", errors="replace"), name=str(file))
     with Store(db or default_db()) as store:
         result = exchange.import_run(store, doc)
-    click.echo(result.message)
+    from .safetext import plain
+
+    click.echo(plain(result.message))  # it names the imported run: someone else's text
 
 
 @cli.command(context_settings=CONTEXT)
@@ -606,9 +614,11 @@ def entry(argv: list[str] | None = None) -> int:
         click.echo(f"interrupted; stopped {stopped} child process(es). Rerun the same command to resume.", err=True)
         return Interrupted.exit_code
     except LlamalabError as e:
-        click.echo(f"error: {e.message}", err=True)
+        from .safetext import plain
+
+        click.echo(f"error: {plain(e.message)}", err=True)  # messages quote log lines and file names
         if e.tip:
-            click.echo(f"tip: {e.tip}", err=True)
+            click.echo(f"tip: {plain(e.tip)}", err=True)
         return e.exit_code
     except OSError as e:  # the file system said no where no narrower error applied (read-only HOME, full disk …)
         proc.terminate_all()

@@ -702,7 +702,8 @@ def render(plan: Plan, width: int | None = None):
     """A rich renderable: the table, the copies' cost and the notes."""
     from rich.console import Group
     from rich.table import Table
-    from rich.text import Text
+
+    from .safetext import rich_text as Text  # never markup, no control sequences: names and reasons come from logs
 
     basis = plan.basis()
     approx = {k: v == BASIS_APPROX for k, v in basis.items()}
@@ -711,15 +712,15 @@ def render(plan: Plan, width: int | None = None):
         for d in c.devices:
             if d.name not in names:
                 names.append(d.name)
-    t = Table(title=f"{plan.study}: memory plan (MiB) — dry runs on {plan.backend}, for {plan.target}",
+    t = Table(title=Text(f"{plan.study}: memory plan (MiB) — dry runs on {plan.backend}, for {plan.target}"),
               show_lines=False)
     for h in ("build", "setting", "PP", "n_ctx"):
         t.add_column(h, justify="left" if h in ("build", "setting") else "right")
     for n in [*names, "host"]:
-        t.add_column(f"{n}\nmodel / ctx / compute", justify="right")
+        t.add_column(Text(f"{n}\nmodel / ctx / compute"), justify="right")
     for c in plan.configs:
         if c.status != "ok":
-            t.add_row(c.build, c.setting, "", "", Text(f"failed: {(c.reason or '')[:80]}", style="red"))
+            t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"failed: {(c.reason or '')[:80]}", style="red"))
             continue
         pp = ledger.pp_label(c.pipeline_parallel, c.sched_copies, c.pipeline_parallel)
         if c.copies_mismatch:
@@ -739,7 +740,7 @@ def render(plan: Plan, width: int | None = None):
             cells.append(Text(cell, style="red") if n in c.over_budget else cell)
         h = c.host
         cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx['compute'])}" if h else "")
-        t.add_row(c.build, c.setting, pp, ctx if isinstance(ctx, Text) else ctx.replace(",", ""), *cells)
+        t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
     parts: list = [t]
     for b, why in plan.skipped.items():
         parts.append(Text(f"build {b} not planned: {why}", style="yellow"))

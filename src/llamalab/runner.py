@@ -604,14 +604,20 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                 if wrong:
                     raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
 
+                in_pass = [0]
+
                 def on_trial(t) -> None:
                     proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
+                    in_pass[0] += 1
                     if t.key in done:
                         return
                     store.save_trial(run_id, config_id, t)
                     done.add(t.key)
                     counter[0] += 1
-                    progress.trial(min(counter[0] + 1, total), total, label)
+                    if t.errors and srv.ended():  # a dead server fails every request after it: stop here
+                        raise LaunchError(srv.death("during the workload"))
+                    if in_pass[0] < len(trials) * sum(len(lv) for _, lv in grid):  # the next pass announces its own
+                        progress.trial(min(counter[0] + 1, total), total, label)
                     if t.errors:
                         progress.warn(f"{label} trial {t.trial} at concurrency {t.concurrency}: "
                                       f"{t.errors} request(s) failed: {t.requests[0].error}")
@@ -636,11 +642,10 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
                                          cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args))
                 except WorkloadError:
-                    if srv.alive():
+                    if not srv.ended():
                         raise
                 if not srv.alive():  # a dead server is the cause, whatever the client saw
-                    raise LaunchError("llama-server exited during the workload: "
-                                      + (ledger.failure_reason(srv.log_lines()) or "no reason in its log"))
+                    raise LaunchError(srv.death("during the workload"))
                 if checker:
                     driver_run = checker.read({srv.child.pid})
                     store.save_nvml(config_id, {
@@ -656,7 +661,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
         _finish_config(store, config_id, "interrupted", "stopped by SIGINT/SIGTERM", progress)
         raise
     except (LaunchError, WorkloadError) as e:
-        progress.warn(f"{label} failed: {e.message.splitlines()[0]}")
+        progress.warn(f"{label} failed: {e.message}")  # with the server log's last lines where it died
         store.finish_config(config_id, "failed", reason=e.message)
         logs_text = (log_dir / "llama-server.log")
         if logs_text.exists():

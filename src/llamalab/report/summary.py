@@ -246,7 +246,7 @@ def fidelity_lines(data: RunData) -> list[str]:
         out += [f"{where}: {line}" for line in crosscheck.sentences(result)]
         if row.get("error"):
             out.append(f"{where}: {row['error']}")
-    for c in data.configs:
+    for c in data.ok_configs():  # once per build × setting (interleaved repeats restart the server each time)
         nv = _json(c.get("nvml_json"))
         if nv:
             for line in nvmlcheck.sentences(nv.get("after_workload") or nv.get("after_load") or []):
