@@ -183,3 +183,20 @@ def test_the_h200_shape_on_the_cpu_has_its_map_and_table(tmp_path):
     assert m["weights_moved"] == [] and m["candidate_pp"] == "off"
     assert [r.title for r in recommend.decision_table(data)] == [
         "One user, short prompts", "One user, long prompts (RAG, agents, code)", "Serving 8 requests at once"]
+
+
+def test_an_interleaved_study_reports_each_configuration_once():
+    """The H200 run is interleaved: every configuration loaded once per pass (3 passes). Passes that loaded the same
+    way are one row of the splits table, one note and one NVML line each, not three."""
+    from llamalab.report import summary
+
+    with Store(Path(":memory:")) as store:
+        rid = exchange.import_run(store, exchange.loads(H200.read_text(encoding="utf-8"))).run_id
+        data = rdata.load(store, rid)
+    assert len(data.configs) == 9
+    missing = summary.not_measured(data)
+    assert len(missing) == len(set(missing)) == 3
+    head, body = summary.split_table(data)
+    assert [r[0] for r in body] == ["copies4", "copies1", "no-pp-override"]
+    fid = summary.fidelity_lines(data)
+    assert len(fid) == len(set(fid)) and sum("unaccounted" in s for s in fid) == 3

@@ -34,29 +34,38 @@ def test_server_that_fails_to_start_is_recorded_and_the_study_goes_on(demo_prep,
 
 
 class KillDuringTrial(Progress):
-    """Kills the first live process whose argv[0] ends with `name` shortly after trial `at` starts."""
+    """Sends `sig` to the first live process whose argv[0] ends with `name` shortly after trial `at` starts."""
 
-    def __init__(self, name: str, at: int = 2, delay: float = 0.3):
-        self.name, self.at, self.delay, self.killed = name, at, delay, []
+    def __init__(self, name: str, at: int = 2, delay: float = 0.3, sig: signal.Signals = signal.SIGKILL):
+        self.name, self.at, self.delay, self.sig, self.killed = name, at, delay, sig, []
+        self.warnings: list[str] = []
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
 
     def trial(self, k: int, n: int, label: str) -> None:
         if k == self.at and not self.killed:
             def kill():
                 for c in proc.live_children():
                     if c.argv[0].endswith(self.name):
-                        c.popen.send_signal(signal.SIGKILL)
+                        c.popen.send_signal(self.sig)
                         self.killed.append(c.argv[0])
                         return
             self.killed.append("armed")
             threading.Timer(self.delay, kill).start()
 
 
-@pytest.mark.parametrize("victim, reason_words", [
-    pytest.param("llama-server", ["exited during the workload"], id="llama-server-killed-mid-request"),
-    pytest.param("ggml-rpc-server", ["llama-server"], id="rpc-server-killed-mid-request"),
+@pytest.mark.parametrize("victim, sig, reason_words", [
+    pytest.param("llama-server", signal.SIGKILL,
+                 ["llama-server died during the workload: killed by SIGKILL (killed, possibly out of memory",
+                  "\nLast lines:\n"], id="llama-server-killed-mid-request"),
+    pytest.param("llama-server", signal.SIGILL,
+                 ["llama-server died during the workload: killed by SIGILL (illegal instruction", "\nLast lines:\n"],
+                 id="llama-server-sigill-mid-request"),
+    pytest.param("ggml-rpc-server", signal.SIGKILL, ["llama-server"], id="rpc-server-killed-mid-request"),
 ])
-def test_process_killed_mid_request(demo_prep, llama_home, tmp_path, victim, reason_words):
-    hook = KillDuringTrial(victim, at=2)
+def test_process_killed_mid_request(demo_prep, llama_home, tmp_path, victim, sig, reason_words):
+    hook = KillDuringTrial(victim, at=2, sig=sig)
     overrides = [o for o in FAST if not o.startswith("workload.output_tokens")] + ["workload.output_tokens=400"]
     store, rid = run_study(llama_home, tmp_path, overrides, progress=hook)
     assert any(k.endswith(victim) for k in hook.killed)
@@ -64,6 +73,10 @@ def test_process_killed_mid_request(demo_prep, llama_home, tmp_path, victim, rea
     first = c[("copies4", "kv-f16-q8_0")]
     assert first["status"] == "failed", first
     assert all(w in first["reason"] for w in reason_words), first["reason"]
+    assert "no reason in its log" not in first["reason"]
+    # the terminal said it too, with the log's last lines
+    said = [w for w in hook.warnings if w.startswith("copies4 × kv-f16-q8_0 failed:")]
+    assert said and all(w in said[0] for w in reason_words), hook.warnings
     # trial 1 was stored before the fault and is kept; the other build still ran completely
     stored = {(t["build"], t["trial"]) for t in store.trials(rid) if not t["errors"]}
     assert ("copies4", 1) in stored and {("copies1", 1), ("copies1", 2)} <= stored

@@ -1,30 +1,51 @@
-"""Property: `ledger.parse` (and what `llamalab inspect` builds on it) never raises, whatever it is fed.
+"""Property: `ledger.parse` (and what `llamalab inspect` builds on it) never raises, whatever it is fed, and no line
+makes any parser of llama.cpp output slow.
 
-More than 10,000 generated inputs per run: arbitrary text, mutated real logs, and lines built from llama.cpp's own
-vocabulary so the parser's deeper branches are reached. Profile "ledger-fuzz" (derandomized, no example database,
-no deadline) keeps CI reproducible; about a minute on two cores.
+More than 10,000 generated inputs per run: arbitrary text, mutated real logs, lines built from llama.cpp's own
+vocabulary so the parser's deeper branches are reached, and long lines: runs of one character (or a short group)
+thousands long next to that vocabulary, and its words repeated. Profile "ledger-fuzz" (derandomized, no example
+database, no deadline) keeps CI reproducible; about a minute on two cores.
+
+Each test counts its own examples and checks that it ran them all (EXAMPLES), so the count holds whatever tests
+run, in whatever order.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llamalab import inspect_view, ledger, memory
+from llamalab import budget, inspect_view, ledger, memory, plan, remote
 
 settings.register_profile("ledger-fuzz", deadline=None, derandomize=True, database=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                 HealthCheck.large_base_example])
 PROFILE = settings.get_profile("ledger-fuzz")
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 FIXTURE_LINES = {p.stem: p.read_text(encoding="utf-8", errors="replace").splitlines() for p in sorted(LOGS.glob("*.log"))}
-RUN = {"examples": 0}
+# examples per test; together more than 10,000
+EXAMPLES = {"arbitrary": 3000, "mutated": 4000, "vocabulary": 3200, "inspect": 400, "long": 500, "repeated": 500}
+
+
+def run_property(name: str, strategy, body) -> None:
+    """Run `body` on EXAMPLES[name] generated inputs and check that all of them ran."""
+    seen = [0]
+
+    @settings(PROFILE, max_examples=EXAMPLES[name])
+    @given(strategy)
+    def prop(value):
+        seen[0] += 1
+        body(value)
+
+    prop()
+    assert seen[0] >= EXAMPLES[name], (name, seen[0])
 
 
 def check(lines) -> ledger.Ledger:
-    RUN["examples"] += 1
     led = ledger.parse(lines)
     assert isinstance(led, ledger.Ledger)
     json.dumps(led.to_json())
@@ -39,10 +60,8 @@ anything = st.one_of(st.text(max_size=200), st.binary(max_size=120), st.integers
                      st.text(alphabet="0123456789.=:|[]()- \r\n\x1b{}\"", max_size=120))
 
 
-@settings(PROFILE, max_examples=3000)
-@given(st.lists(anything, max_size=25))
-def test_arbitrary_lines_never_raise(lines):
-    check(lines)
+def test_arbitrary_lines_never_raise():
+    run_property("arbitrary", st.lists(anything, max_size=25), check)
 
 
 # ---------------------------------------------------------------- mutated real logs
@@ -61,9 +80,7 @@ def mutate(line: str, how: int, data) -> str:
     return line * 2
 
 
-@settings(PROFILE, max_examples=4000)
-@given(st.data())
-def test_mutated_real_logs_never_raise(data):
+def mutated_log(data) -> None:
     name = data.draw(st.sampled_from(sorted(FIXTURE_LINES)))
     lines = FIXTURE_LINES[name]
     start = data.draw(st.integers(0, max(0, len(lines) - 1)))
@@ -75,6 +92,10 @@ def test_mutated_real_logs_never_raise(data):
     if data.draw(st.booleans()):
         out = out[::-1]  # lines out of order
     check(out)
+
+
+def test_mutated_real_logs_never_raise():
+    run_property("mutated", st.data(), mutated_log)
 
 
 # ---------------------------------------------------------------- llama.cpp vocabulary
@@ -122,25 +143,74 @@ def vocab_line(draw):
     return p + text
 
 
-@settings(PROFILE, max_examples=3200)
-@given(st.lists(vocab_line(), max_size=40))
-def test_llama_vocabulary_never_raises(lines):
+def vocabulary_log(lines) -> None:
     led = check(lines)
     for b in (*led.devices.values(), *led.host.values()):
         for v in (b.model_mib, b.kv_mib, b.rs_mib, b.compute_mib, b.output_mib):
             assert v is None or v >= 0
 
 
-@settings(PROFILE, max_examples=400)
-@given(st.lists(vocab_line(), max_size=30))
-def test_inspect_output_never_raises(lines):
-    RUN["examples"] += 1
+def test_llama_vocabulary_never_raises():
+    run_property("vocabulary", st.lists(vocab_line(), max_size=40), vocabulary_log)
+
+
+def inspect_log(lines) -> None:
     led = ledger.parse(lines)
     assert isinstance(inspect_view.render(led), str)
     json.dumps(inspect_view.inspect_json(led))
 
 
-def test_fuzz_ran_ten_thousand_inputs():
-    if RUN["examples"] == 0:  # run alone (-k): nothing to count
-        return
-    assert RUN["examples"] >= 10_000, RUN
+def test_inspect_output_never_raises():
+    run_property("inspect", st.lists(vocab_line(), max_size=30), inspect_log)
+
+
+# ---------------------------------------------------------------- long lines and repeated characters
+
+RUN_UNITS = [" ", ":", "|", "-", "0", "(", ")", "[", "]", "=", ".", "\t", ",", "_", "'", "a", "{", "\x1b", "/"]
+run_unit = st.one_of(st.sampled_from(RUN_UNITS), st.text(alphabet="0123456789.=:|[]()-_ a{}'", min_size=2, max_size=4))
+
+
+@st.composite
+def long_line(draw):
+    """A run thousands of characters long before, after, around or inside a line of llama.cpp's vocabulary."""
+    unit = draw(run_unit)
+    run = unit * (draw(st.integers(1000, 30_000)) // len(unit))
+    words = draw(vocab_line())
+    at = draw(st.integers(0, len(words)))
+    return draw(st.sampled_from([run + words, words + run, words[:at] + run + words[at:], run + words + run,
+                                 words[:at] + run]))
+
+
+@st.composite
+def repeated_line(draw):
+    """A piece of llama.cpp's vocabulary (or one character) repeated into a line thousands of characters long."""
+    words = draw(vocab_line())
+    a = draw(st.integers(0, len(words)))
+    piece = draw(st.one_of(st.just(words), st.just(words[a:a + draw(st.integers(1, 12))]), run_unit)) or "x"
+    return piece * (draw(st.integers(1000, 30_000)) // len(piece) + 1)
+
+
+def every_parser_quickly(lines) -> None:
+    """Every parser of llama.cpp output reads the lines, each in well under a second (CPU time)."""
+    t = time.process_time()
+    led = check(lines)
+    inspect_view.inspect_json(led)
+    ledger.failure_reason(lines)
+    plan.parse_dry_run(lines)
+    budget.parse_devices(lines)
+    remote.parse_device_lines(lines)
+    remote.server_devices(["Devices:", *lines])
+    took = time.process_time() - t
+    assert took < 1.0 * max(1, len(lines)), (took, [line[:80] for line in lines])
+
+
+def test_long_lines_parse_quickly():
+    run_property("long", st.lists(long_line(), min_size=1, max_size=3), every_parser_quickly)
+
+
+def test_repeated_characters_parse_quickly():
+    run_property("repeated", st.lists(repeated_line(), min_size=1, max_size=3), every_parser_quickly)
+
+
+def test_the_fuzz_runs_ten_thousand_inputs():
+    assert sum(EXAMPLES.values()) >= 10_000

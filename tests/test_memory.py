@@ -119,3 +119,24 @@ def test_tokens_estimate_matches_what_fit_gave_one_copy():
     assert real == 2304
     assert abs(s.tokens - real) / real < 0.20
     assert s.tokens_low <= real <= s.tokens_high
+
+
+
+def test_weights_moved_nothing_between_builds_of_one_model():
+    from llamalab.report.verdict import weights_moved
+
+    # copies4 and copies1: the same weights on the same devices (each log's rpc-servers had their own ports)
+    assert weights_moved(led("rpc-b11312-copies4").to_json(), led("rpc-b11312-copies1").to_json()) == []
+
+
+def test_weights_moved_per_device_label_and_host():
+    from llamalab.report.verdict import weights_moved
+
+    base, none = led("rpc-b11312-copies4"), led("rpc-b11312-sm-none")  # -sm none: every layer on the first device
+    moved = {m["where"]: m for m in weights_moved(base.to_json(), none.to_json())}
+    assert set(moved) == {"RPC0", "RPC1"}  # the layers moved between devices, the host kept its share
+    assert moved["RPC0"]["from_mib"] == base.devices[RPC1].model_mib < moved["RPC0"]["to_mib"]
+    assert moved["RPC1"]["from_mib"] == base.devices[RPC2].model_mib and moved["RPC1"]["to_mib"] == 0.0
+    to_host = {m["where"]: m for m in weights_moved(base.to_json(), led("cpu-b11312-cpu-only").to_json())}
+    assert to_host["RPC0"]["to_mib"] == to_host["RPC1"]["to_mib"] == 0.0
+    assert to_host["host"]["to_mib"] > to_host["host"]["from_mib"]

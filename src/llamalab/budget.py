@@ -77,7 +77,9 @@ class DeviceMemory:
     free_mib: int
 
 
-_LIST_LINE = re.compile(r"^\s*(?:-\s+)?(?P<name>[A-Za-z][\w.\-]*)\s*:\s*(?P<desc>.*?)\s*\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
+# linear in the line: the description is at most 512 characters (and stripped), the name at most 128
+_LIST_LINE = re.compile(r"\s*+(?:-\s+)?(?P<name>[A-Za-z][\w.\-]{0,127})\s*:\s*+(?P<desc>.{0,512}?)"
+                        r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
 _NOT_MODEL_DEVICES = ("CPU", "BLAS", "AMX", "ACCEL")
 
 
@@ -87,11 +89,15 @@ def parse_devices(lines: Iterable[str]) -> list[DeviceMemory]:
     Only devices a model's layers can go to are kept: the CPU and accelerator-only backends (BLAS) are not."""
     out: dict[str, DeviceMemory] = {}
     for raw in lines:
-        line = re.sub(r"^.*?common_param:\s*", "", str(raw))
+        line = str(raw)
+        if "MiB free)" not in line:
+            continue
+        if (i := line.find("common_param:")) >= 0:
+            line = line[i + len("common_param:"):]
         m = _LIST_LINE.match(line)
         if not m or m.group("name").upper().startswith(_NOT_MODEL_DEVICES):
             continue
-        out.setdefault(m.group("name"), DeviceMemory(m.group("name"), m.group("desc"), int(m.group("total")),
+        out.setdefault(m.group("name"), DeviceMemory(m.group("name"), m.group("desc").strip(), int(m.group("total")),
                                                      int(m.group("free"))))
     return list(out.values())
 

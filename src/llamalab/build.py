@@ -158,6 +158,50 @@ def ninja_progress(line: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def same_configure(a: list[str] | None, b: list[str]) -> bool:
+    """Two configure command lines are the same build when they differ at most in how their source and build
+    folders are spelled (a cache reached through a symlink is the same cache)."""
+    if not a or len(a) != len(b):
+        return False
+    real = lambda argv: [os.path.realpath(x) if i and argv[i - 1] in ("-S", "-B") else x for i, x in enumerate(argv)]
+    return real(list(a)) == real(list(b))
+
+
+# The first bytes of a program or shared library: ELF, Mach-O (32/64-bit, both byte orders, universal), a script.
+_PROGRAM_MAGIC = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xce\xfa\xed\xfe", b"\xfe\xed\xfa\xcf", b"\xcf\xfa\xed\xfe",
+                  b"\xca\xfe\xba\xbe", b"#!")
+_OWN_LIBRARIES = ("libggml", "libllama", "libmtmd")
+
+
+def broken_outputs(files: Mapping[Path, bool]) -> list[str]:
+    """Why each of the build's files (path → whether it must be executable) cannot be used: missing, empty, not
+    executable, not a program or library (overwritten, cut short). Empty when all are fine."""
+    out = []
+    for path, executable in files.items():
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4)
+        except OSError as e:
+            out.append(f"{path.name}: {'missing' if not path.exists() else e.strerror}")
+            continue
+        if not head.startswith(_PROGRAM_MAGIC):
+            out.append(f"{path.name}: not a program or library (damaged)" if head else f"{path.name}: empty")
+        elif executable and not os.access(path, os.X_OK):
+            out.append(f"{path.name}: not executable")
+    return out
+
+
+def _program_files(bin_dir: Path) -> dict[str, bool]:
+    """A finished tree's programs and shared libraries (name → executable), as its marker records them."""
+    out = {}
+    for p in sorted(bin_dir.iterdir()) if bin_dir.is_dir() else []:
+        if p.is_file() and not p.is_symlink():
+            with open(p, "rb") as f:
+                if f.read(4).startswith(_PROGRAM_MAGIC):
+                    out[p.name] = os.access(p, os.X_OK) and ".so" not in p.name and not p.name.endswith(".dylib")
+    return out
+
+
 # ---------------------------------------------------------------- side effects
 
 ProgressFn = Callable[[str, int, int], None]  # (what, done, total)
@@ -180,6 +224,8 @@ class Builder:
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_DEFINES:
             raise BuildError(f"unknown backend {self.backend!r}", tip=f"use one of {', '.join(BACKEND_DEFINES)}.")
+        # the real path: the same cache reached through a symlink (LLAMALAB_HOME=/link) finds the same builds
+        self.home = Path(os.path.realpath(self.home))
 
     @property
     def root(self) -> Path:
@@ -188,26 +234,46 @@ class Builder:
     def build(self, name: str, options: Mapping[str, object]) -> BuildArtifact:
         opts = normalize(options)
         rest, copies = split_copies(opts)
-        base = self._full_build(rest)
+        base = self._checked(lambda force: self._full_build(rest, force=force))
         if copies == DEFAULT_COPIES:
             return BuildArtifact(
                 name=name, key=base.key, source=self.source, backend=self.backend, options=opts,
                 bin_dir=base.bin_dir, build_seconds=base.build_seconds, reused=base.reused,
                 cmake_argv=base.cmake_argv,
             )
-        return self._copies_variant(name, opts, base, copies)
+        return self._checked(lambda force: self._copies_variant(name, opts, base, copies, force=force))
+
+    def _checked(self, make: Callable[[bool], BuildArtifact]) -> BuildArtifact:
+        """A build whose llama-server starts (`--version`): a reused one that does not (a library damaged in a way
+        the file checks miss) is rebuilt once; one that still does not is a BuildError."""
+        art = make(False)
+        if "llama-server" not in self.targets or not art.binary("llama-server").exists():
+            return art
+        why = _does_not_run(art)
+        if why and art.reused:
+            self.log(f"the cached build in {art.bin_dir.parent} does not run ({why.splitlines()[0]}): rebuilding it")
+            art = make(True)
+            why = _does_not_run(art)
+        if why:
+            raise BuildError(f"llama-server of the build in {art.bin_dir.parent} does not run: {why}",
+                             tip=f"delete {art.bin_dir.parent} and run again to build it afresh; `llamalab doctor` "
+                                 "lists missing libraries.")
+        return art
 
     # A full tree: every target, for these options (copies at the default).
-    def _full_build(self, options: dict[str, str]) -> BuildArtifact:
+    def _full_build(self, options: dict[str, str], *, force: bool = False) -> BuildArtifact:
         key = options_key(self.backend, options)
         tree = self.root / key
-        return self._build_tree(key, tree, options, self.targets, what=f"llama.cpp {self.backend} {key}")
+        return self._build_tree(key, tree, options, self.targets, what=f"llama.cpp {self.backend} {key}",
+                                force=force)
 
-    def _copies_variant(self, name: str, opts: dict[str, str], base: BuildArtifact, copies: str) -> BuildArtifact:
+    def _copies_variant(self, name: str, opts: dict[str, str], base: BuildArtifact, copies: str, *,
+                        force: bool = False) -> BuildArtifact:
         key = f"{base.key}-copies{copies}"
         tree = self.root / base.key / "variants" / f"copies{copies}"
         options = {**split_copies(opts)[0], COPIES: copies}
-        art = self._build_tree(key, tree, options, ("ggml-base",), what=f"ggml-base with {COPIES}={copies}")
+        art = self._build_tree(key, tree, options, ("ggml-base",), what=f"ggml-base with {COPIES}={copies}",
+                               force=force)
         lib = tree / "bin"
         if not any(lib.glob("libggml-base.*")):
             raise BuildError(f"the copies variant built, but {lib} has no libggml-base library.",
@@ -218,38 +284,64 @@ class Builder:
             cmake_argv=art.cmake_argv,
         )
 
-    def _build_tree(self, key: str, tree: Path, options: dict[str, str], targets: tuple[str, ...], *, what: str
-                    ) -> BuildArtifact:
+    def _build_tree(self, key: str, tree: Path, options: dict[str, str], targets: tuple[str, ...], *, what: str,
+                    force: bool = False) -> BuildArtifact:
         tree.mkdir(parents=True, exist_ok=True)
         marker = tree / "llamalab-build.json"
-        configure = cmake_configure_argv(self.source.path, tree, self.backend, options,
+        configure = cmake_configure_argv(Path(os.path.realpath(self.source.path)), tree, self.backend, options,
                                          {**self.source.cmake_defines(), **self.extra_defines},
                                          generator="Ninja" if shutil.which("ninja") else None)
         with _locked(tree / ".lock"):
             done = _read_marker(marker)
             immutable = self.source.origin.startswith("pypi:")
-            wanted = [TARGETS[t] for t in targets if t in TARGETS]
-            if done and done.get("configure") == configure and set(targets) <= set(done.get("targets", [])) and \
-                    all((tree / "bin" / b).exists() for b in wanted) and immutable:
+            files = self._expected_files(tree, targets, done)
+            broken = broken_outputs(files)
+            if done and same_configure(done.get("configure"), configure) and \
+                    set(targets) <= set(done.get("targets", [])) and not broken and immutable and not force:
                 return BuildArtifact(name=key, key=key, source=self.source, backend=self.backend, options=options,
                                      bin_dir=tree / "bin", build_seconds=done.get("seconds", 0.0), reused=True,
                                      cmake_argv=tuple(configure))
+            if done and (broken or force):
+                # ninja relinks an output that is missing, not one that is there but damaged: remove those first
+                self.log(f"the cached build in {tree} is damaged ({'; '.join(broken) or 'does not run'}): "
+                         "rebuilding what is broken")
+                for path in files if force else [p for p in files if any(r.startswith(p.name + ":") for r in broken)]:
+                    path.unlink(missing_ok=True)
             log_path = tree / "build.log"
             log_path.unlink(missing_ok=True)
             self.log(f"building {what} (log: {log_path}) …")
             start = time.monotonic()
-            if not (tree / "CMakeCache.txt").exists() or not done or done.get("configure") != configure:
+            if not (tree / "CMakeCache.txt").exists() or not done or not same_configure(done.get("configure"),
+                                                                                       configure):
                 self._step(configure, log_path, what, "configure")
             build = cmake_build_argv(tree, targets, self.jobs)
             self._step(build, log_path, what, "build")
             seconds = time.monotonic() - start
+            still = broken_outputs(self._expected_files(tree, targets, None))
+            if still:
+                raise BuildError(f"{what} built, but {'; '.join(still)} (in {tree / 'bin'}).",
+                                 tip=f"delete {tree} and run again; `llamalab doctor` checks the compilers.")
             marker.write_text(json.dumps({
                 "configure": configure, "targets": list(targets), "seconds": round(seconds, 2),
-                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "outputs": _program_files(tree / "bin"),
             }, indent=2))
             self.log(f"built {what} in {seconds:.0f} s")
         return BuildArtifact(name=key, key=key, source=self.source, backend=self.backend, options=options,
                              bin_dir=tree / "bin", build_seconds=seconds, reused=False, cmake_argv=tuple(configure))
+
+    @staticmethod
+    def _expected_files(tree: Path, targets: tuple[str, ...], marker: dict | None) -> dict[Path, bool]:
+        """The files a finished build of `targets` has (path → must be executable): the programs, the ggml-base
+        library for a copies variant, and every program and library the marker recorded when it was built."""
+        bin_dir = tree / "bin"
+        files = {bin_dir / TARGETS[t]: True for t in targets if t in TARGETS}
+        if "ggml-base" in targets:
+            libs = sorted(bin_dir.glob("libggml-base.so*")) + sorted(bin_dir.glob("libggml-base*.dylib"))
+            files.update({p: False for p in libs} or {bin_dir / "libggml-base.so": False})
+        recorded = (marker or {}).get("outputs")
+        if isinstance(recorded, dict):
+            files.update({bin_dir / str(n): bool(x) for n, x in recorded.items() if "/" not in str(n)})
+        return files
 
     def _step(self, argv: list[str], log_path: Path, what: str, stage: str) -> None:
         def on_line(line: str) -> None:
@@ -268,6 +360,18 @@ class Builder:
                 f"the {stage} step of {what} failed (exit {done.returncode}). Log: {log_path}\nLast lines:\n{tail}",
                 tip="read the log for the first error; `llamalab doctor` lists missing compilers and libraries.",
             )
+
+
+def _does_not_run(art: BuildArtifact) -> str | None:
+    """None when `llama-server --version` of this build runs; else what it printed. A system library the machine
+    lacks (a GPU driver's libcuda) is not the build's fault: that counts as running."""
+    rc, out = proc.capture([str(art.binary("llama-server")), "--version"], timeout_s=60, env=art.env())
+    if rc == 0:
+        return None
+    m = re.search(r"error while loading shared libraries: ([^\s:]+)", out)
+    if m and not os.path.basename(m.group(1)).startswith(_OWN_LIBRARIES):
+        return None
+    return out.strip()[-400:] or f"exit status {rc}"
 
 
 def _read_marker(path: Path) -> dict | None:

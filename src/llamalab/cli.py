@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from . import __version__, proc, runids
-from .errors import Interrupted, LlamalabError
+from .errors import ConfigError, Interrupted, LlamalabError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -42,6 +42,28 @@ def cli() -> None:
 
 # ---------------------------------------------------------------- shared options
 
+TRUST_HELP = ("Run a study file that asks for what can run code or open this machine to the network (listed when "
+              "refused; see docs/study-files.md): a study file from someone else is a script.")
+
+
+def _load_study(ref: str, overrides, trust: bool):
+    """A study, refused when its file asks for what only the user can allow (trust.risks): the file cannot vouch for
+    itself, so the word is a flag on the command line. Presets and the user's own --set/--host are trusted."""
+    from . import study as studymod, trust as trustmod
+
+    st, text = studymod.load(ref, overrides)
+    found = [] if studymod.is_preset(ref) else trustmod.from_file(trustmod.risks(st), overrides)
+    if found and not trust:
+        raise ConfigError(
+            f"{ref} asks for {len(found)} thing(s) that can run code on this machine or open it to the network:\n"
+            + "\n".join(f"  - {r.line()}" for r in found),
+            tip="a study file from someone else is a script: read these keys, then run again with --trust-study "
+                "to accept them (or override them with --set). docs/study-files.md, \"Study files from others\".")
+    for r in found:
+        click.echo(f"warning: accepted with --trust-study: {r.line()}", err=True)
+    return st, text
+
+
 LLAMA_BIN_HELP = ("Run every build without CMake options of its own on the llama.cpp binaries in DIR (an extracted "
                   "release archive, a build's build/bin, /usr/bin): nothing is compiled. Builds with CMake options "
                   "are skipped unless --llama-cpp gives a source to build them from. Sets [source] bin.")
@@ -56,6 +78,7 @@ def _bin_override(llama_bin: Path | None) -> list[str]:
 
 
 def _study_options(f):
+    f = click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)(f)
     f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                      help="Override a study key, e.g. --set workload.repeats=5 (repeatable).")(f)
     f = click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
@@ -81,7 +104,7 @@ def _study_options(f):
 
 
 def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
-               host, model=None) -> None:
+               host, trust, model=None) -> None:
     from . import runner, study as studymod
     from .paths import default_db
     from .progress import RichProgress, StderrProgress
@@ -91,11 +114,8 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
 
     overrides = list(overrides) + _bin_override(llama_bin)
     if host:
-        overrides += [f"server.host={json.dumps(host)}", f"devices.host={json.dumps(host)}"]
-        if host not in ("127.0.0.1", "localhost", "::1"):
-            click.echo(f"warning: servers will listen on {host}; rpc-server has no authentication, so anyone who can "
-                       "reach that address can use this machine's devices.", err=True)
-    st, text = studymod.load(ref, overrides)
+        overrides += _host_overrides(host)
+    st, text = _load_study(ref, overrides, trust)
     opts = runner.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
                           crosscheck=crosscheck, max_context=max_context)
     if resume:
@@ -141,20 +161,22 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
 
 def _print_table(data) -> None:
     """The terminal view of a stored run: the seed-style table, throughput per concurrency level, and the
-    memory, speed and fidelity lines (the same pieces as the Markdown report)."""
+    memory, speed and fidelity lines (the same pieces as the Markdown report). Every string goes to rich as a
+    Text of `safetext.plain`: labels, reasons and log lines are never read as markup or control sequences."""
     from rich.console import Console
     from rich.table import Table
 
     from .report import context, recommend, speed, summary, tables
+    from .safetext import rich_text as T
 
-    console = Console(width=200 if not sys.stdout.isatty() else None)
+    console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
 
     def show(title: str, head: list[str], body: list[list[str]], left: int = 2) -> None:
-        t = Table(title=title)
+        t = Table(title=T(title))
         for i, h in enumerate(head):
-            t.add_column(h, justify="left" if i < left else "right")
+            t.add_column(T(h), justify="left" if i < left else "right")
         for row in body:
-            t.add_row(*row)
+            t.add_row(*[T(c) for c in row])
         console.print(t)
 
     head, body = tables.table_cells(tables.rows(data))
@@ -169,9 +191,9 @@ def _print_table(data) -> None:
                                            "Aggregate output t/s", "min–max", "Aggregate prompt t/s",
                                            "TTFT p50 (ms)", "ITL p50 (ms)"], body)
     for line in summary.not_measured(data):
-        console.print(f"[yellow]not measured:[/] {line}", highlight=False)
+        console.print(T("not measured: ", "yellow") + T(line))
     for line in summary.memory_lines(data) + context.sentences(data):
-        console.print("• " + line, highlight=False)
+        console.print(T("• " + line))
     key = summary.key_speed_lines(data)
     if len(data.cells) > 1:  # a grid: the verdicts that say something; the map and the table below say the rest
         telling = [x for x in key if not x.endswith("— no measurable difference")]
@@ -180,31 +202,51 @@ def _print_table(data) -> None:
                            "report)")
         key = telling
     for line in key:
-        console.print("• " + line, highlight=False)
+        console.print(T("• " + line))
     for line in summary.noise_lines(data):
-        console.print("[yellow]• " + line + "[/]", highlight=False)
+        console.print(T("• " + line, "yellow"))
     for line in summary.fidelity_lines(data):
-        console.print("• " + line, highlight=False)
+        console.print(T("• " + line))
     _print_advice(console, data, show)
-    console.print("\n[bold]Recommendation.[/] " + recommend.recommendation(data), highlight=False)
+    console.print(T("\nRecommendation.", "bold") + T(" " + recommend.recommendation(data)))
+
+
+def _host_overrides(host: str) -> list[str]:
+    """`--host ADDR`: llama-server listens on ADDR; local rpc-servers too where ADDR is IPv4 (rpc-server binds IPv4
+    only), else on 127.0.0.1 for a loopback name (::1, localhost). Any other IPv6 address or name is refused."""
+    from . import net, remote, trust
+
+    out = [f"server.host={json.dumps(host)}"]
+    if remote.is_ipv4(host):
+        out.append(f"devices.host={json.dumps(host)}")
+    elif not trust.is_loopback(host):
+        raise ConfigError(f"--host {host}: local rpc-servers listen on an IPv4 address only, and {host} is not one.",
+                          tip="give an IPv4 address, or set the two apart: --set server.host=… --set devices.host=….")
+    if not trust.is_loopback(host):
+        click.echo(f"warning: servers will listen on {host}; rpc-server has no authentication, so anyone who can "
+                   "reach that address can use this machine's devices.", err=True)
+    elif net.is_ipv6(host) or host == "localhost":
+        click.echo(f"note: llama-server listens on {host}; local rpc-servers on 127.0.0.1 (rpc-server binds IPv4 "
+                   "only).", err=True)
+    return out
 
 
 def _print_advice(console, data, show) -> None:
-    """Where pipeline parallelism pays (the workload grid), and the decision table the recommendation comes from."""
-    from rich.markup import escape
-
+    """Where pipeline parallelism pays (the workload grid), and the decision table the recommendation comes from.
+    `show` puts every cell in a Text: nothing here is read as markup."""
     from .report import grid, recommend
+    from .safetext import rich_text as T
 
     p = grid.pair(data)
     gains = grid.gains(data, p) if p else []
     if gains:
         head, body = grid.table(gains)
-        show("Pipeline-parallel gain (pipeline / no pipeline)", head, [[escape(c) for c in r] for r in body], left=1)
-        console.print("• " + escape(grid.crossover(data, gains, p)), highlight=False)
+        show("Pipeline-parallel gain (pipeline / no pipeline)", head, body, left=1)
+        console.print(T("• " + grid.crossover(data, gains, p)))
     rows = recommend.decision_table(data)
     if rows:
         head, body = recommend.table_cells(rows)
-        show(f"Decision by use ({rows[0].setting})", head, [[escape(c) for c in r] for r in body], left=5)
+        show(f"Decision by use ({rows[0].setting})", head, body, left=5)
 
 
 # ---------------------------------------------------------------- commands
@@ -253,7 +295,8 @@ def run(study, model, **kw) -> None:
               help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
 @click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR", help=LLAMA_BIN_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the builds as JSON.")
-def build_cmd(study, overrides, llama_cpp, llama_bin, as_json) -> None:
+@click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
+def build_cmd(study, overrides, llama_cpp, llama_bin, as_json, trust) -> None:
     """Make every build of a study ahead of time (cached under ~/.cache/llamalab; LLAMALAB_HOME overrides),
     without running anything. A later `llamalab run` reuses them.
 
@@ -265,7 +308,7 @@ def build_cmd(study, overrides, llama_cpp, llama_bin, as_json) -> None:
     from . import runner, study as studymod
     from .progress import RichProgress, StderrProgress
 
-    st, _ = studymod.load(study, [*overrides, *_bin_override(llama_bin)])
+    st, _ = _load_study(study, [*overrides, *_bin_override(llama_bin)], trust)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         prep = runner.prepare(st, runner.Options(llama_cpp=llama_cpp), progress)
@@ -352,9 +395,11 @@ def runs(db, as_json) -> None:
         return
     if not items:
         click.echo("no runs stored yet; `llamalab demo` makes one.", err=True)
-    for r in items:
-        click.echo(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}  "
-                   f"{r['host']}{'  (imported)' if r['imported'] else ''}")
+    from .safetext import one_line
+
+    for r in items:  # imported runs carry other machines' names
+        click.echo(one_line(f"{r['id']}  {r['study']:<20} {r['status']:<11} {r['trials']:>4} trials  {r['started']}  "
+                            f"{r['host']}{'  (imported)' if r['imported'] else ''}"))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -380,8 +425,10 @@ def compare(run_a, run_b, db, threshold, as_json) -> None:
 
     with Store(db or default_db(), readonly=True) as store:
         a, b = rdata.load(store, run_a), rdata.load(store, run_b)
+    from .safetext import plain
+
     result = cmp.compare(a, b, threshold)
-    click.echo(rdata.dumps(result) if as_json else cmp.markdown(result), nl=as_json)
+    click.echo(rdata.dumps(result) if as_json else plain(cmp.markdown(result)), nl=as_json)
 
 
 @cli.command("export", context_settings=CONTEXT)
@@ -430,7 +477,9 @@ def import_cmd(file, db) -> None:
     doc = exchange.loads(file.read_text(encoding="utf-8", errors="replace"), name=str(file))
     with Store(db or default_db()) as store:
         result = exchange.import_run(store, doc)
-    click.echo(result.message)
+    from .safetext import plain
+
+    click.echo(plain(result.message))  # it names the imported run: someone else's text
 
 
 @cli.command(context_settings=CONTEXT)
@@ -493,7 +542,8 @@ def doctor(as_json) -> None:
 @click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the dry runs' llama-server logs in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir, as_json) -> None:
+@click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
+def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir, as_json, trust) -> None:
     """Memory per device, fitted context and pipeline-parallel copies for every build × setting of a study, from
     llama.cpp's no-alloc dry run: no weights are loaded, so it takes seconds, and a model's header is enough.
     STUDY defaults to pipeline-parallel.
@@ -510,7 +560,7 @@ def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir
     from . import plan as planmod, study as studymod
     from .progress import RichProgress, StderrProgress
 
-    st, _ = studymod.load(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)])
+    st, _ = _load_study(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)], trust)
     opts = planmod.PlanOptions(llama_cpp=llama_cpp, model=model, budgets=[budget] if budget else None,
                                target=target, logs_dir=logs_dir)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
@@ -525,7 +575,7 @@ def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("model", type=click.Path(path_type=Path))  # checked by standin: says FIFO, symlink loop …
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Where to write the stand-in.")
 def stub(model, output) -> None:
@@ -564,9 +614,11 @@ def entry(argv: list[str] | None = None) -> int:
         click.echo(f"interrupted; stopped {stopped} child process(es). Rerun the same command to resume.", err=True)
         return Interrupted.exit_code
     except LlamalabError as e:
-        click.echo(f"error: {e.message}", err=True)
+        from .safetext import plain
+
+        click.echo(f"error: {plain(e.message)}", err=True)  # messages quote log lines and file names
         if e.tip:
-            click.echo(f"tip: {e.tip}", err=True)
+            click.echo(f"tip: {plain(e.tip)}", err=True)
         return e.exit_code
     except OSError as e:  # the file system said no where no narrower error applied (read-only HOME, full disk …)
         proc.terminate_all()

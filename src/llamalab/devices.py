@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -64,9 +63,8 @@ def local_rpc(build: BuildArtifact, count: int, log_dir: Path, *, host: str = "1
     """Start `count` rpc-servers from `build`, yield the llama-server arguments that use them, stop them."""
     if count < 1:
         raise ConfigError("[devices] count must be at least 1 for cpu-rpc.")
-    if not net.is_private(host) or host in ("0.0.0.0", "::"):
-        warnings.warn(f"rpc-server has no authentication and will listen on {host}: anyone who can reach it can "
-                      "run code on this machine's devices.", stacklevel=2)
+    # a host other than loopback was accepted before anything ran: by the user's --host (warned), or by
+    # --trust-study for a study file that asks for it (refused without it: see trust.py)
     binary = build.binary("ggml-rpc-server")
     if not binary.is_file():
         raise LaunchError(f"rpc-server not found at {binary}", tip="the build needs -DGGML_RPC=ON and the ggml-rpc-server target.")

@@ -152,14 +152,17 @@ def import_run(store: Store, doc: dict) -> ImportResult:
 # ---------------------------------------------------------------- comparing runs as stored
 
 def canonical(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
-    """Decoded tables with database-local ids (configuration and trial row ids) replaced by position, so one run
-    stored in two databases compares equal."""
+    """Decoded tables with database-local ids (configuration and trial row ids) replaced by position and the runs
+    row's database-local columns (owner, when it was imported) left out, so one run stored in two databases compares
+    equal."""
     pos = {c.get("id"): i for i, c in enumerate(tables.get("configs") or [])}
     out: dict[str, list[dict]] = {}
     for t in Store.RUN_TABLES:
         rows = []
         for r in tables.get(t) or []:
             r = dict(r)
+            if t == "runs":
+                r = {k: v for k, v in r.items() if k not in LOCAL_RUN_COLUMNS}
             if t in ("configs", "trials"):
                 r.pop("id", None)
                 if t == "configs":

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from . import memory
 from .ledger import ONE_COPY, Buffers, Ledger, pp_label
+from .safetext import plain
 
 COLUMNS = (("model", "model_mib"), ("KV", "kv_mib"), ("RS", "rs_mib"), ("compute", "compute_mib"),
            ("output", "output_mib"))
@@ -160,7 +161,7 @@ def saving_lines(led: Ledger) -> list[str]:
         out.append(f"  host (system RAM) compute: about {_mib(s.host_mib)} MiB less")
     out.append(f"  basis: {s.basis}")
     out.append("  how: rebuild with -DGGML_SCHED_MAX_COPIES=1 (only ggml-base changes), or, without rebuilding, turn "
-               "pipeline parallelism off with the no-op override `-ot token_embd\\.weight=CPU` (measured: the same "
+               "pipeline parallelism off with the no-op override `-ot no_such_tensor=CPU` (measured: the same "
                "buffers as one copy). No runtime switch keeps the pipeline with one copy. This is an estimate: "
                "confirm with a copies=1 log, or `llamalab run pipeline-parallel --model …`.")
     return out
@@ -169,7 +170,9 @@ def saving_lines(led: Ledger) -> list[str]:
 def render(led: Ledger, width: int = 110) -> str:
     """The human report for `llamalab inspect`."""
     buf = io.StringIO()
-    con = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False, soft_wrap=False)
+    # markup off: buffer names and failure lines come from the log (`[devices]`, `[/]` print as written)
+    con = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False, soft_wrap=False,
+                  markup=False, emoji=False)
     if led.build:
         con.print(f"llama.cpp {led.build}")
     if led.failure and led.pp_retry and not led.context_failed:
@@ -203,7 +206,7 @@ def render(led: Ledger, width: int = 110) -> str:
         con.print(_breakdown(led.breakdown_projected, "projected by --fit with the initial parameters (MiB)"))
     if led.n_loads > 1:
         con.print(f"The log holds {led.n_loads} model loads; this is the last one.")
-    return buf.getvalue()
+    return plain(buf.getvalue())
 
 
 def _breakdown(rows, title: str) -> Table:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 KINDS = ("model", "kv", "rs", "compute", "output")
@@ -168,13 +168,39 @@ class Ledger:
 # ---------------------------------------------------------------- line cleanup
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|\^\[\[[0-9;]*m|\[[0-9]{1,2}(?:;[0-9]{1,2})*m")
-_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s+)?(?:\d+\.\d{2}\.\d{3}\.\d{3}\s+[DITWE]\s+)")
+_PREFIX = re.compile(r"\s*(?:\[\d+\]\s+)?\d+\.\d{2}\.\d{3}\.\d{3}\s+[DITWE]\s+")
+# No line the ledger reads is longer than a few hundred characters; a longer one (a model name full of blanks,
+# a paste with no newlines) keeps its first and last MAX_LINE/2 characters, so no line costs more than a bounded
+# amount of matching.
+MAX_LINE = 8192
+
+
+def cap(line: str) -> str:
+    """A line of at most MAX_LINE characters (plus the " … " that marks where a longer one was cut)."""
+    if len(line) <= MAX_LINE:
+        return line
+    half = MAX_LINE // 2
+    return line[:half] + " … " + line[-half:]
+
+
+def _no_ansi(line: str) -> str:
+    return _ANSI.sub("", line) if ("\x1b" in line or "[" in line) else line
 
 
 def clean(line: str) -> str:
-    """One log line without colour codes, carriage returns, the `M.SS.mmm.uuu L ` prefix and outer blanks."""
-    line = _ANSI.sub("", line).replace("\r", "")
-    return _PREFIX.sub("", line).strip()
+    """One log line without colour codes, carriage returns, the `M.SS.mmm.uuu L ` prefix and outer blanks, cut to
+    MAX_LINE characters."""
+    if len(line) > MAX_LINE:
+        line = cap(line)
+    if "\x1b" in line or "[" in line:
+        line = _ANSI.sub("", line)
+    if "\r" in line:
+        line = line.replace("\r", "")
+    line = line.strip()
+    if line[:1].isdigit() or line[:1] == "[":
+        if m := _PREFIX.match(line):
+            line = line[m.end():].lstrip()
+    return line
 
 
 HOST_EXACT = {"CPU", "CPU_Mapped", "AMX", "CPU_REPACK", "Host", "BLAS", "ACCEL"}
@@ -192,30 +218,34 @@ def _lines(raw_lines: Iterable) -> Iterable[str]:
     for raw in raw_lines:
         text = raw if isinstance(raw, str) else (raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray)
                                                   else str(raw))
-        for part in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-            s = _ANSI.sub("", part).strip()
-            start = s.find('{"')
-            if start >= 0 and s.endswith("}") and '"msg"' in s or s.startswith('{"'):
-                try:
-                    obj = json.loads(s[max(start, 0):])
-                except ValueError:
-                    obj = None
-                if isinstance(obj, dict):
-                    msg = obj.get("msg")
-                    if isinstance(msg, str):
-                        for m in msg.split("\n"):
-                            yield clean(m)
-                    continue  # fit_memory_breakdown and other structured records repeat the text lines
+        parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if ("\n" in text or "\r" in text) else (text,)
+        for part in parts:
+            if "{" in part:
+                s = _no_ansi(part).strip()
+                start = s.find('{"')
+                if start >= 0 and s.endswith("}") and '"msg"' in s or s.startswith('{"'):
+                    try:
+                        obj = json.loads(s[max(start, 0):])
+                    except (ValueError, RecursionError):
+                        obj = None
+                    if isinstance(obj, dict):
+                        msg = obj.get("msg")
+                        if isinstance(msg, str):
+                            for m in msg.split("\n"):
+                                yield clean(m)
+                        continue  # fit_memory_breakdown and other structured records repeat the text lines
             yield clean(part)
 
 
 # ---------------------------------------------------------------- patterns
 
+# Every pattern here runs in time linear in the line: no two unbounded quantifiers can trade characters, runs
+# that follow a keyword cannot contain the keyword, and what could be long is bounded ({0,256}). Where a pattern
+# would need to look back from a keyword (buffer names, table rows), plain string operations do it.
 NUM = r"(\d+(?:\.\d+)?)"
-_BUF = re.compile(
-    r"(?:^|(?<=[\s:|]))(?P<name>[^\s=|]*[^\s=|:])\s+"
-    r"(?:(?P<kind>model|KV|RS|compute|output|input|LoRA|DSV4\s+\S+\s+state)\s+)?"
-    r"buffer size\s*=\s*(?P<mib>\d+(?:\.\d+)?)\s*MiB")
+_BUF_TAIL = re.compile(r"buffer size\s*=\s*(\d+(?:\.\d+)?)\s*MiB")
+_BUF_KINDS = {"model", "KV", "RS", "compute", "output", "input", "LoRA"}
+_BUF_LOOKBACK = 512  # a buffer name is the word before `[kind] buffer size`, within this many characters
 _LEGACY = [  # late 2023 / early 2024, before ggml-backend buffer names
     (re.compile(r"VRAM used:\s*" + NUM + r"\s*MiB"), "GPU", "model"),
     (re.compile(r"\bmem required\s*=\s*" + NUM + r"\s*MiB"), "CPU", "model"),
@@ -237,16 +267,17 @@ _CTX_FN = r"(?:llama_context|llama_new_context_with_model|llama_init_from_model)
 _CTX_KEY = re.compile(_CTX_FN + r"\s*:\s+(n_ctx|n_ctx_per_seq|n_ctx_seq|n_seq_max|n_batch|n_ubatch|flash_attn|kv_unified)"
                       r"\s*=\s*(\S+)")
 _FA_AUTO = re.compile(r"Flash Attention was auto, set to (enabled|disabled)")
+_METADATA = ("llama_model_loader: - ", "print_info:", "llm_load_print_meta:")
 _META = re.compile(r"(?:print_info|llm_load_print_meta)\s*:\s+(n_embd|n_layer|n_ctx_train)\s*=\s*(\d+)\s*$")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-_KV_SUM = re.compile(r"(?:^|[\s:])(?:KV self size|size)\s*=\s*" + NUM
-                     + r"\s*MiB\s*(?:\((?P<inner>[^)]*)\))?\s*,\s*(?P<pairs>.*)$")
-_PAIR = re.compile(r"(\S+)\s*\((\w+)\)\s*:\s*" + NUM + r"\s*MiB")
-_CELLS = re.compile(r"(\d+)\s+cells")
-_LAYERS = re.compile(r"(\d+)\s+layers")
-_SEQS = re.compile(r"(\d+)\s*(?:/\s*(\d+))?\s+seqs")
+# `size = …` (or `KV self size = …`) at the start of the line or after a blank or colon: checked by _kv_sum_match
+_KV_SUM = re.compile(r"size\s*=\s*" + NUM + r"\s*MiB\s*(?:\((?P<inner>[^)]{0,256})\))?\s*,\s*(?P<pairs>.*)$")
+_PAIR = re.compile(r"([^\s(]{1,32})\s*\((\w{1,32})\)\s*:\s*" + NUM + r"\s*MiB")
+_CELLS = re.compile(r"(?<!\d)(\d+)\s+cells")
+_LAYERS = re.compile(r"(?<!\d)(\d+)\s+layers")
+_SEQS = re.compile(r"(?<!\d)(\d+)\s*(?:/\s*(\d+))?\s+seqs")
 _KV_SIZE = re.compile(r"\bkv_size\s*=\s*(\d+)")
-_KV_TYPES = re.compile(r"type_k\s*=\s*'(\w+)'\s*,\s*type_v\s*=\s*'(\w+)'")
+_KV_TYPES = re.compile(r"type_k\s*=\s*'(\w{1,32})'\s*,\s*type_v\s*=\s*'(\w{1,32})'")
 _KV_NLAYER = re.compile(r"n_layer\s*=\s*(\d+)")
 _ISWA = re.compile(r"creating\s+(non-SWA|SWA)\s+KV cache")
 _FIT_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
@@ -257,11 +288,110 @@ _FIT_END = re.compile(r"fitting params to free memory took|params_fit: (?:succes
 _FIT_FAILED = re.compile(r"failed to fit (?:params|CLI arguments)")
 _FIT_ARGS_HEAD = re.compile(r"(?:printing|Printing) fitted CLI arguments")
 _BREAKDOWN_HEAD = re.compile(r"memory breakdown \[MiB\]")
-_BREAKDOWN_ROW = re.compile(r"\|\s*-\s*(?P<name>[^|]+?)\s*\|(?P<rest>[^|]*)\|?\s*$")
-_DEVICE_MEM = re.compile(r"-\s+(?P<name>[^\s:]+)\s+:\s+.*\((\d+) MiB,\s*(\d+) MiB free\)")
-_BUILD = re.compile(r"\bbuild(?:\s*=|:)?\s*(\d+)\s*\((\w+)\)")
-_DRAFT = re.compile(r"draft (?:model|context)|MTP draft", re.I)
-_MMPROJ = re.compile(r"(?:compute_meta|clip_\w+|mtmd_\w+)\s*:")
+_DEVICE_MEM_HEAD = re.compile(r"-\s+(?P<name>[^\s:]+)\s+:\s+")
+_DEVICE_MEM_TAIL = re.compile(r"\((\d+) MiB,\s*(\d+) MiB free\)")
+_BUILD = re.compile(r"\bbuild(?:\s*=|:)?\s*(\d+)\s*\((\w{1,64})\)")
+_DRAFT = re.compile(r"draft (?:model|context)|mtp draft")  # on the lower-cased line
+_MMPROJ = re.compile(r"(?:compute_meta|clip_\w{1,64}|mtmd_\w{1,64})\s*:")
+
+
+MAX_TABLE_ROWS = 256  # a breakdown table has a row per device and the host
+MAX_TABLES = 64  # projected tables kept (a --fit prints a few)
+MAX_DRAFTS = 256  # draft contexts kept (older llama-server made one per slot)
+MAX_ERRORS = 100
+
+
+def _buffers(line: str) -> Iterable[tuple[str, str, float]]:
+    """(name, kind, MiB) of each `NAME [KIND] buffer size = X MiB` in a line (at most 16).
+
+    NAME is the word before KIND (or before `buffer size`): the run of characters other than blanks, `=` and `|`
+    that starts the line or follows a blank, `|` or `:` (after `=`, the part after its first `:`), and does not end
+    in `:`. KIND is model, KV, RS, compute, output, input, LoRA or `DSV4 <name> state`. Only the last 512
+    characters before `buffer size` are looked at."""
+    pos = done = 0
+    for _ in range(16):
+        i = line.find("buffer size", pos)
+        if i < 0:
+            return
+        pos = i + 1
+        tail = _BUF_TAIL.match(line, i)
+        if not tail:
+            continue
+        head = line[max(done, i - _BUF_LOOKBACK):i]
+        found = _buffer_name(head)
+        if found:
+            done = pos = tail.end()
+            yield found[0], found[1], float(tail.group(1))
+
+
+def _buffer_name(head: str) -> tuple[str, str] | None:
+    if not head or not head[-1].isspace():
+        return None
+    words = head.rsplit(None, 3)
+    if not words:
+        return None
+    if len(words) >= 2 and words[-1] in _BUF_KINDS:
+        name = _name_word(words[-2])
+        return (name, words[-1]) if name else (words[-1], "")
+    if len(words) >= 4 and words[-1] == "state" and words[-3] == "DSV4":
+        name = _name_word(words[-4])
+        return (name, "DSV4") if name else ("state", "")
+    name = _name_word(words[-1])
+    return (name, "") if name else None
+
+
+def _name_word(word: str) -> str | None:
+    """The buffer name at the end of a blank-free word (see _buffers)."""
+    cut = max(word.rfind("="), word.rfind("|"))
+    name = word[cut + 1:]
+    if cut >= 0 and word[cut] == "=":  # a name never starts right after `=`; after a `:` inside the word it may
+        colon = name.find(":")
+        name = name[colon + 1:] if colon >= 0 else ""
+    return name if name and not name.endswith(":") else None
+
+
+def _breakdown_match(line: str) -> tuple[str, str] | None:
+    """(name, numbers) of a memory-breakdown row `… | - NAME | NUMBERS [|]`: NAME between the last two `|`
+    (after a `-`), NUMBERS after the last one; a closing `|` and blanks at the end are dropped."""
+    body = line.rstrip()
+    if body.endswith("|"):
+        body = body[:-1]
+    k = body.rfind("|")
+    if k < 0:
+        return None
+    j = body.rfind("|", 0, k)
+    if j < 0:
+        return None
+    seg = body[j + 1:k].lstrip()
+    if not seg.startswith("-"):
+        return None
+    name = seg[1:].strip()
+    return (name, body[k + 1:]) if name else None
+
+
+def _kv_sum_match(line: str) -> re.Match | None:
+    """The first `size = X MiB [(…)], PAIRS` whose `size` starts the line or follows a blank or `:`."""
+    pos = 0
+    for _ in range(32):
+        m = _KV_SUM.search(line, pos)
+        if not m:
+            return None
+        i = m.start()
+        if i == 0 or line[i - 1].isspace() or line[i - 1] == ":":
+            return m
+        pos = i + 1
+    return None
+
+
+def _device_mem(line: str) -> tuple[str, int, int] | None:
+    """`- NAME : … (TOTAL MiB, FREE MiB free)`: the last such memory figure, and the first `- NAME :` before it."""
+    tail = None
+    for tail in _DEVICE_MEM_TAIL.finditer(line):
+        pass
+    if tail is None:
+        return None
+    head = _DEVICE_MEM_HEAD.search(line, 0, tail.start())
+    return (head.group("name"), int(tail.group(1)), int(tail.group(2))) if head else None
 
 
 @dataclass
@@ -302,9 +432,22 @@ class _State:
         cur = self.ctx()
         if cur.ended or cur.failed:
             cur = _Ctx(draft=self.draft_mode)
+            self._prune()
             self.ctxs.append(cur)
         cur.started = True
         return cur
+
+    def _prune(self) -> None:
+        """Forget main contexts that can no longer be the ledger's (not the last, not the last with buffers), and
+        all but the last MAX_DRAFTS draft contexts: a log of a million contexts costs no more memory than one."""
+        if len(self.ctxs) < 8:
+            return
+        mains = [c for c in self.ctxs if not c.draft]
+        keep = {id(c) for c in mains[-1:]}
+        with_buffers = [c for c in mains if c.kv or c.rs or c.output or c.compute]
+        keep |= {id(c) for c in with_buffers[-1:]}
+        keep |= {id(c) for c in [c for c in self.ctxs if c.draft][-MAX_DRAFTS:]}
+        self.ctxs = [c for c in self.ctxs if id(c) in keep]
 
     def any_context(self) -> bool:
         return any(c.started for c in self.ctxs)
@@ -314,46 +457,67 @@ def parse(lines: Iterable) -> Ledger:
     """Parse llama.cpp / llama-server log lines into a Ledger. Never raises."""
     led = Ledger()
     st = _State(led=led)
-    failure_lines: list[str] = []  # failure-looking lines since the last context finished
+    failure: tuple[str, str] | None = None  # the likeliest failure since the last context finished
     try:
         for line in _lines(lines):
             if not line:
                 continue
             try:
-                was_ended = bool(st.ctxs) and st.ctx().ended
-                _line(st, line)
-                if _FAILURE_HINT.search(line):
-                    failure_lines.append(line)
-                if st.ctxs and st.ctx().ended and not was_ended:
-                    failure_lines.clear()  # what failed on the way (a retried allocation) did not stop the load
+                ctxs = st.ctxs
+                was_ended = bool(ctxs) and ctxs[-1].ended
+                if line.startswith(_METADATA):  # the model's metadata echoed: never a failure, whatever it says
+                    _metadata_line(st, line)
+                    continue
+                low = line.lower()
+                _line(st, line, low)
+                if _failure_hint(low):
+                    failure = _better_failure(failure, line, low)
+                ctxs = st.ctxs
+                if ctxs and ctxs[-1].ended and not was_ended:
+                    failure = None  # what failed on the way (a retried allocation) did not stop the load
             except Exception as e:  # a malformed line never costs the rest of the log
-                led.errors.append(f"{type(e).__name__}: {e}")
+                if len(led.errors) < MAX_ERRORS:
+                    led.errors.append(f"{type(e).__name__}: {e}")
     except Exception as e:
         led.errors.append(f"{type(e).__name__}: {e}")
     try:
         _finish(st)
-        led.failure = failure_reason(failure_lines)
+        led.failure = _failure_text(failure)
     except Exception as e:
         led.errors.append(f"{type(e).__name__}: {e}")
     return led
 
 
-def _line(st: _State, line: str) -> None:
+def _metadata_line(st: _State, line: str) -> None:
+    """The model's own metadata echoed (its name, tokenizer, chat template): never one of llama.cpp's messages,
+    whatever text the model file put there. Only the shape (n_embd, n_layer, n_ctx_train) is read; the line ends a
+    breakdown table."""
+    st.breakdown = None
+    if not line.startswith("llama_model_loader") and (m := _META.match(line)) and not st.draft_mode:
+        setattr(st.led, m.group(1), int(m.group(2)))
+
+
+def _line(st: _State, line: str, low: str) -> None:
+    """One cleaned line; `low` is it lower-cased. Each pattern runs only where its keyword is in the line."""
     led = st.led
     # memory breakdown tables: a header, then "| - NAME | numbers |" rows
     if st.breakdown is not None:
-        m = _BREAKDOWN_ROW.search(line)
-        if m and not _BREAKDOWN_HEAD.search(line):
-            st.breakdown.append(_breakdown_row(m.group("name"), m.group("rest")))
+        row = _breakdown_match(line) if "-" in line else None
+        if row and "memory breakdown [MiB]" not in line:
+            if len(st.breakdown) < MAX_TABLE_ROWS:
+                st.breakdown.append(_breakdown_row(*row))
             return
         st.breakdown = None
-    if _BREAKDOWN_HEAD.search(line):
+    if "memory breakdown [MiB]" in line:
         table: list[BreakdownRow] = []
         if not st.fit_phase and any(c.started and (c.ended or c.compute) for c in st.ctxs):
             led.breakdown_final = table
-        else:
+        elif len(led.breakdown_projected_tables) < MAX_TABLES:
             led.breakdown_projected_tables.append(table)
         st.breakdown = table
+        return
+    if line.startswith(_METADATA):
+        _metadata_line(st, line)
         return
     if st.fit_args_next:
         st.fit_args_next = False
@@ -362,37 +526,42 @@ def _line(st: _State, line: str) -> None:
             if m := re.search(r"(?:^|\s)-c\s+(\d+)", line):
                 led.fit_ctx_to = int(m.group(1))
             return
-    if _FIT_START.search(line) and not st.fit_phase:
+    fit = "fit" in line
+    if (fit or "getting device memory" in line) and _FIT_START.search(line) and not st.fit_phase:
         st.fit_phase = True
         if st.any_context():  # a new run's fit: what the previous run projected no longer applies
             led.breakdown_projected_tables = []
             led.fit_ctx_from = led.fit_ctx_to = led.fit_status = None
-    if _DRAFT.search(line):
+    if "draft" in low and _DRAFT.search(low):
         st.draft_mode = True
 
     if "buffer size" in line:
-        for m in _BUF.finditer(line):
-            _buffer(st, line, m.group("name"), (m.group("kind") or "").split(" ")[0], float(m.group("mib")))
-        if _BUF.search(line):
+        found = False
+        for name, kind, mib in _buffers(line):
+            found = True
+            _buffer(st, line, name, kind, mib)
+        if found:
             return
-    for pat, name, kind in _LEGACY:
-        if m := pat.search(line):
-            _add_buffer(st, line, name, kind, float(m.group(1)))
-            return
+    if "VRAM" in line or "mem required" in line:
+        for pat, name, kind in _LEGACY:
+            if m := pat.search(line):
+                _add_buffer(st, line, name, kind, float(m.group(1)))
+                return
 
-    if m := _KV_SUM.search(line):
-        if _kv_summary(st, line, m):
+    if "size" in line:
+        if (m := _kv_sum_match(line)) and _kv_summary(st, line, m):
             return
-    if m := _KV_SIZE.search(line):
-        c = st.ctx_for_context_line()
-        types = _KV_TYPES.search(line)
-        nl = _KV_NLAYER.search(line)
-        c.kv_size = (int(m.group(1)), types.group(1) if types else None, types.group(2) if types else None,
-                     int(nl.group(1)) if nl else None)
-    if m := _ISWA.search(line):
+        if m := _KV_SIZE.search(line):
+            c = st.ctx_for_context_line()
+            types = _KV_TYPES.search(line)
+            nl = _KV_NLAYER.search(line)
+            c.kv_size = (int(m.group(1)), types.group(1) if types else None, types.group(2) if types else None,
+                         int(nl.group(1)) if nl else None)
+    if "KV cache" in line and (m := _ISWA.search(line)):
         st.ctx_for_context_line().pending_swa = m.group(1) == "SWA"
 
-    if m := _CTX_KEY.search(line):
+    if ("llama_context" in line or "llama_new_context" in line or "llama_init_from_model" in line) \
+            and (m := _CTX_KEY.search(line)):
         key, val = m.group(1), m.group(2)
         c = st.ctx_for_context_line()
         if key in c.scalars and (c.kv or c.compute or c.output):
@@ -401,56 +570,61 @@ def _line(st: _State, line: str) -> None:
             c = st.ctx_for_context_line()
         if key in ("flash_attn", "kv_unified"):
             c.scalars[key] = _boolish(val)
-        elif val.isdigit():
+        elif val.isdecimal():
             c.scalars["n_ctx_seq" if key == "n_ctx_per_seq" else key] = int(val)
         return
-    if m := _FA_AUTO.search(line):
+    if "Flash Attention" in line and (m := _FA_AUTO.search(line)):
         st.ctx().scalars["flash_attn"] = m.group(1) == "enabled"
-    if m := _META.search(line):
+    if ("print_info" in line or "llm_load_print_meta" in line) and (m := _META.search(line)):  # behind a prefix
         key, val = m.group(1), int(m.group(2))
         if not st.draft_mode:
             setattr(led, key, val)
         return
 
-    if m := _PP.search(line):
+    if "pipeline parallelism enabled" in line and (m := _PP.search(line)):
         c = st.ctx()
         c.scalars["pp_enabled_line"] = True
         if m.group(1):
             c.scalars["pp_enabled_copies"] = int(m.group(1))
         return
-    if _PP_RETRY.search(line):
+    retry = "retrying" in line and bool(_PP_RETRY.search(line))
+    if retry:
         c = st.ctx()
         c.scalars["pp_retry"] = True
         c.compute.clear()
         c.pass_open = False
-    if _ALLOC_FAIL.search(line):
-        st.ctx().scalars["compute_alloc_failed"] = True
-    if m := _ALLOC_BUF.search(line):
-        st.ctx().scalars.setdefault("alloc_failures", []).append(
-            {"buffer": m.group(1), "mib": round(int(m.group(2)) / MIB, 2)})
-    if _CTX_FAIL.search(line) and st.ctxs and not _PP_RETRY.search(line):
+    if "fail" in line:
+        if _ALLOC_FAIL.search(line):
+            st.ctx().scalars["compute_alloc_failed"] = True
+        if m := _ALLOC_BUF.search(line):
+            failures = st.ctx().scalars.setdefault("alloc_failures", [])
+            if len(failures) < MAX_TABLE_ROWS:
+                failures.append({"buffer": m.group(1), "mib": round(int(m.group(2)) / MIB, 2)})
+    if (("fail" in line or "load model" in line or "loading model" in line) and _CTX_FAIL.search(line)
+            and st.ctxs and not retry):
         c = st.ctx()
         if c.started or "context" in line or "compute" in line:
             c.failed = True
             c.pass_open = False
-    if m := _GRAPH_NEW.search(line):
-        c = st.ctx()
-        c.scalars["graph_nodes"], c.scalars["graph_splits"] = int(m.group(3)), int(m.group(5))
-        c.scalars["graph_nodes_tg"] = int(m.group(4)) if m.group(4) else int(m.group(3))
-        c.scalars["graph_splits_tg"] = int(m.group(6)) if m.group(6) else int(m.group(5))
-        c.ended, c.pass_open = True, False
-    else:
-        if m := _GRAPH_NODES.search(line):
+    if "graph" in line:
+        if m := _GRAPH_NEW.search(line):
             c = st.ctx()
-            c.scalars["graph_nodes"] = int(m.group(1))
-            c.scalars["graph_nodes_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
-            c.pass_open = False
-        if m := _GRAPH_SPLITS.search(line):
-            c = st.ctx()
-            c.scalars["graph_splits"] = int(m.group(1))
-            c.scalars["graph_splits_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+            c.scalars["graph_nodes"], c.scalars["graph_splits"] = int(m.group(3)), int(m.group(5))
+            c.scalars["graph_nodes_tg"] = int(m.group(4)) if m.group(4) else int(m.group(3))
+            c.scalars["graph_splits_tg"] = int(m.group(6)) if m.group(6) else int(m.group(5))
             c.ended, c.pass_open = True, False
-    if m := _SCHED_COPIES.search(line):
+        else:
+            if m := _GRAPH_NODES.search(line):
+                c = st.ctx()
+                c.scalars["graph_nodes"] = int(m.group(1))
+                c.scalars["graph_nodes_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+                c.pass_open = False
+            if m := _GRAPH_SPLITS.search(line):
+                c = st.ctx()
+                c.scalars["graph_splits"] = int(m.group(1))
+                c.scalars["graph_splits_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+                c.ended, c.pass_open = True, False
+    if "sched copies" in line and (m := _SCHED_COPIES.search(line)):
         c = st.ctx()
         c.scalars["sched_copies"] = int(m.group(1))
         c.ended, c.pass_open = True, False
@@ -459,24 +633,25 @@ def _line(st: _State, line: str) -> None:
     elif st.ctxs and st.ctx().draft and st.ctx().ended and "graph" in line:
         st.draft_mode = False
 
-    if m := _OFFLOADED.search(line):
+    if "offloaded" in line and (m := _OFFLOADED.search(line)):
         if not st.draft_mode:
             _maybe_new_load(st)
             led.layers_offloaded, led.layers_total = int(m.group(1)), int(m.group(2))
-    if m := _FIT_REDUCED.search(line):
+    if "context size reduced" in line and (m := _FIT_REDUCED.search(line)):
         if led.fit_ctx_from is None:
             led.fit_ctx_from = int(m.group(1))
         led.fit_ctx_to = int(m.group(2))
-    if _FIT_OK.search(line):
-        led.fit_status = "ok"
-    elif _FIT_FAILED.search(line):
-        led.fit_status = "failed"
-    if _FIT_END.search(line):
-        st.fit_phase = False
-    if _FIT_ARGS_HEAD.search(line):
-        st.fit_args_next = True
-    if m := _DEVICE_MEM.search(line):
-        led.device_memory[m.group("name")] = (int(m.group(2)), int(m.group(3)))
+    if fit:
+        if _FIT_OK.search(line):
+            led.fit_status = "ok"
+        elif _FIT_FAILED.search(line):
+            led.fit_status = "failed"
+        if _FIT_END.search(line):
+            st.fit_phase = False
+        if _FIT_ARGS_HEAD.search(line):
+            st.fit_args_next = True
+    if "MiB free)" in line and (dm := _device_mem(line)):
+        led.device_memory[dm[0]] = (dm[1], dm[2])
     if led.build is None and "build" in line and (m := _BUILD.search(line)):
         led.build = f"b{m.group(1)}-{m.group(2)}"
 
@@ -688,46 +863,86 @@ def pp_label_of(ledger: dict) -> str:
 
 # ---------------------------------------------------------------- failures
 
-_FAILURES: list[tuple[re.Pattern, str]] = [
-    (re.compile(r"(?:cudaMalloc|ggml_backend_\w*alloc\w*|ggml_gallocr\w*|alloc_tensor_range).*fail|failed to allocate"
-                r"|unable to allocate|out of memory|ErrorOutOfDeviceMemory|std::bad_alloc|hipErrorOutOfMemory"
-                r"|kIOGPUCommandBufferCallbackErrorOutOfMemory",
-                re.I), "out of memory"),
-    (re.compile(r"invalid magic characters|not a GGUF file|gguf_init_from_\w+: failed to read magic", re.I),
+def _has(pattern: str):
+    return re.compile(pattern).search
+
+
+def _oom(low: str) -> bool:
+    """An allocation that failed: the words for it, or an allocator call followed later by `fail`."""
+    if _OOM_WORDS.search(low):
+        return True
+    m = _ALLOC_CALL.search(low)
+    return bool(m) and "fail" in low[m.end():]
+
+
+def _rpc_unreachable(low: str) -> bool:
+    if "failed to connect" in low:
+        return True
+    i = low.find("rpc")
+    return i >= 0 and "connection refused" in low[i + 3:]
+
+
+_OOM_WORDS = re.compile(r"failed to allocate|unable to allocate|out of memory|erroroutofdevicememory|std::bad_alloc"
+                        r"|hiperroroutofmemory|kiogpucommandbuffercallbackerroroutofmemory")
+_ALLOC_CALL = re.compile(r"cudamalloc|ggml_backend_\w{0,64}?alloc|ggml_gallocr|alloc_tensor_range")
+# (test on the lower-cased line, reason); the first that matches a line names its failure
+_FAILURES: list[tuple[Callable[[str], object], str]] = [
+    (_oom, "out of memory"),
+    (_has(r"invalid magic characters|not a gguf file|gguf_init_from_\w{1,64}: failed to read magic"),
      "the model file is not a GGUF file"),
-    (re.compile(r"error: (?:invalid argument|unknown argument|invalid value)[: ]*(.*)", re.I), "unsupported flag"),
-    (re.compile(r"unknown argument:?\s*(.*)|error while handling argument", re.I), "unsupported flag"),
-    (re.compile(r"failed to load model|error loading model|llama_model_load: error|unable to load model", re.I),
+    (_has(r"error: (?:invalid argument|unknown argument|invalid value)"), "unsupported flag"),
+    (_has(r"unknown argument|error while handling argument"), "unsupported flag"),
+    (_has(r"failed to load model|error loading model|llama_model_load: error|unable to load model"),
      "model load error"),
-    (re.compile(r"couldn't bind|address already in use|failed to bind", re.I), "port already in use"),
-    (re.compile(r"failed to connect to (?:RPC|rpc)|rpc.*(?:connection refused|failed to connect)|Failed to connect", re.I),
-     "could not reach an rpc-server"),
-    (re.compile(r"GGML_ASSERT|Segmentation fault|Aborted|terminate called", re.I),
-     "llama.cpp crashed (assertion or signal)"),
+    (_has(r"couldn't bind|address already in use|failed to bind"), "port already in use"),
+    (_rpc_unreachable, "could not reach an rpc-server"),
+    (_has(r"ggml_assert|segmentation fault|aborted|terminate called"), "llama.cpp crashed (assertion or signal)"),
 ]
-_FAILURE_HINT = re.compile(r"fail|error|out of memory|invalid|unknown arg|bind|abort|segmentation|terminate|bad_alloc"
-                           r"|assert|refused|connect", re.I)
+# on the lower-cased line: every line a test of _FAILURES accepts has one of these words
+_FAILURE_WORDS = ("fail", "error", "out of memory", "invalid", "unknown arg", "bind", "abort", "segmentation",
+                  "terminate", "bad_alloc", "assert", "refused", "connect", "unable", "not a gguf", "already in use")
+
+
+def _failure_hint(low: str) -> bool:
+    for w in _FAILURE_WORDS:
+        if w in low:
+            return True
+    return False
+
 # lines that mention a failure but are not one: pipeline parallelism's own fallback, fit's dry-run diagnostics
 _NOT_FAILURE = re.compile(r"retrying without pipeline parallelism|failed to fit params|for bugs during this step"
-                          r"|failed to allocate host buffer for async uploads", re.I)
+                          r"|failed to allocate host buffer for async uploads")
 _PRIORITY = {"out of memory": 0, "the model file is not a GGUF file": 1}
+
+
+def _better_failure(found: tuple[str, str] | None, line: str, low: str) -> tuple[str, str] | None:
+    """`found` (reason, line) or this line's failure where it ranks higher; the first of equal rank stays."""
+    if _NOT_FAILURE.search(low):
+        return found
+    for test, reason in _FAILURES:
+        if test(low):
+            if found is None or _PRIORITY.get(reason, 9) < _PRIORITY.get(found[0], 9):
+                return reason, line[:200]
+            return found
+    return found
+
+
+def _failure_text(found: tuple[str, str] | None) -> str | None:
+    if found is None:
+        return None
+    reason, detail = found
+    return f"{reason} ({detail})" if detail else reason
 
 
 def failure_reason(lines: Iterable) -> str | None:
     """The most likely reason a llama-server run failed, from its log (None if the log shows none)."""
-    found: str | None = None
-    detail = ""
+    found: tuple[str, str] | None = None
     try:
         for line in _lines(lines):
-            if not line or _NOT_FAILURE.search(line):
-                continue
-            for pat, reason in _FAILURES:
-                if pat.search(line):
-                    if found is None or _PRIORITY.get(reason, 9) < _PRIORITY.get(found, 9):
-                        found, detail = reason, line[:200]
-                    break
+            if line:
+                low = line.lower()
+                if _failure_hint(low):
+                    found = _better_failure(found, line, low)
     except Exception:
         pass
-    if found is None:
-        return None
-    return f"{found} ({detail})" if detail else found
+    return _failure_text(found)

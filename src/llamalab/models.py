@@ -384,25 +384,23 @@ def fingerprint(path: Path) -> str:
 
 def read_info(path: Path) -> ModelInfo:
     """Metadata of a GGUF file; raises ModelError with a tip for a missing, non-GGUF or truncated file."""
+    from . import standin  # reads the header alone: seconds faster than gguf.GGUFReader on 150k-token vocabularies
+
     path = Path(path).expanduser()
-    if not path.exists():
-        raise ModelError(f"model file {path} does not exist.",
-                         tip="check the path, or leave --model out to use llamalab's synthetic model.")
-    if path.is_dir():
-        raise ModelError(f"{path} is a directory, not a GGUF file.", tip="pass the .gguf file itself.")
-    with open(path, "rb") as f:
+    standin.check_file(path)  # missing, a symlink loop, a directory, a FIFO: said before anything opens it
+    with standin.open_file(path) as f:
         magic = f.read(4)
     if magic != b"GGUF":
         raise ModelError(
             f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF').",
             tip="llama.cpp loads GGUF models only; convert safetensors with llama.cpp's convert_hf_to_gguf.py.")
-    from . import standin  # reads the header alone: seconds faster than gguf.GGUFReader on 150k-token vocabularies
-
     try:
         hdr = standin.read_header(path)
-    except ModelError as e:
+    except standin.HeaderIncomplete as e:
         raise ModelError(f"{path} is not a readable GGUF file: {e.message}",
                          tip="the file may be truncated or still downloading; download it again.") from e
+    except ModelError as e:
+        raise ModelError(f"{path} is not a readable GGUF file: {e.message}", tip=e.tip) from e
     except Exception as e:  # struct errors, bad UTF-8 … on damaged headers
         raise ModelError(f"{path} is not a readable GGUF file: {e}",
                          tip="the file may be truncated or still downloading; download it again.") from e

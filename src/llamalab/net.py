@@ -2,16 +2,44 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 import time
 
+from .errors import LaunchError
+
+
+def is_ipv6(host: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
+def url(host: str, port: int) -> str:
+    """`http://host:port`, with an IPv6 address in brackets (`http://[::1]:8080`)."""
+    return f"http://[{host}]:{port}" if is_ipv6(host) else f"http://{host}:{port}"
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port that nothing listens on right now (the OS picks it). IPv4 or IPv6, as `host` is."""
+    try:
+        with socket.socket(socket.AF_INET6 if is_ipv6(host) else socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise LaunchError(f"no free TCP port on {host}: every port of the ephemeral range "
+                              "(net.ipv4.ip_local_port_range) is taken.",
+                              tip="something holds all ports of net.ipv4.ip_local_port_range (see `ss -tan | wc -l`); "
+                                  "close it, or widen the range (sysctl net.ipv4.ip_local_port_range).") from None
+        if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(e, socket.gaierror):
+            raise LaunchError(f"cannot listen on {host}: {e.strerror or e}.",
+                              tip="use an address of this machine (127.0.0.1 keeps servers on loopback); IPv6 needs "
+                                  "IPv6 enabled on the interface.") from None
+        raise LaunchError(f"cannot open a TCP port on {host}: {e.strerror or e}.",
+                          tip="check the address and the machine's network settings.") from None
 
 
 def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:

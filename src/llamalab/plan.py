@@ -43,7 +43,16 @@ from .study import Config, Study, configs
 
 END_OF_FIT = "common_fit_params: fitting params to free memory took"
 # Lines that only a real load prints: a dry run that got here went too far (the fit was off).
-_REAL_LOAD = re.compile(r"loading model tensors.*load_mode = (?!none)|llama_server: model loaded|listening on http")
+_LOAD_MODE = re.compile(r"load_mode = (?!none)")
+
+
+def _real_load(line: str) -> bool:
+    """A line only a real load prints (`loading model tensors … load_mode = X` with X not none, `model loaded`,
+    `listening on http`)."""
+    if "llama_server: model loaded" in line or "listening on http" in line:
+        return True
+    i = line.find("loading model tensors")
+    return i >= 0 and bool(_LOAD_MODE.search(line, i))
 
 BASIS_TARGET = "target"  # a dry run on the backend the figure is for
 BASIS_PORTABLE = "portable"  # backend-independent: the same on any backend for the same split, cache types, context
@@ -102,22 +111,107 @@ class DryRun:
     error: str | None = None
 
 
-_DEVICE_INFO = re.compile(r"common_param:\s+-\s+(?P<name>\S+)\s*:\s*(?P<desc>.*?)\s*\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
-_USING = re.compile(r"using device (?P<name>\S+) \((?P<desc>.*)\)")
+# Linear in the line, like ledger's patterns: what follows a keyword is bounded or cannot contain the keyword.
+# A device description is at most 512 characters (and stripped); it may hold `:` (an endpoint) but the name not.
+_DEVICE_INFO = re.compile(r"common_param:\s+-\s+(?P<name>[^\s:]{1,128})\s*:\s*+(?P<desc>.{0,512}?)"
+                          r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
+_USING = re.compile(r"using device (?P<name>\S{1,128}) \(")
 _KV_LAYER = re.compile(r"llama_kv_cache: layer\s+\d+: dev = (?P<dev>\S+)")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
-_COMPUTE = re.compile(r"sched_reserve:\s*(?P<buf>\S+)\s+compute buffer size =\s*(?P<mib>[\d.]+) MiB")
-# descriptions may nest parentheses: `CUDA0 (H200 (dev p0/v0))` with GGML_CUDA_DEVICES
-_TABLE_ROW = re.compile(r"memory_breakdown_print: \|\s+-\s+(?P<name>\S+)(?:\s+\((?P<desc>[^|]*)\))?\s*\|(?P<rest>.*)\|\s*$")
+_COMPUTE = re.compile(r"sched_reserve:\s*(?P<buf>\S{1,256}?)\s+compute buffer size =\s*(?P<mib>[\d.]+) MiB")
+# descriptions may nest parentheses: `CUDA0 (H200 (dev p0/v0))` with GGML_CUDA_DEVICES; the row's numbers run
+# to the last `|` of the line (_table_row)
+_TABLE_ROW = re.compile(r"memory_breakdown_print: \|\s+-\s+(?P<name>\S{1,128}?)(?:\s+\((?P<desc>[^|]{0,512})\))?\s*\|")
 _INT = re.compile(r"-?\d+")
 _CTX = re.compile(r"llama_context: (n_ctx|n_seq_max|n_ubatch|kv_unified)\s*=\s*(\S+)")
 _TRAIN = re.compile(r"print_info: n_ctx_train\s*=\s*(\d+)")
 _EMBD = re.compile(r"print_info: n_embd\s*=\s*(\d+)")
 _REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
-_FIT_FAIL = re.compile(r"failed to fit params to free device memory: (.*)|encountered an error while trying to fit params[^:]*: (.*)")
+_FIT_FAIL = re.compile(r"failed to fit params to free device memory: (.*)"
+                       r"|encountered an error while trying to fit params[^:]{0,256}: (.*)")
 _COPIES = re.compile(r"sched copies = (\d+)")
-_SPLITS = re.compile(r"graph(?: \([^)]*\))?: nodes = [\d /]+, splits = (\d+)")
-_ENDPOINT = re.compile(r"\[([^\]]+)\]$")
+_SPLITS = re.compile(r"graph(?: \([^)]{0,256}\))?: nodes = [\d /]+, splits = (\d+)")
+
+
+def _using(line: str) -> tuple[str, str] | None:
+    """`using device NAME (DESCRIPTION)`: the description runs to the last `)` of the line."""
+    m = _USING.search(line)
+    if not m:
+        return None
+    end = line.rfind(")")
+    return (m.group("name"), line[m.end():end]) if end >= m.end() else None
+
+
+def _table_row(line: str) -> tuple[str, str, str] | None:
+    """(name, description, numbers) of a `memory_breakdown_print: | - NAME (DESC) | NUMBERS |` row."""
+    m = _TABLE_ROW.search(line)
+    if not m:
+        return None
+    body = line.rstrip()
+    if not body.endswith("|") or len(body) - 1 < m.end():
+        return None
+    return m.group("name"), m.group("desc") or "", body[m.end():-1]
+
+
+def _endpoint(buf: str) -> str | None:
+    """`RPC0[10.0.0.2:50052]` → `10.0.0.2:50052` (`RPC1[[::1]:50052]` → `[::1]:50052`)."""
+    i = buf.find("[")
+    return buf[i + 1:-1] if i >= 0 and buf.endswith("]") and len(buf) > i + 2 else None
+
+
+@dataclass
+class _DryState:
+    out: DryRun
+    info: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # device → (description, total, free)
+    seg: dict = field(default_factory=lambda: _new_segment())  # what this model load printed so far
+    last: dict | None = None  # the segment whose breakdown table ended (its Host row) last
+
+
+def _dry_run_line(st: _DryState, line: str) -> None:
+    out, seg = st.out, st.seg
+    if "MiB free)" in line and (m := _DEVICE_INFO.search(line)):
+        st.info.setdefault(m.group("name"), (m.group("desc").strip(), int(m.group("total")), int(m.group("free"))))
+        return
+    if "llama_model_loader: loaded meta data" in line:
+        st.seg = _new_segment()
+        return
+    if "using device" in line and (u := _using(line)):
+        seg["using"].setdefault(u[0], u[1])
+    elif m := _KV_LAYER.search(line):
+        if m.group("dev") in seg["kv_layers"] or len(seg["kv_layers"]) < ledger.MAX_TABLE_ROWS:
+            seg["kv_layers"][m.group("dev")] = seg["kv_layers"].get(m.group("dev"), 0) + 1
+    elif m := _KV_SIZE.search(line):
+        if len(seg["kv_sizes"]) < 64:
+            seg["kv_sizes"].append((float(m.group(1)), int(m.group(3))))
+    elif m := _COMPUTE.search(line):
+        buf, mib = m.group("buf"), float(m.group("mib"))
+        if buf in seg["compute"] or len(seg["compute"]) < ledger.MAX_TABLE_ROWS:
+            seg["compute"][buf] = max(mib, seg["compute"].get(buf, 0.0))
+    elif "memory_breakdown_print" in line and (row := _table_row(line)):
+        if len(seg["table"]) < ledger.MAX_TABLE_ROWS:
+            seg["table"].append((row[0], row[1], [int(x) for x in _INT.findall(row[2])[:16]]))
+        if row[0] == "Host":
+            st.last = seg
+    elif m := _CTX.search(line):
+        seg[m.group(1)] = m.group(2)
+    elif "pipeline parallelism enabled" in line:
+        seg["pp_line"] = True
+    elif m := _COPIES.search(line):
+        seg["copies"] = int(m.group(1))
+    elif m := _SPLITS.search(line):
+        seg["splits"] = int(m.group(1))
+    elif m := _TRAIN.search(line):
+        out.n_ctx_train = int(m.group(1))
+    elif m := _EMBD.search(line):
+        out.n_embd = int(m.group(1))
+    elif m := _REDUCED.search(line):
+        out.fit_ctx_from, out.fit_ctx_to = int(m.group(1)), int(m.group(2))
+    elif m := _FIT_FAIL.search(line):
+        out.fit_ok, out.fit_message = False, (m.group(1) or m.group(2) or "").strip()
+    elif "successfully fit params" in line:
+        out.fit_ok = True
+    elif END_OF_FIT in line:
+        out.finished = True
 
 
 def parse_dry_run(lines: Iterable[str]) -> DryRun:
@@ -126,60 +220,28 @@ def parse_dry_run(lines: Iterable[str]) -> DryRun:
     A fit makes one or more measurements (initial parameters; for a shrunk context also the smallest one); the
     figures are those of the last complete measurement, its breakdown table and the buffer lines before it."""
     out = DryRun()
-    info: dict[str, tuple[str, int, int]] = {}
-    seg: dict = _new_segment()
-    last: dict | None = None
+    st = _DryState(out)
     raw_lines = [ledger.clean(str(x)) for x in lines]
     for line in raw_lines:
-        if m := _DEVICE_INFO.search(line):
-            info.setdefault(m.group("name"), (m.group("desc"), int(m.group("total")), int(m.group("free"))))
+        try:
+            if line:
+                _dry_run_line(st, line)
+        except Exception:  # a malformed line (`size = 1.2.3 MiB`) never costs the rest of the log
             continue
-        if "llama_model_loader: loaded meta data" in line:
-            seg = _new_segment()
-            continue
-        if m := _USING.search(line):
-            seg["using"].setdefault(m.group("name"), m.group("desc"))
-        elif m := _KV_LAYER.search(line):
-            seg["kv_layers"][m.group("dev")] = seg["kv_layers"].get(m.group("dev"), 0) + 1
-        elif m := _KV_SIZE.search(line):
-            seg["kv_sizes"].append((float(m.group(1)), int(m.group(3))))
-        elif m := _COMPUTE.search(line):
-            seg["compute"].append((m.group("buf"), float(m.group("mib"))))
-        elif m := _TABLE_ROW.search(line):
-            seg["table"].append((m.group("name"), m.group("desc") or "", [int(x) for x in _INT.findall(m.group("rest"))]))
-            if m.group("name") == "Host":
-                last = seg
-        elif m := _CTX.search(line):
-            seg[m.group(1)] = m.group(2)
-        elif "pipeline parallelism enabled" in line:
-            seg["pp_line"] = True
-        elif m := _COPIES.search(line):
-            seg["copies"] = int(m.group(1))
-        elif m := _SPLITS.search(line):
-            seg["splits"] = int(m.group(1))
-        elif m := _TRAIN.search(line):
-            out.n_ctx_train = int(m.group(1))
-        elif m := _EMBD.search(line):
-            out.n_embd = int(m.group(1))
-        elif m := _REDUCED.search(line):
-            out.fit_ctx_from, out.fit_ctx_to = int(m.group(1)), int(m.group(2))
-        elif m := _FIT_FAIL.search(line):
-            out.fit_ok, out.fit_message = False, (m.group(1) or m.group(2) or "").strip()
-        elif "successfully fit params" in line:
-            out.fit_ok = True
-        elif END_OF_FIT in line:
-            out.finished = True
     out.measurements = sum(1 for ln in raw_lines if "memory breakdown [MiB]" in ln)
-    if last is None:
+    if st.last is None:
         out.error = ledger.failure_reason(raw_lines) or ("the fit printed no memory breakdown" if out.finished else
                                                          "llama-server stopped before its memory fit finished")
         return out
-    _figures(out, last, info)
+    try:
+        _figures(out, st.last, st.info)
+    except Exception as e:  # figures of a damaged log: none rather than a traceback
+        out.error = f"the log's figures could not be read ({type(e).__name__}: {e})"
     return out
 
 
 def _new_segment() -> dict:
-    return {"using": {}, "kv_layers": {}, "kv_sizes": [], "compute": [], "table": [], "copies": None,
+    return {"using": {}, "kv_layers": {}, "kv_sizes": [], "compute": {}, "table": [], "copies": None,
             "pp_line": False, "splits": None}
 
 
@@ -202,9 +264,7 @@ def _figures(out: DryRun, seg: dict, info: dict[str, tuple[str, int, int]]) -> N
     # compute buffers to 0.01 MiB; both RPC devices print as RPC0[endpoint]: key by endpoint. A buffer type
     # printed twice in one dry run is one buffer: two backends sharing a buffer type (CPU and BLAS both use the
     # CPU's) share one compute buffer in a real load, which prints it once; the dry run prints it per backend.
-    per_buf: dict[str, float] = {}
-    for buf, mib in seg["compute"]:
-        per_buf[buf] = max(mib, per_buf.get(buf, 0.0))
+    per_buf: dict[str, float] = seg["compute"]  # the largest figure printed for each buffer
     host_compute = 0.0
     seen_host = False
     for buf, mib in per_buf.items():
@@ -212,8 +272,8 @@ def _figures(out: DryRun, seg: dict, info: dict[str, tuple[str, int, int]]) -> N
             host_compute += mib
             seen_host = True
             continue
-        m = _ENDPOINT.search(buf)
-        name = by_endpoint.get(m.group(1)) if m else buf
+        ep = _endpoint(buf)
+        name = by_endpoint.get(ep) if ep else buf
         if name in devices:
             devices[name].compute_mib = mib
     if seen_host:
@@ -228,9 +288,9 @@ def _figures(out: DryRun, seg: dict, info: dict[str, tuple[str, int, int]]) -> N
                     devices[dev].context_mib = round(total * n / layers, 2)
                     devices[dev].kv_layers = n
     out.devices = list(devices.values())
-    out.n_ctx = int(seg["n_ctx"]) if seg.get("n_ctx", "").isdigit() else None
-    out.n_seq_max = int(seg["n_seq_max"]) if seg.get("n_seq_max", "").isdigit() else None
-    out.n_ubatch = int(seg["n_ubatch"]) if seg.get("n_ubatch", "").isdigit() else None
+    out.n_ctx = int(seg["n_ctx"]) if seg.get("n_ctx", "").isdecimal() else None
+    out.n_seq_max = int(seg["n_seq_max"]) if seg.get("n_seq_max", "").isdecimal() else None
+    out.n_ubatch = int(seg["n_ubatch"]) if seg.get("n_ubatch", "").isdecimal() else None
     out.kv_unified = {"true": True, "false": False}.get(seg.get("kv_unified", ""))
     out.sched_copies = seg["copies"]
     out.graph_splits = seg["splits"]
@@ -439,7 +499,7 @@ def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, st
     loading: list[str] = []
 
     def until(line: str) -> bool:
-        if _REAL_LOAD.search(line):
+        if _real_load(line):
             loading.append(line)
             return True
         return END_OF_FIT in line
@@ -642,7 +702,8 @@ def render(plan: Plan, width: int | None = None):
     """A rich renderable: the table, the copies' cost and the notes."""
     from rich.console import Group
     from rich.table import Table
-    from rich.text import Text
+
+    from .safetext import rich_text as Text  # never markup, no control sequences: names and reasons come from logs
 
     basis = plan.basis()
     approx = {k: v == BASIS_APPROX for k, v in basis.items()}
@@ -651,15 +712,15 @@ def render(plan: Plan, width: int | None = None):
         for d in c.devices:
             if d.name not in names:
                 names.append(d.name)
-    t = Table(title=f"{plan.study}: memory plan (MiB) — dry runs on {plan.backend}, for {plan.target}",
+    t = Table(title=Text(f"{plan.study}: memory plan (MiB) — dry runs on {plan.backend}, for {plan.target}"),
               show_lines=False)
     for h in ("build", "setting", "PP", "n_ctx"):
         t.add_column(h, justify="left" if h in ("build", "setting") else "right")
     for n in [*names, "host"]:
-        t.add_column(f"{n}\nmodel / ctx / compute", justify="right")
+        t.add_column(Text(f"{n}\nmodel / ctx / compute"), justify="right")
     for c in plan.configs:
         if c.status != "ok":
-            t.add_row(c.build, c.setting, "", "", Text(f"failed: {(c.reason or '')[:80]}", style="red"))
+            t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"failed: {(c.reason or '')[:80]}", style="red"))
             continue
         pp = ledger.pp_label(c.pipeline_parallel, c.sched_copies, c.pipeline_parallel)
         if c.copies_mismatch:
@@ -679,7 +740,7 @@ def render(plan: Plan, width: int | None = None):
             cells.append(Text(cell, style="red") if n in c.over_budget else cell)
         h = c.host
         cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx['compute'])}" if h else "")
-        t.add_row(c.build, c.setting, pp, ctx if isinstance(ctx, Text) else ctx.replace(",", ""), *cells)
+        t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
     parts: list = [t]
     for b, why in plan.skipped.items():
         parts.append(Text(f"build {b} not planned: {why}", style="yellow"))

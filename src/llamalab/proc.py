@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import LaunchError
+
 _live: set["Child"] = set()
 _live_lock = threading.Lock()
 
@@ -85,6 +87,12 @@ class Child:
         return tail_lines(self.log_path, n)
 
 
+def _cannot_start(program: str, e: OSError) -> LaunchError:
+    return LaunchError(f"could not start {program}: {e.strerror or e}.",
+                       tip="the file is missing, not executable or damaged; for llama.cpp's binaries, `llamalab "
+                           "build` checks the cached build and rebuilds what is broken.")
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: on Linux, ask the kernel to SIGKILL it when llamalab dies, so that even a
     SIGKILLed llamalab leaves no llama-server or rpc-server behind."""
@@ -120,16 +128,19 @@ def spawn(
 def _start(argv: Sequence[str], log_path: Path, stdout, env: Mapping[str, str] | None, cwd: Path | None) -> Child:
     """Popen in a new session (its own process group), dying with llamalab, registered as live."""
     argv = [str(a) for a in argv]
-    popen = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        start_new_session=True,
-        preexec_fn=_die_with_parent,
-    )
+    try:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    except OSError as e:
+        raise _cannot_start(argv[0], e) from None
     child = Child(argv=argv, log_path=log_path, popen=popen)
     with _live_lock:
         _live.add(child)
@@ -209,8 +220,12 @@ def run_until(
     start = time.monotonic()
     stopped = False
     with open(log_path, "ab") as log:
-        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 env=full_env, start_new_session=True, preexec_fn=_die_with_parent)
+        try:
+            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
+        except OSError as e:
+            raise _cannot_start(argv[0], e) from None
         child = Child(argv=argv, log_path=log_path, popen=popen)
         with _live_lock:
             _live.add(child)
@@ -254,7 +269,7 @@ def capture(argv: Sequence[str], *, timeout_s: float = 30.0, env: Mapping[str, s
         )
     except FileNotFoundError as e:
         return 127, str(e)
-    except OSError as e:  # EACCES, ENOEXEC (another architecture, a script without #!)
+    except OSError as e:  # EACCES, ENOEXEC (a damaged binary, another architecture, a script without #!)
         return 126, str(e)
     except subprocess.TimeoutExpired as e:
         out = e.output.decode("utf-8", "replace") if isinstance(e.output, bytes) else (e.output or "")

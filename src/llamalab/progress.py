@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from .safetext import markup, plain, rich_text
+
 
 class Progress:
     """Silent progress: every hook does nothing. Subclass to show something."""
@@ -30,7 +32,7 @@ class StderrProgress(Progress):
         self._last_build = 0.0
 
     def _p(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.t0:7.1f}s] {text}", file=sys.stderr, flush=True)
+        print(f"[{time.monotonic() - self.t0:7.1f}s] {plain(text)}", file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
         self._p(text)
@@ -65,14 +67,14 @@ class RichProgress(Progress):
         self._trial_task = None
 
     def message(self, text: str) -> None:
-        self.console.log(text)
+        self.console.log(rich_text(text))  # never markup: messages carry labels, paths and log lines
 
     def warn(self, text: str) -> None:
-        self.console.log(f"[yellow]warning:[/] {text}")
+        self.console.log(rich_text("warning: ", "yellow") + rich_text(text))
 
     def build(self, what: str, done: int, total: int) -> None:
         if self._build_task is None or self._build_what != what:
-            self._build_task = self.rp.add_task(f"build {what}", total=total)
+            self._build_task = self.rp.add_task(markup(f"build {what}"), total=total)
             self._build_what = what
         self.rp.update(self._build_task, completed=done, total=total)
 
@@ -82,7 +84,7 @@ class RichProgress(Progress):
     def trial(self, k: int, n: int, label: str) -> None:
         if self._trial_task is None:
             self._trial_task = self.rp.add_task("trials", total=n)
-        self.rp.update(self._trial_task, completed=k - 1, total=n, description=f"trial {k}/{n} {label}")
+        self.rp.update(self._trial_task, completed=k - 1, total=n, description=markup(f"trial {k}/{n} {label}"))
 
     def close(self) -> None:
         if self._trial_task is not None:

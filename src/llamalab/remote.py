@@ -83,7 +83,7 @@ def parse_endpoint(text: str) -> Endpoint:
     host, sep, port_s = s.partition(":")
     if not sep:
         raise ValueError(f"{text!r}: write host:port, e.g. 10.0.0.2:{DEFAULT_PORT} (rpc-server's default port)")
-    if not port_s.isdigit() or not 1 <= int(port_s) <= 65535:
+    if not port_s.isdecimal() or not 1 <= int(port_s) <= 65535:
         raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
     if not host:
         raise ValueError(f"{text!r}: the host is missing")
@@ -92,6 +92,10 @@ def parse_endpoint(text: str) -> Endpoint:
     if host in ("0.0.0.0",) or host.startswith("0."):
         raise ValueError(f"{text!r}: 0.0.0.0 is where a server listens, not an address to connect to")
     return Endpoint(host, int(port_s))
+
+
+def is_hostname(host: str) -> bool:
+    return bool(_HOSTNAME.match(host))
 
 
 def check_ssh_target(target: str) -> str:
@@ -206,7 +210,8 @@ class RemoteDevice:
                 "description": self.description, "backend_source": self.backend_source}
 
 
-_LISTED = re.compile(r"^\s*(?P<name>[A-Za-z][\w.-]*):\s+(?P<desc>.*?)\s+"
+# linear in the line: the description is at most 512 characters (and stripped), the name at most 128
+_LISTED = re.compile(r"\s*+(?P<name>[A-Za-z][\w.-]{0,127}):\s(?P<desc>.{0,512}?)\s"
                      r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)\s*$")
 
 
@@ -221,8 +226,8 @@ def parse_device_lines(lines: Iterable[str]) -> list[tuple[str, str, int, int]]:
     (`  CPU: AMD EPYC (24105 MiB, 24105 MiB free)`)."""
     out = []
     for line in lines:
-        if m := _LISTED.match(line):
-            out.append((m.group("name"), m.group("desc"), int(m.group("total")), int(m.group("free"))))
+        if "MiB free)" in line and (m := _LISTED.match(line)):
+            out.append((m.group("name"), m.group("desc").strip(), int(m.group("total")), int(m.group("free"))))
     return out
 
 
@@ -309,14 +314,14 @@ def describe(devs: Mapping[str, Sequence[RemoteDevice]]) -> list[str]:
     return lines
 
 
-_RPC_BUFFER = re.compile(r"^RPC(?P<index>\d+)\[(?P<endpoint>[^\]]+)\]$")
+_RPC_BUFFER = re.compile(r"RPC(?P<index>\d+)\[(?P<endpoint>.+)\]")  # fullmatch: `RPC1[[::1]:50052]` too
 
 
 def ledger_by_endpoint(ledger: Mapping) -> dict[str, dict[str, dict]]:
     """A stored ledger's device buffers regrouped by rpc endpoint: endpoint → {"RPC0": {model_mib, kv_mib, …}}."""
     out: dict[str, dict[str, dict]] = {}
     for name, bufs in (ledger.get("devices") or {}).items():
-        if m := _RPC_BUFFER.match(name):
+        if m := _RPC_BUFFER.fullmatch(name):
             out.setdefault(m.group("endpoint"), {})[f"RPC{m.group('index')}"] = dict(bufs)
     return out
 

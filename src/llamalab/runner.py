@@ -91,8 +91,9 @@ def study_hash(study: Study, model_path: Path) -> str:
 def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str]:
     """llama-server arguments for one configuration (pure)."""
     args = [*study.server.args, *cfg.build.args, *cfg.setting.args, *dev.server_args]
-    n_parallel = study.server.parallel or max(4, max(study.workload.concurrency))
-    args += ["-np", str(n_parallel), "-kvu"]
+    if not any(a.partition("=")[0] in ("-np", "--parallel") for a in args):  # a setting may choose its own slots
+        args += ["-np", str(study.server.parallel or max(4, max(study.workload.concurrency)))]
+    args += ["-kvu"]
     # No host-RAM prompt cache: with it, each new request first copies the idle slots' KV state to host memory
     # (measured on an H200: ~750 ms before the first token after a 4-request level), which is neither prompt
     # nor generation time and not what a study of build options measures. Requests use cache_prompt: false anyway.
@@ -109,16 +110,16 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     backend = resolve_backend(study, opts.home, progress)
     if study.devices.rpc:  # exposure warnings, reachability and ssh logins before anything is built
         remote.preflight(study.devices.rpc, progress.warn)
+    user_model = opts.model or study.model.path
+    if user_model:  # the user's model is checked before anything is fetched or built
+        model_path = Path(user_model).expanduser()
+        info = models.read_info(model_path)
     given = given_binaries(study, backend, progress)
     src = _source(study, opts, given, progress)
-    if opts.model:
-        model_path = Path(opts.model).expanduser()
-    elif study.model.path:
-        model_path = Path(study.model.path).expanduser()
-    else:
+    if not user_model:
         shape = models.preset(study.model.preset or "tiny")
         model_path = models.synthetic(shape, opts.home)
-    info = models.read_info(model_path)
+        info = models.read_info(model_path)
     extra, build_env = build_setup(backend, opts.home)
     build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
     builder = Builder(source=src, backend=build_backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
@@ -333,11 +334,16 @@ def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, 
 
 
 def n_slots(args: list[str]) -> int:
-    """The -np the server runs with (llama-server's own default, 4, where the arguments do not say)."""
-    for flag in ("-np", "--parallel"):
-        if flag in args and args.index(flag) + 1 < len(args):
-            return int(args[args.index(flag) + 1])
-    return 4
+    """The -np the server runs with: the last one given, as llama-server reads it (its own default, 4, where the
+    arguments do not say; the study checked each is a whole number)."""
+    slots = 4
+    for i, a in enumerate(args):
+        name, eq, inline = a.partition("=")
+        if name in ("-np", "--parallel"):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value.isdecimal():
+                slots = int(value)
+    return slots
 
 
 def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger) -> tuple[list[int], list[int]]:
@@ -598,14 +604,20 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                 if wrong:
                     raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
 
+                in_pass = [0]
+
                 def on_trial(t) -> None:
                     proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
+                    in_pass[0] += 1
                     if t.key in done:
                         return
                     store.save_trial(run_id, config_id, t)
                     done.add(t.key)
                     counter[0] += 1
-                    progress.trial(min(counter[0] + 1, total), total, label)
+                    if t.errors and srv.ended():  # a dead server fails every request after it: stop here
+                        raise LaunchError(srv.death("during the workload"))
+                    if in_pass[0] < len(trials) * sum(len(lv) for _, lv in grid):  # the next pass announces its own
+                        progress.trial(min(counter[0] + 1, total), total, label)
                     if t.errors:
                         progress.warn(f"{label} trial {t.trial} at concurrency {t.concurrency}: "
                                       f"{t.errors} request(s) failed: {t.requests[0].error}")
@@ -630,11 +642,10 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
                                          cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args))
                 except WorkloadError:
-                    if srv.alive():
+                    if not srv.ended():
                         raise
                 if not srv.alive():  # a dead server is the cause, whatever the client saw
-                    raise LaunchError("llama-server exited during the workload: "
-                                      + (ledger.failure_reason(srv.log_lines()) or "no reason in its log"))
+                    raise LaunchError(srv.death("during the workload"))
                 if checker:
                     driver_run = checker.read({srv.child.pid})
                     store.save_nvml(config_id, {
@@ -650,7 +661,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
         _finish_config(store, config_id, "interrupted", "stopped by SIGINT/SIGTERM", progress)
         raise
     except (LaunchError, WorkloadError) as e:
-        progress.warn(f"{label} failed: {e.message.splitlines()[0]}")
+        progress.warn(f"{label} failed: {e.message}")  # with the server log's last lines where it died
         store.finish_config(config_id, "failed", reason=e.message)
         logs_text = (log_dir / "llama-server.log")
         if logs_text.exists():

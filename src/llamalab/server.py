@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -13,7 +15,7 @@ import httpx
 
 from . import net, proc
 from .errors import ConfigError, LaunchError
-from .ledger import failure_reason
+from .ledger import clean, failure_reason
 
 
 def server_argv(binary: Path, model: Path, *, host: str, port: int, args: Sequence[str]) -> list[str]:
@@ -58,6 +60,47 @@ def check_flags(binary: Path, args: Sequence[str], env: Mapping[str, str] | None
             "versions (run `llamalab doctor` to see the version).")
 
 
+_SIGNALS = {
+    signal.SIGKILL: "killed, possibly out of memory (the kernel's OOM killer sends SIGKILL)",
+    signal.SIGILL: "illegal instruction: the CPU refused an instruction — code built for another CPU, or a fault in a CPU kernel",
+    signal.SIGSEGV: "segmentation fault: llama.cpp crashed",
+    signal.SIGBUS: "bus error: a memory-mapped file shrank, or memory could not be mapped",
+    signal.SIGFPE: "arithmetic exception: llama.cpp crashed",
+    signal.SIGABRT: "aborted: llama.cpp stopped on a failed check",
+    signal.SIGTERM: "terminated by another process",
+}
+
+
+def exit_status(returncode: int | None) -> str:
+    """How a process ended, in words: its signal (with what it usually means) or its exit status [pure]."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            sig = signal.Signals(-returncode)
+        except ValueError:
+            return f"killed by signal {-returncode}"
+        meaning = _SIGNALS.get(sig)
+        return f"killed by {sig.name}" + (f" ({meaning})" if meaning else "")
+    if returncode > 128 and returncode - 128 in signal.Signals._value2member_map_:  # through a shell
+        return exit_status(128 - returncode)
+    return f"exited with status {returncode}"
+
+
+def last_lines(lines: Sequence[str], n: int = 12) -> list[str]:
+    """The last `n` non-blank log lines, cleaned (no colours or prefixes) and cut to 300 characters [pure]."""
+    out = [c[:300] for c in (clean(x) for x in lines) if c]
+    return out[-n:]
+
+
+def death_reason(returncode: int | None, lines: Sequence[str]) -> str:
+    """One line on why llama-server ended: its signal or status, and the log's own reason or its last line [pure]."""
+    said = failure_reason(lines)
+    tail = last_lines(lines, 1)
+    return exit_status(returncode) + (f"; {said}" if said else f"; last log line: {tail[0]}" if tail
+                                      else "; its log is empty")
+
+
 @dataclass
 class Server:
     url: str
@@ -75,6 +118,22 @@ class Server:
 
     def alive(self) -> bool:
         return self.child.alive()
+
+    def ended(self, within_s: float = 2.0) -> bool:
+        """True when the server has exited, waiting up to `within_s` for it (a request fails as soon as the dying
+        process closes its socket, a moment before its exit status exists)."""
+        try:
+            self.child.popen.wait(timeout=within_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def death(self, when: str) -> str:
+        """The message for a server that ended `when` ("during the workload"): how it ended, then its last lines."""
+        lines = self.log_lines()
+        tail = "\n".join("    " + ln for ln in last_lines(lines))
+        return (f"llama-server died {when}: {death_reason(self.child.returncode, lines)}. Log: {self.log_path}"
+                + (f"\nLast lines:\n{tail}" if tail else ""))
 
 
 @contextmanager
@@ -97,7 +156,7 @@ def launch(
         use_port = port if fixed_port else net.free_port(host)
         argv = server_argv(binary, model, host=host, port=use_port, args=args)
         child = proc.spawn(argv, log_path=log_path, env=env)
-        server = Server(url=f"http://{host}:{use_port}", child=child, log_path=log_path, argv=argv, env=dict(env or {}))
+        server = Server(url=net.url(host, use_port), child=child, log_path=log_path, argv=argv, env=dict(env or {}))
         try:
             start = time.monotonic()
             _wait_ready(server, ready_timeout_s)
@@ -124,10 +183,10 @@ def _wait_ready(server: Server, timeout_s: float) -> None:
         while True:
             if not server.alive():
                 lines = server.log_lines()
-                reason = failure_reason(lines) or f"it exited with status {server.child.returncode}"
-                tail = "\n".join("    " + ln for ln in lines[-12:])
+                tail = "\n".join("    " + ln for ln in last_lines(lines))
                 raise LaunchError(
-                    f"llama-server did not start: {reason}. Log: {server.log_path}\nLast lines:\n{tail}",
+                    f"llama-server did not start: {death_reason(server.child.returncode, lines)}. "
+                    f"Log: {server.log_path}\nLast lines:\n{tail}",
                     tip="the log's last lines name the cause; an unknown flag or an out-of-memory error is the usual one.",
                 )
             try:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
-import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+import httpx
 
 from . import proc
 from .errors import SourceError
@@ -26,8 +30,8 @@ class Pin:
     date: str
 
 
-# llama-cpp-python 0.3.36 vendors llama.cpp b11312 (design.md §5.5). The sha256 was read from the sdist that
-# `pip download` fetched from PyPI; the commit from the submodule HEAD in its .git metadata.
+# llama-cpp-python 0.3.36 vendors llama.cpp b11312. The sha256 is that of the sdist on PyPI; the commit is the
+# submodule HEAD in its .git metadata. The file is fetched as a file and checked before anything reads it.
 PINNED = Pin(
     package="llama-cpp-python",
     version="0.3.36",
@@ -111,32 +115,101 @@ def pinned(home: Path, *, pin: Pin = PINNED, log=print) -> Source:
     return _from_marker(dest)
 
 
-def _download(folder: Path, pin: Pin, *, log=print) -> Path:
+INDEX_URL = "https://pypi.org/simple"  # LLAMALAB_INDEX_URL replaces it (a mirror with the PEP 503/691 simple API)
+MAX_SDIST = 1 << 30
+
+
+def index_url() -> str:
+    return os.environ.get("LLAMALAB_INDEX_URL", INDEX_URL).rstrip("/")
+
+
+class _Links(HTMLParser):
+    """The links of a PEP 503 (HTML) simple-API page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag == "a":
+            self.hrefs += [v for k, v in attrs if k == "href" and v]
+
+
+def sdist_url(page: str, content_type: str, page_url: str, filename: str) -> str | None:
+    """The download link of `filename` on a simple-API page (PEP 691 JSON or PEP 503 HTML). Pure."""
+    if "json" in content_type:
+        try:
+            files = json.loads(page).get("files", [])
+        except (ValueError, AttributeError):
+            return None
+        for f in files if isinstance(files, list) else []:
+            if isinstance(f, dict) and f.get("filename") == filename and isinstance(f.get("url"), str):
+                return urljoin(page_url, f["url"])
+        return None
+    links = _Links()
+    links.feed(page)
+    for href in links.hrefs:
+        url = urljoin(page_url, href)
+        if unquote(urlsplit(url).path).rsplit("/", 1)[-1] == filename:
+            return url.split("#", 1)[0]
+    return None
+
+
+def _download(folder: Path, pin: Pin, *, log=print, index: str | None = None) -> Path:
+    """The pinned sdist, fetched as a file (no build hook of it runs, nothing else is installed) and kept only if its
+    sha256 is the pinned one. A cached copy is checked the same way and fetched again if it differs."""
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / pin.sdist
-    if target.is_file() and sha256_file(target) == pin.sha256:
-        return target
-    target.unlink(missing_ok=True)
-    log(f"downloading {pin.package}=={pin.version} (sdist, for its vendored llama.cpp) …")
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                f"{pin.package}=={pin.version}", "-d", tmp]
-        done = proc.run(argv, log_path=folder / "pip-download.log")
-        got = Path(tmp) / pin.sdist
-        if done.returncode != 0 or not got.is_file():
-            tail = "\n".join(proc.tail_lines(folder / "pip-download.log", 8))
-            raise SourceError(
-                f"pip could not download {pin.package}=={pin.version} (exit {done.returncode}).\n{tail}",
-                tip="check network access to PyPI, or pass --llama-cpp DIR to use a llama.cpp checkout you have.",
-            )
-        digest = sha256_file(got)
-        if digest != pin.sha256:
-            raise SourceError(
-                f"{pin.sdist} has sha256 {digest}, but llamalab pins {pin.sha256}; refusing to build it.",
-                tip="the file on PyPI or a mirror is not the one llamalab was checked against; "
-                "use --llama-cpp DIR with a source you trust.",
-            )
-        got.replace(target)
+    if target.is_file():
+        if sha256_file(target) == pin.sha256:
+            return target
+        log(f"{target} does not have the pinned sha256: fetching it again")
+        target.unlink()
+    index = (index or index_url()).rstrip("/")
+    page_url = f"{index}/{pin.package}/"
+    log(f"downloading {pin.sdist} (sdist of {pin.package}=={pin.version}, for its vendored llama.cpp) from {index} …")
+    tip = "check network access to the index (LLAMALAB_INDEX_URL for a mirror), or pass --llama-cpp DIR to use a " \
+          "llama.cpp checkout you have."
+    fd, tmp_name = tempfile.mkstemp(prefix=".download-", dir=folder)
+    tmp = Path(tmp_name)
+    try:
+        with httpx.Client(timeout=httpx.Timeout(60.0, connect=20.0), follow_redirects=True) as client:
+            r = client.get(page_url, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+            if r.status_code != 200:
+                raise SourceError(f"the index {page_url} answered {r.status_code}.", tip=tip)
+            url = sdist_url(r.text, r.headers.get("content-type", ""), str(r.url), pin.sdist)
+            if url is None:
+                raise SourceError(f"{pin.sdist} is not listed at {page_url}.", tip=tip)
+            digest = hashlib.sha256()
+            size = 0
+            with client.stream("GET", url) as resp, os.fdopen(fd, "wb") as out:
+                fd = -1
+                if resp.status_code != 200:
+                    raise SourceError(f"{url} answered {resp.status_code}.", tip=tip)
+                for chunk in resp.iter_bytes(1 << 20):
+                    size += len(chunk)
+                    if size > MAX_SDIST:
+                        raise SourceError(f"{url} is larger than {MAX_SDIST >> 20} MiB: not the pinned sdist.",
+                                          tip="use --llama-cpp DIR with a source you trust.")
+                    digest.update(chunk)
+                    out.write(chunk)
+    except httpx.HTTPError as e:
+        tmp.unlink(missing_ok=True)
+        raise SourceError(f"could not download {pin.sdist}: {e}", tip=tip) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if digest.hexdigest() != pin.sha256:
+        tmp.unlink(missing_ok=True)
+        raise SourceError(
+            f"{pin.sdist} from {url} has sha256 {digest.hexdigest()}, but llamalab pins {pin.sha256}; refusing to "
+            "unpack or build it.",
+            tip="the file on PyPI or a mirror is not the one llamalab was checked against; "
+            "use --llama-cpp DIR with a source you trust.")
+    tmp.replace(target)
     return target
 
 
@@ -158,7 +231,11 @@ def _extract_vendor(sdist: Path, dest: Path, pin: Pin) -> str:
                 elif m.name.startswith(prefix) and m.name != prefix + ".git":
                     m.name = m.name[len(prefix):]
                     members.append(m)
-            tar.extractall(tmp, members=members, filter="data")
+            try:
+                tar.extractall(tmp, members=members, filter="data")
+            except tarfile.FilterError as e:  # a member outside the tree, a device, an absolute link
+                raise SourceError(f"{sdist} holds an entry llamalab will not unpack: {e}",
+                                  tip="the file is not the pinned sdist; delete it and use --llama-cpp DIR.") from None
         if commit is None:
             raise SourceError(f"{sdist} has no git metadata for vendor/llama.cpp", tip="delete it and retry.")
         (tmp / MARKER).write_text(json.dumps({

@@ -14,19 +14,32 @@ a hole up to the size the header says the file has: a sparse file that takes a f
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import os
+import stat
 import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import ModelError
 from .report.write import check_target, current_umask, output_error
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
-FIRST_READ = 16 << 20
+# What a sane header holds. llama.cpp itself takes any length that fits the file; these bounds only refuse files no
+# converter writes, so that a damaged or hostile header costs neither memory nor time.
+MAX_HEADER = 1 << 30  # bytes of metadata and tensor table (a 256k-token vocabulary with merges: ~20 MB)
+MAX_STRING = 64 << 20  # one string (chat templates: ~100 KB)
+MAX_STRINGS = 1 << 22  # strings in one array (vocabularies: ~260k tokens)
+MAX_KV = 1 << 16  # metadata keys (models have ~50)
+MAX_TENSORS = 1 << 20  # tensors (models have ~300 to ~3,000)
+MAX_MODEL = 1 << 50  # bytes of tensor data (1 PiB)
+GGML_MAX_DIMS = 4
+GGML_MAX_NAME = 64
 
 
 class HeaderIncomplete(ModelError):
@@ -37,6 +50,11 @@ class HeaderIncomplete(ModelError):
                          tip=f"copy more of the file's beginning (at least {need_more_than // 2**20 + 1} MiB), "
                              "e.g. head -c 64M model.gguf > head.gguf.")
         self.have = have
+
+
+def _damaged(what: str) -> ModelError:
+    return ModelError(f"the GGUF header is damaged: {what}.",
+                      tip="the file is not a model any converter writes; download or convert it again.")
 
 
 @dataclass(frozen=True)
@@ -55,21 +73,42 @@ class Layout:
 
 
 class _Reader:
-    def __init__(self, buf: bytes):
-        self.buf, self.pos = buf, 0
+    """Reads a header from a file object, `avail` bytes long, in small pieces: what it skips (token lists, score
+    arrays) is seeked over, never held in memory."""
+
+    def __init__(self, f: BinaryIO, avail: int):
+        self.f, self.avail, self.pos = f, avail, 0
+
+    def _need(self, n: int) -> None:
+        if self.pos + n > min(self.avail, MAX_HEADER):
+            if self.pos + n > MAX_HEADER:
+                raise _damaged(f"it runs past {MAX_HEADER >> 20} MiB")
+            raise HeaderIncomplete(self.avail, self.pos + n)
 
     def take(self, n: int) -> bytes:
-        if self.pos + n > len(self.buf):
-            raise HeaderIncomplete(len(self.buf), self.pos + n)
-        out = self.buf[self.pos:self.pos + n]
+        self._need(n)
+        out = self.f.read(n)
+        if len(out) < n:  # the file shrank while being read
+            raise HeaderIncomplete(self.pos + len(out), self.pos + n)
         self.pos += n
         return out
+
+    def skip(self, n: int) -> None:
+        self._need(n)
+        self.f.seek(n, os.SEEK_CUR)
+        self.pos += n
 
     def u(self, fmt: str):
         return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt)))[0]
 
-    def string(self) -> bytes:
-        return self.take(self.u("Q"))
+    def length(self, what: str, limit: int) -> int:
+        n = self.u("Q")
+        if n > limit:
+            raise _damaged(f"{what} claims {n:,} (more than {limit:,})")
+        return n
+
+    def string(self, what: str = "a string's length") -> bytes:
+        return self.take(self.length(what, MAX_STRING))
 
 
 # GGUF value types → struct format (8: string, 9: array)
@@ -88,7 +127,7 @@ class ArrayInfo:
         return self.length
 
 
-def _value(r: _Reader, vtype: int):
+def _value(r: _Reader, vtype: int, key: str):
     if vtype in _SCALARS:
         return r.u(_SCALARS[vtype])
     if vtype == 8:
@@ -96,26 +135,36 @@ def _value(r: _Reader, vtype: int):
     if vtype == 9:
         itype, n = r.u("I"), r.u("Q")
         if itype in _SCALARS:
-            fmt = _SCALARS[itype]
-            raw = r.take(struct.calcsize("<" + fmt) * n)  # token score arrays hold 100k+ floats: skip those
-            return list(struct.unpack(f"<{n}{fmt}", raw)) if n <= LIST_MAX else ArrayInfo(itype, n)
+            size = struct.calcsize("<" + _SCALARS[itype])
+            if n > MAX_HEADER // size:
+                raise _damaged(f"the array {key!r} claims {n:,} items")
+            if n > LIST_MAX:  # token score arrays hold 100k+ floats: skipped, only counted
+                r.skip(size * n)
+                return ArrayInfo(itype, n)
+            return list(struct.unpack(f"<{n}{_SCALARS[itype]}", r.take(size * n)))
         if itype == 8:
+            if n > MAX_STRINGS:
+                raise _damaged(f"the array {key!r} claims {n:,} strings")
             for _ in range(n):
-                r.take(r.u("Q"))
+                r.skip(r.length("a string's length", MAX_STRING))
             return ArrayInfo(itype, n)
-        return [_value(r, itype) for _ in range(n)]
-    raise ModelError(f"unknown GGUF value type {vtype} in the header.",
+        if itype == 9:  # llama.cpp refuses arrays of arrays too
+            raise _damaged(f"{key!r} is an array of arrays")
+    raise ModelError(f"unknown GGUF value type {vtype} in the header (key {key!r}).",
                      tip="the file may be damaged, or newer than this llamalab's GGUF reader.")
 
 
-def _nbytes(ggml_type: int, ne: list[int]) -> int:
+def _nbytes(name: str, ggml_type: int, ne: list[int]) -> int:
+    """Bytes of one tensor, checked as llama.cpp checks them (gguf.cpp): row length a multiple of the block size."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
     try:
         block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError):
-        raise ModelError(f"tensor type {ggml_type} is unknown to the installed gguf package.",
-                         tip="upgrade it: pip install -U gguf.") from None
+        raise ModelError(f"tensor {name!r} has type {ggml_type}, unknown to the installed gguf package.",
+                         tip="upgrade it (pip install -U gguf), or check the file: it may be damaged.") from None
+    if ne[0] % block:
+        raise _damaged(f"tensor {name!r} has rows of {ne[0]} elements, not a multiple of its block size {block}")
     n = 1
     for d in ne[1:]:
         n *= d
@@ -137,7 +186,12 @@ def layout(head: bytes) -> Layout:
 def header(head: bytes) -> Header:
     """Metadata, tensor table and layout of a GGUF file from its first bytes. Pure; fast on 150k-token
     vocabularies (token lists are counted, not read into Python objects)."""
-    r = _Reader(head)
+    return _header(_Reader(io.BytesIO(head), len(head)))
+
+
+def _header(r: _Reader) -> Header:
+    """What `header` says, read as llama.cpp's gguf.cpp reads it, with its checks: a damaged or hostile header is
+    a ModelError, never a crash, a hang or a large allocation."""
     if r.take(4) != MAGIC:
         raise ModelError("this is not a GGUF file (it does not start with b'GGUF').",
                          tip="llama.cpp loads GGUF models only.")
@@ -146,29 +200,89 @@ def header(head: bytes) -> Header:
         raise ModelError(f"GGUF version {version} is not supported here (2 and 3 are; a huge number means a "
                          "big-endian file).", tip="convert the model with a current llama.cpp.")
     n_tensors, n_kv = r.u("Q"), r.u("Q")
+    if n_kv > MAX_KV:
+        raise _damaged(f"it claims {n_kv:,} metadata keys")
+    if n_tensors > MAX_TENSORS:
+        raise _damaged(f"it claims {n_tensors:,} tensors")
     kv: dict[str, object] = {}
     for _ in range(n_kv):
-        key = r.string().decode("utf-8", "replace")
-        value = _value(r, r.u("I"))
+        key = r.string("a key's length").decode("utf-8", "replace")
+        if key in kv:
+            raise _damaged(f"the key {key!r} appears twice")
+        value = _value(r, r.u("I"), key)
         kv[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    alignment = kv.get("general.alignment") if isinstance(kv.get("general.alignment"), int) else DEFAULT_ALIGNMENT
+    alignment = kv.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
+        raise _damaged(f"general.alignment is {alignment!r}, not a power of 2")
     split_count = kv.get("split.count") if isinstance(kv.get("split.count"), int) else 1
     tensors = []
-    end = 0
+    names: set[str] = set()
+    expected = 0  # llama.cpp wants each tensor right after the one before, padded to the alignment
     for _ in range(n_tensors):
-        name = r.string().decode("utf-8", "replace")
-        ne = [r.u("q") for _ in range(r.u("I"))]
+        name = r.string("a tensor name's length").decode("utf-8", "replace")
+        if len(name) >= GGML_MAX_NAME or name in names:
+            raise _damaged(f"the tensor name {name[:80]!r} is too long or appears twice")
+        names.add(name)
+        n_dims = r.u("I")
+        if n_dims > GGML_MAX_DIMS:
+            raise _damaged(f"tensor {name!r} has {n_dims} dimensions (at most {GGML_MAX_DIMS})")
+        ne = [r.u("q") for _ in range(n_dims)] + [1] * (GGML_MAX_DIMS - n_dims)  # 0 dimensions: one element
+        if any(d < 0 for d in ne):
+            raise _damaged(f"tensor {name!r} has a negative dimension {ne}")
         ggml_type, offset = r.u("I"), r.u("Q")
-        nbytes = _nbytes(ggml_type, ne)
+        nbytes = _nbytes(name, ggml_type, ne)
+        if offset != expected:
+            raise _damaged(f"tensor {name!r} has its data at offset {offset:,}, llama.cpp expects {expected:,}")
+        expected = offset + nbytes + (-nbytes) % alignment
+        if expected > MAX_MODEL:
+            raise _damaged(f"its tensors would take {expected:,} bytes")
         tensors.append((name, offset, nbytes))
-        end = max(end, offset + nbytes)
     data_offset = r.pos + (-r.pos) % alignment
     lay = Layout(version=version, n_tensors=n_tensors, n_kv=n_kv, alignment=alignment, data_offset=data_offset,
-                 data_size=end + (-end) % alignment, split_count=split_count)
+                 data_size=expected, split_count=split_count)
     return Header(layout=lay, kv=kv, tensors=tuple(tensors))
 
 
 # ---------------------------------------------------------------- files
+
+
+def check_file(path: Path, what: str = "model file") -> os.stat_result:
+    """The stat of a regular file, or a ModelError that says what `path` is instead: missing, a symlink loop, a
+    directory, a FIFO, a device, unreadable. A FIFO is never opened (opening it would wait for a writer)."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ModelError(f"{what} {path} is a symlink loop (a link that leads back to itself).",
+                             tip="point it at the real .gguf file (readlink -f shows where it leads).") from None
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise ModelError(f"{what} {path} does not exist.",
+                             tip="check the path, or leave --model out to use llamalab's synthetic model.") from None
+        raise ModelError(f"{what} {path} cannot be read: {e.strerror}.", tip="check the path and its permissions.") \
+            from None
+    if stat.S_ISREG(st.st_mode):
+        return st
+    kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
+            else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+            or stat.S_ISBLK(st.st_mode) else "not a regular file")
+    raise ModelError(f"{what} {path} is {kind}, not a GGUF file.",
+                     tip="pass the .gguf file itself (llamalab reads a model's header before llama.cpp loads it).")
+
+
+def open_file(path: Path, what: str = "model file") -> BinaryIO:
+    """A regular file opened for reading; anything else is refused before it can block (see check_file)."""
+    check_file(path, what)
+    try:  # O_NONBLOCK: if the path became a FIFO since the check, opening it does not wait
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ModelError(f"{what} {path} cannot be opened: {e.strerror}.", tip="check its permissions.") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        check_file(path, what)  # says what it is now
+        raise ModelError(f"{what} {path} is not a regular file.", tip="pass the .gguf file itself.")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb", buffering=1 << 20)
 
 
 def read_layout(path: Path) -> Layout:
@@ -176,24 +290,29 @@ def read_layout(path: Path) -> Layout:
 
 
 def read_header(path: Path) -> Header:
-    """The header of a GGUF file, reading only as much of it as the header takes."""
-    size = path.stat().st_size
-    n = min(size, FIRST_READ)
-    with open(path, "rb") as f:
-        while True:
-            f.seek(0)
-            head = f.read(n)
-            try:
-                return header(head)
-            except HeaderIncomplete:
-                if n >= size:
-                    raise
-                n = min(size, n * 4)
+    """The header of a GGUF file, read in small pieces: memory holds what the header says, never the file."""
+    with open_file(path) as f:
+        return _header(_Reader(f, os.fstat(f.fileno()).st_size))
 
 
 def is_complete(path: Path) -> bool:
     """Whether the file is as long as its header says (a full model, or already a stand-in)."""
     return path.stat().st_size >= read_layout(path).file_size
+
+
+def _copy_head(src: BinaryIO, n: int, dest: BinaryIO | None = None, digest=None) -> None:
+    """The first n bytes of src (fewer where it ends in the padding after its header) into dest and/or a hash,
+    1 MiB at a time."""
+    src.seek(0)
+    while n > 0:
+        chunk = src.read(min(n, 1 << 20))
+        if not chunk:
+            return
+        n -= len(chunk)
+        if dest is not None:
+            dest.write(chunk)
+        if digest is not None:
+            digest.update(chunk)
 
 
 def write(src: Path, dest: Path) -> Path:
@@ -202,8 +321,6 @@ def write(src: Path, dest: Path) -> Path:
     if lay.split_count > 1:
         raise ModelError(f"{src} is one part of a {lay.split_count}-part split model; stand-ins of split models "
                          "are not supported.", tip="merge it first with llama-gguf-split --merge, then copy its head.")
-    with open(src, "rb") as f:
-        head = f.read(lay.data_offset)
     check_target(dest)  # a link, FIFO, device or directory at `dest` is refused, never replaced
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -211,31 +328,35 @@ def write(src: Path, dest: Path) -> Path:
     except OSError as e:
         raise output_error(dest, e) from e
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(head)
-            f.truncate(lay.file_size)
+        with open_file(src) as f, os.fdopen(fd, "wb") as out:
+            _copy_head(f, lay.data_offset, out)
+            out.truncate(lay.file_size)
         os.chmod(tmp, 0o666 & ~current_umask())
         check_target(dest)
         os.replace(tmp, dest)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise output_error(dest, e) from e
-        raise
+        if not isinstance(e, OSError):
+            raise
+        if e.errno == errno.EFBIG:
+            raise ModelError(f"the stand-in would be {lay.file_size:,} bytes, more than the file system at {dest.parent} "
+                             "allows in one file.", tip="write it to another file system (ext4, xfs), e.g. -o /tmp/x.gguf.") \
+                from None
+        raise output_error(dest, e) from e
     return dest
 
 
 def ensure(path: Path, home: Path) -> tuple[Path, bool]:
     """`path` itself when it is complete, else its stand-in (cached under `home/models`). Returns (path, made)."""
     path = Path(path).expanduser()
-    if not path.is_file():
-        raise ModelError(f"model file {path} does not exist.", tip="check the path.")
+    size = check_file(path).st_size
     lay = read_layout(path)
-    if path.stat().st_size >= lay.file_size:
+    if size >= lay.file_size:
         return path, False
-    with open(path, "rb") as f:
-        key = hashlib.sha256(f.read(lay.data_offset)).hexdigest()[:12]
-    dest = home / "models" / f"standin-{path.stem}-{key}.gguf"
+    digest = hashlib.sha256()
+    with open_file(path) as f:
+        _copy_head(f, lay.data_offset, digest=digest)
+    dest = home / "models" / f"standin-{path.stem}-{digest.hexdigest()[:12]}.gguf"
     if not dest.is_file():
         write(path, dest)
     return dest, True

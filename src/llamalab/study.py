@@ -6,6 +6,7 @@ trials against it. `expand()` turns a study into the ordered list of configurati
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import tomllib
@@ -23,6 +24,22 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def check_server_args(args: list[str]) -> list[str]:
+    """llama-server flags llamalab owns or reads: --host and --port are llamalab's ([server] host; it picks the
+    port), -np/--parallel must be a whole number ≥ 1."""
+    for i, a in enumerate(args):
+        name, eq, inline = a.partition("=")
+        if name in ("--host", "--port", "--reuse-port"):
+            raise ValueError(f"{name}: llamalab sets where llama-server listens; use [server] host "
+                             "(it picks a free port itself)")
+        if name in ("-np", "--parallel"):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if not value.isdecimal() or int(value) < 1:
+                raise ValueError(f"{name} {value!r}: the number of server slots is a whole number ≥ 1 "
+                                 "(or set [server] parallel)")
+    return args
 
 
 class ModelSpec(_Strict):
@@ -107,6 +124,14 @@ class DevicesSpec(_Strict):
                 raise ValueError(f"{e.message} ({e.tip})" if e.tip else e.message) from None
         return v
 
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if not remote.is_ipv4(v):  # ggml-rpc binds with inet_addr()
+            raise ValueError(f"{v!r}: rpc-server listens on an IPv4 address only (127.0.0.1 for loopback, also "
+                             "when llama-server listens on ::1)")
+        return v
+
     @field_validator("rpc", mode="before")
     @classmethod
     def _rpc_strings(cls, v: Any) -> Any:
@@ -140,6 +165,21 @@ class ServerSpec(_Strict):
     fit_target_mib: list[int] | None = None  # -fitt per device
     ready_timeout_s: Annotated[float, Field(gt=0)] = 600.0
 
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_server_args(v)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            if not remote.is_hostname(v):
+                raise ValueError(f"{v!r}: an IPv4 or IPv6 address (127.0.0.1, ::1) or a host name") from None
+        return v
+
 
 class _Named(_Strict):
     """A build or setting: a name that goes into folder names and report columns, a label for people."""
@@ -154,6 +194,11 @@ class _Named(_Strict):
         if not NAME.match(v):
             raise ValueError(f"{v!r}: use letters, digits and . _ + / -")
         return v
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_server_args(v)
 
 
 class BuildSpec(_Named):
@@ -265,6 +310,11 @@ def preset_text(name: str) -> str:
         raise ConfigError(f"unknown study preset {name!r}.",
                           tip=f"presets: {', '.join(preset_names())}; or pass the path of a .toml study file.")
     return f.read_text()
+
+
+def is_preset(ref: str) -> bool:
+    """Whether `load(ref)` reads a preset that ships with llamalab (not a file)."""
+    return not (ref.endswith(".toml") or Path(ref).is_file())
 
 
 def load(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Study, str]:

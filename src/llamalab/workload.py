@@ -39,20 +39,37 @@ class Shape:
     timeout_s: float = 600.0
 
 
+def _tokenize(client: httpx.Client, text: str, add_special: bool) -> list[int]:
+    r = client.post("/tokenize", json={"content": text, "add_special": add_special})
+    r.raise_for_status()
+    return [t if isinstance(t, int) else t["id"] for t in r.json()["tokens"]]
+
+
+def special_prefix(special: list[int], plain: list[int]) -> list[int]:
+    """The tokens the model's tokenizer puts before a text (BOS where the model adds one): what `special` (the text
+    tokenized with special tokens) has in front of `plain` (the same text without) [pure]."""
+    for k in range(len(special) - len(plain) + 1):
+        if special[k:k + len(plain)] == plain:
+            return special[:k]
+    return []
+
+
 def prompt_ids(client: httpx.Client, n: int, *, rotate: int = 0) -> list[int]:
-    """Exactly `n` token ids: the passage tokenized by the server (no special tokens), repeated, rotated."""
+    """Exactly `n` token ids: the model's own prefix (BOS where its tokenizer adds one — llama-server adds none to
+    a prompt given as token ids), then the passage tokenized by the server, repeated, rotated."""
     try:
-        r = client.post("/tokenize", json={"content": PASSAGE, "add_special": False})
-        r.raise_for_status()
-        base = [t if isinstance(t, int) else t["id"] for t in r.json()["tokens"]]
-    except (httpx.HTTPError, KeyError, ValueError) as e:
+        base = _tokenize(client, PASSAGE, False)
+        prefix = special_prefix(_tokenize(client, PASSAGE, True), base)
+    except (httpx.HTTPError, KeyError, ValueError, TypeError) as e:
         raise WorkloadError(f"the server could not tokenize the prompt passage: {e}",
                             tip="check that the model has a tokenizer (vocab-only models fail here).") from e
     if not base:
         raise WorkloadError("the server tokenized the prompt passage to no tokens.")
+    prefix = prefix[:max(0, n - 1)]  # a one-token prompt stays one passage token
     rotate %= len(base)
     seq = base[rotate:] + base[:rotate]
-    return (seq * (n // len(seq) + 1))[:n]
+    body = n - len(prefix)
+    return prefix + (seq * (body // len(seq) + 1))[:body]
 
 
 def request_body(ids: list[int], shape: Shape) -> dict:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 
+from ..safetext import plain
 from . import context, grid, plots, recommend, speed, summary, tables
 from .data import RunData
 
@@ -54,7 +56,20 @@ CAPTIONS = {
 
 
 def esc(v: object) -> str:
-    return html.escape("" if v is None else str(v), quote=True)
+    return html.escape(plain(v), quote=True)
+
+
+_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def prose(v: object) -> str:
+    """A sentence written with Markdown code spans (`llama-server -ot …`): escaped, the spans as <code>."""
+    text = plain(v)
+    out, at = [], 0
+    for m in _CODE.finditer(text):
+        out += [esc(text[at:m.start()]), f"<code>{esc(m.group(1))}</code>"]
+        at = m.end()
+    return "".join(out) + esc(text[at:])
 
 
 def _table(head: list[str], body: list[list[str]], text_cols: int = 2) -> str:
@@ -124,7 +139,7 @@ def _wrapped_table(head: list[str], body: list[list[str]]) -> str:
     out += [f'<th class="t">{esc(h)}</th>' for h in head]
     out.append("</tr></thead><tbody>")
     for row in body:
-        out.append("<tr>" + "".join(f'<td class="t">{esc(c)}</td>' for c in row) + "</tr>")
+        out.append("<tr>" + "".join(f'<td class="t">{prose(c)}</td>' for c in row) + "</tr>")
     out.append("</tbody></table></div>")
     return "\n".join(out)
 
@@ -134,7 +149,7 @@ def _pp_gain(data: RunData, images: dict[str, bytes]) -> list[str]:
     rows = grid.gains(data, p) if p else []
     if not rows:
         return []
-    out = ["<h2>Where pipeline parallelism pays</h2>", f'<p class="rec">{esc(grid.crossover(data, rows, p))}</p>']
+    out = ["<h2>Where pipeline parallelism pays</h2>", f'<p class="rec">{prose(grid.crossover(data, rows, p))}</p>']
     if "pp_gain" in images:
         out.append(_img("pp_gain", images["pp_gain"]))
     out.append(_table(*grid.table(rows), text_cols=1))
@@ -164,7 +179,7 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
         f"<style>{CSS}</style></head><body>",
         f"<h1>llamalab: {esc(r['study'])} — run {esc(r['id'])}</h1>",
         f'<p class="sub">{esc(r["status"])}, started {esc(r.get("started"))} on {esc(r.get("host"))}</p>',
-        f'<p class="rec"><b>Recommendation.</b> {esc(recommend.recommendation(data))}</p>',
+        f'<p class="rec"><b>Recommendation.</b> {prose(recommend.recommendation(data))}</p>',
         *_decision(data),
         "<h2>System</h2>",
         '<dl class="sys">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in summary.system_items(data))
@@ -178,7 +193,7 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
     comparisons = speed.comparisons(data)
     parts.append("<h2>Verdict</h2>")
     if verdict_mem:
-        parts.append('<ul class="verdict">' + "".join(f"<li>{esc(s)}</li>" for s in verdict_mem) + "</ul>")
+        parts.append('<ul class="verdict">' + "".join(f"<li>{prose(s)}</li>" for s in verdict_mem) + "</ul>")
     if comparisons:
         parts.append(_speed_table(comparisons))
         parts.append(f'<p class="note">Speed: candidate / baseline, ratio of medians over trials with a '
@@ -193,7 +208,7 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
     trust = summary.noise_lines(data) + summary.fidelity_lines(data)
     if trust:
         parts += ["<h2>How far to trust the figures</h2>",
-                  "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in trust) + "</ul>"]
+                  "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in trust) + "</ul>"]
     others = {k: v for k, v in images.items() if k != "pp_gain"}
     if others:
         parts.append("<h2>Plots</h2>")
@@ -207,7 +222,7 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
         parts += [f'<p class="note">{esc(n)}</p>' for n in summary.binary_notes(data)]
     missing = summary.not_measured(data)
     if missing:
-        parts += ["<h2>Not measured</h2>", "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in missing) + "</ul>"]
+        parts += ["<h2>Not measured</h2>", "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in missing) + "</ul>"]
     rep = summary.reproduce(data)
     if rep:
         parts.append("<h2>How each configuration was run</h2>")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..safetext import plain
 from . import context, grid, network, recommend, speed, summary, tables
 from .data import RunData
 
@@ -103,4 +104,4 @@ def render(data: RunData) -> str:
         out.append("")
     out.append("Compute buffers are llama.cpp's own `compute buffer size` lines (MiB); context is the `n_ctx` "
                "the server ran with.")
-    return "\n".join(out) + "\n"
+    return plain("\n".join(out) + "\n")  # labels, names and reasons may hold terminal control sequences

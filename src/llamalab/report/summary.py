@@ -66,6 +66,18 @@ def not_measured(data: RunData) -> list[str]:
             out.append(f"{c['build']} × {c['setting']}: failed — {first}")
         elif c["status"] == "ok" and c.get("reason"):
             out.append(f"{c['build']} × {c['setting']}: {c['reason']}")
+    return _once(out)
+
+
+def _once(items: list) -> list:
+    """Each item once, in order: an interleaved study loads a configuration once per pass, and passes that loaded
+    the same way say the same thing."""
+    seen, out = set(), []
+    for x in items:
+        key = repr(x)
+        if key not in seen:
+            seen.add(key)
+            out.append(x)
     return out
 
 
@@ -112,7 +124,7 @@ def split_table(data: RunData) -> tuple[list[str], list[list[str]]] | None:
         body.append([r["build"], r["setting"], splits, _fmt(r["copies"]),
                      *[_fmt(r["compute_mib"].get(d)) for d in devs], _fmt(r["compute_host_mib"]),
                      *[_fmt(r["kv_mib"].get(d)) for d in devs], _fmt(r["n_ctx"])])
-    return head, body
+    return head, _once(body)
 
 
 def speed_lines(data: RunData) -> list[str]:
@@ -168,7 +180,7 @@ def reproduce(data: RunData) -> list[dict]:
                     "cmake": cmake_flags(builds.get(c["build"], {}), _study_cmake(data, c["build"])),
                     "server": server_flags(c),
                     "env": " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))})
-    return out
+    return _once(out)
 
 
 def binary_line(b: dict, builds: list[str] | None = None) -> str:
@@ -234,12 +246,12 @@ def fidelity_lines(data: RunData) -> list[str]:
         out += [f"{where}: {line}" for line in crosscheck.sentences(result)]
         if row.get("error"):
             out.append(f"{where}: {row['error']}")
-    for c in data.configs:
+    for c in data.ok_configs():  # once per build × setting (interleaved repeats restart the server each time)
         nv = _json(c.get("nvml_json"))
         if nv:
             for line in nvmlcheck.sentences(nv.get("after_workload") or nv.get("after_load") or []):
                 out.append(f"{c['build']} × {c['setting']}: {line}")
-    return out
+    return _once(out)
 
 
 BUSY_CORES = 0.25  # other processes using more than this many cores during a trial make its speed suspect
