@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import proc
+from .source import sha256_file
 from .errors import ModelError
 
 
@@ -47,14 +48,6 @@ GEMMA3_270M = PackagedModel(
 )
 
 PACKAGED: dict[str, PackagedModel] = {GEMMA3_270M.name: GEMMA3_270M}
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @contextmanager
