@@ -2,7 +2,7 @@
 
 A build whose options differ from another only in `GGML_SCHED_MAX_COPIES` is a *copies variant*: only
 `ggml-base` is rebuilt, in a second tree, and the base tree's binaries run with that tree's library first on
-`LD_LIBRARY_PATH` (design.md §5.4). The log's `sched copies = N` line confirms which library was loaded.
+`LD_LIBRARY_PATH` (llama-cpp-facts.md §4). The log's `sched copies = N` line confirms which library was loaded.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .source import Source
 COPIES = "GGML_SCHED_MAX_COPIES"
 DEFAULT_COPIES = "4"
 
-# Options every build gets (design.md §5.5): no tests, examples or web UI; no OpenSSL.
+# Options every build gets (llama-cpp-facts.md §5): no tests, examples or web UI; no OpenSSL.
 COMMON_DEFINES: dict[str, str] = {
     "CMAKE_BUILD_TYPE": "Release",
     "LLAMA_BUILD_TESTS": "OFF",

@@ -1,7 +1,7 @@
 """Devices a study runs on: how many, what llama-server needs to see them, and starting any helpers.
 
 * `cpu-rpc`: N local `rpc-server` processes on free 127.0.0.1 ports, so that llama.cpp sees N devices and
-  pipeline parallelism really activates on a machine without GPUs (design.md §5.3).
+  pipeline parallelism really activates on a machine without GPUs (llama-cpp-facts.md §3).
 * `cuda`: NVIDIA GPUs; when the study asks for more devices than there are GPUs, `GGML_CUDA_DEVICES=N`
   splits the GPUs into N virtual devices (recorded as virtual).
 * `vulkan`: Vulkan devices chosen with `GGML_VK_VISIBLE_DEVICES`; more devices than GPUs list a GPU twice

@@ -25,7 +25,7 @@ CMAKE_MIN = (3, 14)  # llama.cpp's cmake_minimum_required
 CMAKE_MIN_CUDA = (3, 18)  # ggml-cuda's cmake_minimum_required (CMAKE_CUDA_ARCHITECTURES)
 CMAKE_MIN_NATIVE_ARCH = (3, 24)  # CMAKE_CUDA_ARCHITECTURES=native, llamalab's default for CUDA builds
 # llama.cpp b11312 uses vk::LayerSettingsCreateInfoEXT (VK_EXT_layer_settings) without a version guard; Debian 12
-# ships headers 1.3.239, which lack it (design.md §5.3). Ubuntu 24.04's 1.3.275 is what llama.cpp's own CI builds
+# ships headers 1.3.239, which lack it (llama-cpp-facts.md §3). Ubuntu 24.04's 1.3.275 is what llama.cpp's own CI builds
 # with from distribution packages, so that is the oldest we call new enough.
 VULKAN_MIN_HEADER = detect.VULKAN_MIN_HEADER
 

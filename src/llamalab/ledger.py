@@ -1,6 +1,6 @@
 """Memory ledger: llama.cpp log lines in, a `Ledger` out. Pure: no I/O, never raises on any input.
 
-Reads the lines design.md §5.2 lists, in every format llama.cpp printed them since early 2024:
+Reads the lines llama-cpp-facts.md §2 lists, in every format llama.cpp printed them since early 2024:
 - model weights: `llm_load_tensors: CUDA0 buffer size = X MiB` (2024, no word "model"), then
   `load_tensors: CUDA0 model buffer size = X MiB`;
 - KV / recurrent state: `llama_kv_cache_init:` → `init:` → `llama_kv_cache_unified:` → `llama_kv_cache:`

@@ -324,7 +324,7 @@ def fit_params_args(server_args: Sequence[str]) -> list[str]:
                         bare={k for k, v in SERVER_ONLY.items() if not v})
 
 
-# ---------------------------------------------------------------- what design.md §5.1 predicts (pure)
+# ---------------------------------------------------------------- what llama-cpp-facts.md §1 predicts (pure)
 
 
 @dataclass(frozen=True)
@@ -344,7 +344,7 @@ def _flag(args: Sequence[str], *names: str) -> str | None:
 
 
 def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, options: dict[str, str]) -> Expectation:
-    """Pipeline parallelism and scheduler copies by design.md §5.1's rules, before anything runs."""
+    """Pipeline parallelism and scheduler copies by llama-cpp-facts.md §1's rules, before anything runs."""
     copies = int(options.get(buildmod.COPIES, buildmod.DEFAULT_COPIES))
     if n_devices <= 1:
         return Expectation(False, 1, "one device")

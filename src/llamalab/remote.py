@@ -1,4 +1,4 @@
-"""Remote devices: rpc-servers on other hosts, joined with llama.cpp's RPC backend (design.md §8).
+"""Remote devices: rpc-servers on other hosts, joined with llama.cpp's RPC backend (docs/rpc.md).
 
 A study names endpoints (`[devices] rpc = ["10.0.0.2:50052"]`). Before a run llamalab checks that each one answers,
 asks llama-server what it offers there (`llama-server --rpc … --list-devices`: one line per device with its memory),
