@@ -76,10 +76,13 @@ def test_an_exhausted_port_range_is_a_clear_error(demo_prep, tmp_path):
         done = _cli(["run", "demo"], tmp_path / "data", prefix=["ip", "netns", "exec", ns], timeout=300)
         err = done.stderr
         assert "no free TCP port on 127.0.0.1" in err and "Traceback" not in err, err[-3000:]
-        with Store(tmp_path / "data" / "results.db") as store:
-            (run,) = store.runs()
-            (cfg,) = store.configs(run["id"])
-            assert cfg["status"] == "failed" and "no free TCP port" in cfg["reason"]
+        # the demo has [devices] vram budgets, so its devices start once before the run is stored (a budget they
+        # cannot stand for stops the study there): with no free port nothing is stored, and the run says why
+        assert done.returncode != 0
+        db = tmp_path / "data" / "results.db"
+        if db.exists():
+            with Store(db) as store:
+                assert store.runs() == []
         assert "ip_local_port_range" in err  # the tip
         time.sleep(0.5)
         assert not [p for p in children_of(os.getpid()) if p != holder.pid]
