@@ -5,6 +5,8 @@
 #   bash benchmarks/device/run.sh build     # doctor + `llamalab build` of the study's builds (CUDA, sm_90)
 #   bash benchmarks/device/run.sh study     # plan (dry run), the study, crosscheck, reports, export, logs
 #                                           # (RUN_FLAGS="--crosscheck" skips the fit-off reloads to save ~20 s)
+#   bash benchmarks/device/run.sh study-bg  # the study stage in its own session, so it may outlast one call (10
+#                                           # minutes) while the machine stays warm; call it again to wait for it
 #   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
@@ -41,6 +43,17 @@ case "$stage" in
     cat "$work/nvidia-smi.txt"; tail -3 "$work/build.err"
     if [ -f "$work/rc" ]; then echo "build finished: rc=$(cat "$work/rc")"; cat "$work/builds.json";
     else echo "build still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
+    ;;
+  study-bg)
+    work=/tmp/llamalab-study; mkdir -p "$work/out"
+    if [ ! -f "$work/rc" ] && { [ ! -f "$work/pid" ] || ! kill -0 "$(cat "$work/pid")" 2>/dev/null; }; then
+      setsid bash -c "OUT='$work/out' bash '$0' study > '$work/stdout.txt' 2>&1; echo \$? > '$work/rc'" &
+      echo $! > "$work/pid"
+    fi
+    while [ ! -f "$work/rc" ] && [ $(( $(date +%s) - t0 )) -lt ${WAIT_S:-560} ]; do sleep 5; done
+    if [ -f "$work/rc" ]; then cp "$work"/out/* "$OUT/" 2>/dev/null; cat "$work/stdout.txt"; echo "study finished: rc=$(cat "$work/rc")"
+    else tail -5 "$work/stdout.txt"; tail -3 "$work/out/stderr.txt" 2>/dev/null
+      echo "study still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
     ;;
   study)
     # at most 8 files come back: stderr of every step goes to one file

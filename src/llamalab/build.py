@@ -69,9 +69,16 @@ class BuildArtifact:
     reused: bool = False
     variant_of: str | None = None  # key of the base tree for a copies variant
     cmake_argv: tuple[str, ...] = field(default=())
+    files: dict[str, str] = field(default_factory=dict)  # program → file name, where it differs (given binaries)
+    given: dict | None = None  # binaries llamalab did not build (binaries.Binaries.as_dict): what they are
 
     def binary(self, name: str) -> Path:
-        return self.bin_dir / TARGETS.get(name, name)
+        return self.bin_dir / self.files.get(name, TARGETS.get(name, name))
+
+    @property
+    def made(self) -> bool:
+        """Built by llamalab (its CMake options are known), not given as binaries."""
+        return self.given is None
 
     def env(self) -> dict[str, str]:
         if self.lib_dir is None:
@@ -96,6 +103,7 @@ class BuildArtifact:
             "variant_of": self.variant_of,
             "cmake_argv": list(self.cmake_argv),
             "source": self.source.as_dict(),
+            "given": self.given,
         }
 
 
@@ -249,7 +257,8 @@ class Builder:
         if shutil.which(argv[0]) is None:
             raise BuildError(f"{argv[0]} is not installed, so llama.cpp cannot be built.",
                              tip="install CMake ≥ 3.14 and a C++17 compiler (Debian: apt-get install cmake g++ ninja-build), "
-                             "or run `llamalab doctor`.")
+                             "or run `llamalab doctor`; or run the study on llama.cpp binaries you already have "
+                             "(a release archive): --llama-bin DIR.")
         done = proc.run(argv, log_path=log_path, on_line=on_line)
         if done.returncode != 0:
             tail = "\n".join("    " + ln for ln in proc.tail_lines(log_path, 25))

@@ -32,11 +32,26 @@ def cli() -> None:
 
 # ---------------------------------------------------------------- shared options
 
+LLAMA_BIN_HELP = ("Run every build without CMake options of its own on the llama.cpp binaries in DIR (an extracted "
+                  "release archive, a build's build/bin, /usr/bin): nothing is compiled. Builds with CMake options "
+                  "are skipped unless --llama-cpp gives a source to build them from. Sets [source] bin.")
+
+
+def _bin_override(llama_bin: Path | None) -> list[str]:
+    """--llama-bin DIR as the study key it sets (an absolute path, so the stored study says which binaries)."""
+    if llama_bin is None:
+        return []
+    p = llama_bin.expanduser()
+    return [f"source.bin={json.dumps(str(p if p.is_absolute() else Path.cwd() / p))}"]
+
+
 def _study_options(f):
     f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                      help="Override a study key, e.g. --set workload.repeats=5 (repeatable).")(f)
     f = click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
                      help="Build from this llama.cpp checkout instead of the pinned source (b11312).")(f)
+    f = click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR",
+                     help=LLAMA_BIN_HELP)(f)
     f = click.option("--db", type=click.Path(path_type=Path), default=None,
                      help="Results database (default ~/.local/share/llamalab/results.db).")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the table rows as JSON on stdout.")(f)
@@ -55,8 +70,8 @@ def _study_options(f):
     return f
 
 
-def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, crosscheck, max_context, host,
-               model=None) -> None:
+def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
+               host, model=None) -> None:
     from . import runner, study as studymod
     from .paths import default_db
     from .progress import RichProgress, StderrProgress
@@ -64,7 +79,7 @@ def _run_study(ref: str, *, overrides, llama_cpp, db, as_json, resume, fresh, cr
     from .report.write import atomic_write
     from .store import Store
 
-    overrides = list(overrides)
+    overrides = list(overrides) + _bin_override(llama_bin)
     if host:
         overrides += [f"server.host={json.dumps(host)}", f"devices.host={json.dumps(host)}"]
         if host not in ("127.0.0.1", "localhost", "::1"):
@@ -186,6 +201,7 @@ def run(study, model, **kw) -> None:
     \b
     Examples:
       llamalab run pipeline-parallel --model ~/models/qwen3-8b-q4_k_m.gguf
+      llamalab run pipeline-parallel --model m.gguf --llama-bin ~/llama-b11312   # a release archive
       llamalab run my-study.toml --set devices.count=2
       llamalab run pipeline-parallel --resume 20261129-101500-ab12cd
     """
@@ -197,8 +213,9 @@ def run(study, model, **kw) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a study key (repeatable).")
 @click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
               help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR", help=LLAMA_BIN_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the builds as JSON.")
-def build_cmd(study, overrides, llama_cpp, as_json) -> None:
+def build_cmd(study, overrides, llama_cpp, llama_bin, as_json) -> None:
     """Make every build of a study ahead of time (cached under ~/.cache/llamalab; LLAMALAB_HOME overrides),
     without running anything. A later `llamalab run` reuses them.
 
@@ -210,7 +227,7 @@ def build_cmd(study, overrides, llama_cpp, as_json) -> None:
     from . import runner, study as studymod
     from .progress import RichProgress, StderrProgress
 
-    st, _ = studymod.load(study, overrides)
+    st, _ = studymod.load(study, [*overrides, *_bin_override(llama_bin)])
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         prep = runner.prepare(st, runner.Options(llama_cpp=llama_cpp), progress)
@@ -224,6 +241,8 @@ def build_cmd(study, overrides, llama_cpp, as_json) -> None:
     for it in items:
         if "skipped" in it:
             click.echo(f"{it['build']:<16} not built: {it['skipped']}")
+        elif it["given"]:
+            click.echo(f"{it['build']:<16} {it['bin_dir']} — given binaries {it['given']['version']}, nothing built")
         else:
             how = "reused" if it["reused"] else f"built in {it['build_seconds']:.0f} s"
             lib = f" (LD_LIBRARY_PATH={it['lib_dir']})" if it["lib_dir"] else ""
@@ -429,10 +448,13 @@ def doctor(as_json) -> None:
                    "as approximations of it.")
 @click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
               help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Dry-run with the llama-server in DIR (given binaries, nothing compiled); builds with CMake "
+                   "options are not planned unless --llama-cpp gives a source. Sets [source] bin.")
 @click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the dry runs' llama-server logs in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan(study, model, overrides, budget, target, llama_cpp, logs_dir, as_json) -> None:
+def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir, as_json) -> None:
     """Memory per device, fitted context and pipeline-parallel copies for every build × setting of a study, from
     llama.cpp's no-alloc dry run: no weights are loaded, so it takes seconds, and a model's header is enough.
     STUDY defaults to pipeline-parallel.
@@ -449,7 +471,7 @@ def plan(study, model, overrides, budget, target, llama_cpp, logs_dir, as_json) 
     from . import plan as planmod, study as studymod
     from .progress import RichProgress, StderrProgress
 
-    st, _ = studymod.load(study or "pipeline-parallel", overrides)
+    st, _ = studymod.load(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)])
     opts = planmod.PlanOptions(llama_cpp=llama_cpp, model=model, budgets=[budget] if budget else None,
                                target=target, logs_dir=logs_dir)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()

@@ -237,7 +237,8 @@ def run_until(
 
 
 def capture(argv: Sequence[str], *, timeout_s: float = 30.0, env: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """Run a short command and return (exit status, combined output). Missing program → (127, message)."""
+    """Run a short command and return (exit status, combined output). Missing program → (127, message); a file
+    that cannot be executed (no permission, not a program for this machine) → (126, message)."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
@@ -253,6 +254,8 @@ def capture(argv: Sequence[str], *, timeout_s: float = 30.0, env: Mapping[str, s
         )
     except FileNotFoundError as e:
         return 127, str(e)
+    except OSError as e:  # EACCES, ENOEXEC (another architecture, a script without #!)
+        return 126, str(e)
     except subprocess.TimeoutExpired as e:
         out = e.output.decode("utf-8", "replace") if isinstance(e.output, bytes) else (e.output or "")
         return 124, out

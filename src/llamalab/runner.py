@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import (__version__, budget, build as buildmod, crosscheck, devices, gpu, ledger, maxctx, models, nvmlcheck, proc,
-               remote, server as servermod, source, sysinfo, workload)
+from . import (__version__, binaries, budget, build as buildmod, crosscheck, devices, gpu, ledger, maxctx, models,
+               nvmlcheck, proc, remote, server as servermod, source, sysinfo, workload)
 from .build import BuildArtifact, Builder
 from .errors import BuildError, ConfigError, LaunchError, WorkloadError
 from .paths import cache_home, data_home, default_db
@@ -21,7 +21,7 @@ from .progress import Progress
 from .records import ConfigOutcome
 from .server import launch
 from .store import Store
-from .study import Config, Pass, Study, configs, expand, to_toml
+from .study import BuildSpec, Config, Pass, SourceSpec, Study, configs, expand, given_bin, to_toml
 
 
 @dataclass
@@ -51,6 +51,7 @@ class Prepared:
     artifacts: dict[str, BuildArtifact]
     skipped: dict[str, str]  # build name → reason
     topology: dict = field(default_factory=dict)  # local devices and remote endpoints (remote.topology)
+    binaries: dict[str, "binaries.Binaries"] = field(default_factory=dict)  # given binaries, by folder
 
 
 def resolve_backend(study: Study) -> str:
@@ -61,7 +62,8 @@ def resolve_backend(study: Study) -> str:
 
 
 def study_hash(study: Study, model_path: Path) -> str:
-    blob = study.model_dump_json() + "|" + str(model_path)
+    # a study without [source] hashes as before that table existed, so its unfinished runs still resume
+    blob = study.model_dump_json(exclude={"source"} if study.source == SourceSpec() else None) + "|" + str(model_path)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -86,8 +88,8 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     backend = resolve_backend(study)
     if study.devices.rpc:  # exposure warnings, reachability and ssh logins before anything is built
         remote.preflight(study.devices.rpc, progress.warn)
-    src = source.from_dir(opts.llama_cpp) if opts.llama_cpp else source.pinned(opts.home, log=progress.message)
-    progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
+    given = given_binaries(study, backend, progress)
+    src = _source(study, opts, given, progress)
     if opts.model:
         model_path = Path(opts.model).expanduser()
     elif study.model.path:
@@ -101,10 +103,17 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
         extra["CMAKE_CUDA_ARCHITECTURES"] = os.environ.get("LLAMALAB_CUDA_ARCH", "native")
     build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
     builder = Builder(source=src, backend=build_backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
-                      extra_defines=extra, progress=progress.build, log=progress.message)
+                      extra_defines=extra, progress=progress.build, log=progress.message) if src else None
     artifacts: dict[str, BuildArtifact] = {}
     skipped: dict[str, str] = {}
     for spec in study.builds:
+        if spec.name in given:
+            artifacts[spec.name] = binaries.artifact(given[spec.name], spec.name, build_backend)
+            continue
+        if builder is None:
+            skipped[spec.name] = no_source_reason(spec, study.source.bin or "", given)
+            progress.warn(f"skipping build {spec.name}: {skipped[spec.name]}")
+            continue
         if "openblas" in spec.requires:
             ok, why = buildmod.openblas_available()
             if not ok:
@@ -126,10 +135,83 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
                 servermod.check_flags(art.binary("llama-server"), args, env=art.env())
     if not artifacts:
         raise BuildError("no build of this study could be made: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
-                         tip="run `llamalab doctor` to see what this machine lacks.")
+                         tip="pass --llama-cpp DIR to build them from a source, or give the study a build without "
+                             "cmake options to run the binaries" if study.source.bin else
+                             "run `llamalab doctor` to see what this machine lacks.")
+    for line in mixed_binaries(artifacts):
+        progress.warn(line)
     topology = _topology(study, backend, next(iter(artifacts.values())), progress)
+    first_given = next((given[b.name] for b in study.builds if b.name in given), None)
+    src = src or first_given.source()  # type: ignore[union-attr]  (no source: every build ran given binaries)
     return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
-                    artifacts=artifacts, skipped=skipped, topology=topology)
+                    artifacts=artifacts, skipped=skipped, topology=topology,
+                    binaries={str(b.dir): b for b in given.values()})
+
+
+def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, binaries.Binaries]:
+    """Build name → the binaries it runs (--llama-bin / [source] bin, or its own bin), each folder probed once
+    and checked against the study's devices before anything else happens."""
+    probed: dict[str, binaries.Binaries] = {}
+    out: dict[str, binaries.Binaries] = {}
+    local_rpc = backend == "cpu-rpc" or any(r.ssh and not r.rpc_server_path for r in study.devices.rpc)
+    for spec in study.builds:
+        folder = given_bin(study, spec)
+        if folder is None:
+            continue
+        where = f"builds[{spec.name}].bin" if spec.bin is not None else "--llama-bin (source.bin)"
+        if folder not in probed:
+            b = binaries.probe(folder, where)
+            binaries.check_devices(b, backend, local_rpc=local_rpc, where=where)
+            progress.message(f"binaries {b.describe()}")
+            probed[folder] = b
+        out[spec.name] = probed[folder]
+    return out
+
+
+def _source(study: Study, opts: Options, given: dict[str, binaries.Binaries], progress: Progress
+            ) -> source.Source | None:
+    """The llama.cpp source to build from, when a build needs one: --llama-cpp, else [source] llama_cpp, else the
+    pinned source — except in a study that gives binaries ([source] bin), which never compiles anything it was
+    not given a source for. None when nothing is to be built."""
+    if all(b.name in given for b in study.builds):
+        return None
+    explicit = opts.llama_cpp or (Path(study.source.llama_cpp).expanduser() if study.source.llama_cpp else None)
+    if explicit:
+        src = source.from_dir(explicit)
+    elif study.source.bin is None:
+        src = source.pinned(opts.home, log=progress.message)
+    else:
+        return None
+    progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
+    return src
+
+
+def no_source_reason(spec: BuildSpec, folder: str, given: dict[str, binaries.Binaries]) -> str:
+    """Why a build with CMake options is not measured in a study of given binaries without a source (pure)."""
+    opts = buildmod.normalize(spec.cmake)
+    commit = next((b.version.commit for b in given.values() if b.version.commit), None)
+    if set(opts) == {buildmod.COPIES}:
+        what = f"a copies variant ({buildmod.COPIES}={opts[buildmod.COPIES]}) is a rebuild of ggml-base from a llama.cpp source"
+    else:
+        what = f"it needs {' '.join(f'-D{k}={v}' for k, v in opts.items())}, a build from a llama.cpp source"
+    return (f"{what}, and this study has only the binaries in {folder}: add --llama-cpp DIR"
+            + (f" (a checkout of their commit {commit})" if commit else "") + " to build it")
+
+
+def mixed_binaries(artifacts: dict[str, BuildArtifact]) -> list[str]:
+    """A warning when the study's builds run on different llama.cpp binaries (given ones beside built ones, or two
+    folders): their differences then include everything that differs between those binaries (pure)."""
+    where: dict[str, list[str]] = {}
+    for name, art in artifacts.items():
+        if art.given:
+            key = f"binaries {art.given.get('version', '?')} ({(art.given.get('commit') or '?')[:9]}) in {art.bin_dir}"
+        else:
+            key = f"a build of {art.source.version} ({art.source.short_commit}) from {art.source.origin}"
+        where.setdefault(key, []).append(name)
+    if len(where) < 2:
+        return []
+    return ["the builds run on different llama.cpp binaries, so their differences include the binaries' own: "
+            + "; ".join(f"{', '.join(names)} on {k}" for k, names in where.items())]
 
 
 def _topology(study: Study, backend: str, art: BuildArtifact, progress: Progress) -> dict:
@@ -217,13 +299,23 @@ def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger)
 
 
 def check_copies(led: ledger.Ledger, art: BuildArtifact) -> str | None:
-    """A copies variant whose log shows another number of copies ran the wrong library: say so."""
-    if led.sched_copies is None or not led.pipeline_parallel and led.sched_copies == 1:
+    """A copies variant whose log shows another number of copies ran the wrong library: say so. (Given binaries
+    were built with whatever copies their maker chose: the log says which, and the report shows it.)"""
+    if not art.made or led.sched_copies is None or not led.pipeline_parallel and led.sched_copies == 1:
         return None
     if led.sched_copies != art.expected_copies:
         return (f"the log says sched copies = {led.sched_copies}, but build {art.name} was made with "
                 f"GGML_SCHED_MAX_COPIES={art.expected_copies}: the variant library was not the one loaded")
     return None
+
+
+def llama_cpp_info(prep: Prepared) -> dict:
+    """What the run stores as its llama.cpp: the source it built from (or the given binaries' version), and every
+    folder of given binaries with its --version output, backends and programs."""
+    info = prep.source.as_dict()
+    if prep.binaries:
+        info["binaries"] = [b.as_dict() for b in prep.binaries.values()]
+    return info
 
 
 def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress) -> str:
@@ -251,7 +343,7 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                                    model=prep.model_info.as_dict(),
                                    options={"backend": prep.backend, "db": str(opts.db)},
                                    devices=prep.topology or None)
-            store.save_system(run_id, sysinfo.collect(prep.source.as_dict()))
+            store.save_system(run_id, sysinfo.collect(llama_cpp_info(prep)))
         else:
             store.set_run_status(run_id, "running")
         for spec in study.builds:
@@ -305,6 +397,9 @@ def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress:
         progress.warn("crosscheck skipped: no configuration has trials")
         return
     art = prep.artifacts[cfg.build.name]
+    if not art.binary("llama-bench").is_file():
+        progress.warn(f"crosscheck skipped: there is no llama-bench in {art.bin_dir}")
+        return
     wl = prep.study.workload
     prompt, output = wl.cells()[0]  # the workload's first cell: llama-bench runs one prompt and one output length
     log_dir = logs / "crosscheck"

@@ -134,10 +134,13 @@ MIGRATIONS: list[tuple[str, str]] = [
             PRIMARY KEY (run_id, build, setting)
         );
     """),
+    ("0006_build_binaries", """
+        ALTER TABLE builds ADD COLUMN binary_json TEXT;  -- given binaries (--llama-bin): --version, backends, files
+    """),
     # The workload grid: a trial belongs to a cell (prompt tokens × output tokens per request) as well as to a
     # concurrency level, so the unique key grows by the cell. SQLite cannot change a UNIQUE constraint in place:
     # the table is copied. Trials stored before this hold the run's single workload, read from its study file.
-    ("0006_trial_cells", lambda db: _trial_cells(db)),
+    ("0007_trial_cells", lambda db: _trial_cells(db)),
 ]
 
 _TRIALS_0006 = """
@@ -310,12 +313,13 @@ class Store:
         with self.tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO builds (run_id, name, status, reason, key, source_version, source_commit,"
-                " source_origin, options_json, cmake_argv_json, build_seconds, reused) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " source_origin, options_json, cmake_argv_json, build_seconds, reused, binary_json)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, name, status, reason,
                  a.key if a else None, a.source.version if a else None, a.source.commit if a else None,
                  a.source.origin if a else None, _j(a.options) if a else None,
                  _j(list(a.cmake_argv)) if a else None, a.build_seconds if a else None,
-                 int(a.reused) if a else None))
+                 int(a.reused) if a else None, _j(a.given) if a else None))
 
     def start_config(self, run_id: str, outcome: ConfigOutcome, pass_no: int = 0) -> int:
         with self.tx() as db:

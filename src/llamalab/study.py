@@ -148,6 +148,17 @@ class _Named(_Strict):
 class BuildSpec(_Named):
     cmake: dict[str, str | int | bool] = Field(default_factory=dict)
     requires: list[Literal["openblas"]] = Field(default_factory=list)
+    bin: str | None = None  # a folder of llama.cpp binaries this build runs instead of being built
+
+    @model_validator(mode="after")
+    def _given(self) -> "BuildSpec":
+        if self.bin is not None:
+            if self.cmake:
+                raise ValueError("bin: a build that runs given binaries cannot also have cmake options (they are "
+                                 "already built); make it a second build without bin")
+            if self.requires:
+                raise ValueError("bin: requires applies to builds llamalab makes; leave it out")
+        return self
 
     @property
     def title(self) -> str:
@@ -156,6 +167,15 @@ class BuildSpec(_Named):
 
 class SettingSpec(_Named):
     pass
+
+
+class SourceSpec(_Strict):
+    """Where llama.cpp comes from: a checkout to build from (default: the pinned source), and/or binaries
+    already built (a release archive, a distro package, a build folder) that every build without cmake options
+    runs, with nothing compiled."""
+
+    llama_cpp: str | None = None  # a llama.cpp checkout (--llama-cpp DIR takes precedence)
+    bin: str | None = None  # a folder with llama-server (--llama-bin DIR sets it)
 
 
 Tokens = Annotated[int, Field(ge=1)]
@@ -201,6 +221,7 @@ class Study(_Strict):
     name: str
     description: str = ""
     model: ModelSpec = Field(default_factory=ModelSpec)
+    source: SourceSpec = Field(default_factory=SourceSpec)
     devices: DevicesSpec = Field(default_factory=DevicesSpec)
     server: ServerSpec = Field(default_factory=ServerSpec)
     builds: list[BuildSpec]
@@ -342,7 +363,7 @@ def to_toml(study: Study) -> str:
         if not isinstance(v, (dict, list)) or (isinstance(v, list) and not (v and isinstance(v[0], dict))):
             lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
     for k, v in data.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and v:  # an empty table (no [source] given) is left out
             lines += ["", f"[{_toml_key(k)}]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items()]
         elif isinstance(v, list) and v and isinstance(v[0], dict):
             for item in v:
@@ -351,6 +372,16 @@ def to_toml(study: Study) -> str:
 
 
 # ---------------------------------------------------------------- expansion
+
+
+def given_bin(study: Study, build: BuildSpec) -> str | None:
+    """The binaries folder a build runs (its own `bin`, else `[source] bin` for a build without cmake options),
+    or None when llamalab builds it."""
+    if build.bin is not None:
+        return build.bin
+    if study.source.bin is not None and not build.cmake:
+        return study.source.bin
+    return None
 
 
 class Config(_Strict):

@@ -204,6 +204,7 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
         parts.append(_table(["Build", "Label", "Status", "CMake options", "llama.cpp", "Build time"],
                             [[b["name"], b["label"], b["status"], b["cmake"], b["source"], b["build"]]
                              for b in builds], text_cols=6))
+        parts += [f'<p class="note">{esc(n)}</p>' for n in summary.binary_notes(data)]
     missing = summary.not_measured(data)
     if missing:
         parts += ["<h2>Not measured</h2>", "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in missing) + "</ul>"]

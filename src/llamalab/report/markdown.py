@@ -69,7 +69,9 @@ def render(data: RunData) -> str:
     if builds:
         out += ["## Builds", ""]
         out += [f"- {b['name']}: {b['label']} — CMake `{b['cmake']}`, llama.cpp {b['source']}, {b['status']}"
-                for b in builds] + [""]
+                for b in builds]
+        out += [f"- binaries {v}" for k, v in summary.system_items(data) if k == "Binaries"]
+        out += [f"- note: {n}" for n in summary.binary_notes(data)] + [""]
     missing = summary.not_measured(data)
     if missing:
         out += ["## Not measured", ""] + [f"- {s}" for s in missing] + [""]

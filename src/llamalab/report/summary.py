@@ -38,13 +38,18 @@ def system_items(data: RunData) -> list[tuple[str, str]]:
         ("GPUs", gpus + (f"; driver {s['gpu_driver']}" if s.get("gpu_driver") else "")),
         ("OS", str(s.get("os", "?"))),
         ("llama.cpp", f"{src.get('version', '?')} ({(src.get('commit') or '?')[:9]}"
-                      f"{', modified' if src.get('dirty') else ''}) from {src.get('origin', '?')}"),
+                      f"{', modified' if src.get('dirty') else ''}) "
+                      + (f"given binaries in {src['origin'][4:]}" if str(src.get("origin", "")).startswith("bin:")
+                         else f"from {src.get('origin', '?')}")),
         ("Backend", str(opts.get("backend", "?"))),
         ("Model", f"{m.get('name') or m.get('path') or '?'} ({m.get('architecture', '?')}, {m.get('n_layer', '?')} "
                   f"layers, {(m.get('size_bytes') or 0) / (1 << 20):,.0f} MiB, fingerprint "
                   f"{m.get('fingerprint', '?')})"),
         ("Software", f"llamalab {r.get('llamalab_version', '?')}, Python {s.get('python', '?')}"),
     ]
+    for b in src.get("binaries") or []:
+        items.append(("Binaries", binary_line(b, [x["name"] for x in data.builds
+                                                   if (_json(x.get("binary_json")) or {}).get("dir") == b.get("dir")])))
     if s.get("loadavg"):
         items.append(("Load at start", ", ".join(f"{x:.2f}" for x in s["loadavg"])))
     return items
@@ -124,17 +129,55 @@ def reproduce(data: RunData) -> list[dict]:
     return out
 
 
+def binary_line(b: dict, builds: list[str] | None = None) -> str:
+    """One folder of given binaries: version, commit, compiler, backends, where, and the builds that ran it."""
+    line = f"{b.get('version') or 'unknown'} ({(b.get('commit') or '?')[:9]})"
+    if b.get("compiler"):
+        line += f", built with {b['compiler']} for {b.get('target') or '?'}"
+    line += f"; backends {', '.join(b.get('backends') or []) or 'not reported'}; {b.get('dir', '?')}"
+    if builds:
+        line += f" (build{'s' if len(builds) > 1 else ''} {', '.join(builds)})"
+    return line
+
+
 def build_items(data: RunData) -> list[dict]:
-    """Each build of the run: name, the study's label, status, the CMake options it added, source and build time."""
+    """Each build of the run: name, the study's label, status, the CMake options it added, the llama.cpp it ran
+    (a source it was built from, or given binaries) and build time."""
     out = []
     for b in data.builds:
         secs = b.get("build_seconds")
+        given = _json(b.get("binary_json"))
+        source = (f"{b['source_version']} ({(b.get('source_commit') or '?')[:9]})" if b.get("source_version")
+                  else "–")
+        if given:
+            source += f" binaries in {given.get('dir', '?')}"
+        elif str(b.get("source_origin") or "").startswith("dir:"):
+            source += f" built from {b['source_origin'][4:]}"
         out.append({"name": b["name"], "label": data.build_label(b["name"]), "status": b["status"],
-                    "reason": b.get("reason"), "cmake": cmake_flags(b, _study_cmake(data, b["name"])),
-                    "source": (f"{b['source_version']} ({(b.get('source_commit') or '?')[:9]})"
-                               if b.get("source_version") else "–"),
-                    "build": "reused" if b.get("reused") else (f"{secs:,.0f} s" if secs else "–")})
+                    "reason": b.get("reason"),
+                    "cmake": "(given binaries)" if given else cmake_flags(b, _study_cmake(data, b["name"])),
+                    "source": source,
+                    "build": "given, not built" if given else ("reused" if b.get("reused") else
+                                                               (f"{secs:,.0f} s" if secs else "–"))})
     return out
+
+
+def binary_notes(data: RunData) -> list[str]:
+    """Which build ran on which binary, when the measured builds did not all run the same llama.cpp binaries."""
+    where: dict[str, list[str]] = {}
+    for b in data.builds:
+        if b["status"] != "ok":
+            continue
+        given = _json(b.get("binary_json"))
+        key = (f"given binaries {given.get('version', '?')} ({(given.get('commit') or '?')[:9]}) in "
+               f"{given.get('dir', '?')}" if given else
+               f"a build of {b.get('source_version') or '?'} ({(b.get('source_commit') or '?')[:9]}) from "
+               f"{b.get('source_origin') or '?'}")
+        where.setdefault(key, []).append(b["name"])
+    if len(where) < 2:
+        return []
+    return ["the builds ran different llama.cpp binaries, so their differences include the binaries' own: "
+            + "; ".join(f"{', '.join(names)} on {k}" for k, names in where.items())]
 
 
 def fidelity_lines(data: RunData) -> list[str]:
