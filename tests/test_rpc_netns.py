@@ -279,7 +279,7 @@ def test_ctrl_c_leaves_no_rpc_server_on_the_ssh_hosts(lab, sshd, runs, llama_hom
     study = tmp_path / "study.toml"
     study.write_text("\n".join(toml) + "\n")
     env = {**os.environ, "LLAMALAB_HOME": str(llama_home), "LLAMALAB_DATA": str(tmp_path / "data")}
-    p = subprocess.Popen([sys.executable, "-m", "llamalab.cli", "run", str(study)], env=env,
+    p = subprocess.Popen([sys.executable, "-m", "llamalab.cli", "run", str(study), "--trust-study"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     eps = [remote.parse_endpoint(r["endpoint"]) for r in remotes]
     try:
