@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from llamalab import study
+from llamalab.study import spec as study
 from llamalab.cli import cli
 from llamalab.errors import LlamalabError
 

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import devices, ledger, remote, runner, study as studymod
+from llamalab.rig import devices, remote
+from llamalab.llamacpp import ledger
+from llamalab.run import runner
+from llamalab.study import spec as studymod
 from llamalab.errors import ConfigError, LaunchError
 
 # ---------------------------------------------------------------- endpoints

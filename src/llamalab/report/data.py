@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..errors import StoreError
-from ..store import Store
+from ..store.db import Store
 
 
 @dataclass
@@ -58,7 +58,7 @@ class RunData:
     @cached_property
     def default_cell(self) -> tuple[int, int]:
         """The workload cell of trials that carry none (runs from before the grid, RunData made by hand)."""
-        from ..store import legacy_cell
+        from ..store.db import legacy_cell
 
         return legacy_cell(self.study_toml)
 
@@ -99,7 +99,7 @@ class RunData:
 def load(store: Store, run_id: str | None = None) -> RunData:
     """One stored run, checked (`runrows`) before any renderer sees it: a database that an older llamalab filled
     from an unchecked import may hold values of the wrong type, and that is an error with a tip, not a crash."""
-    from .. import exchange, runrows
+    from ..store import exchange, runrows
 
     run = dict(store.run(run_id))
     rid = run["id"]
