@@ -217,11 +217,10 @@ def _host_overrides(host: str) -> list[str]:
     """`--host ADDR`: llama-server listens on ADDR; local rpc-servers too where ADDR is IPv4 (rpc-server binds IPv4
     only), else on 127.0.0.1 for a loopback name (::1, localhost). Any other IPv6 address or name is refused."""
     from . import net
-    from .rig import remote
-    from .study import trust
+    from .study import endpoints, trust
 
     out = [f"server.host={json.dumps(host)}"]
-    if remote.is_ipv4(host):
+    if endpoints.is_ipv4(host):
         out.append(f"devices.host={json.dumps(host)}")
     elif not trust.is_loopback(host):
         raise ConfigError(f"--host {host}: local rpc-servers listen on an IPv4 address only, and {host} is not one.",

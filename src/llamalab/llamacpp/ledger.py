@@ -946,3 +946,40 @@ def failure_reason(lines: Iterable) -> str | None:
     except Exception:
         pass
     return _failure_text(found)
+
+
+# ---------------------------------------------------------------- device order of a stored ledger
+
+_ENDPOINT_SUFFIX = re.compile(r"\[.*\]$")  # `RPC0[127.0.0.1:50052]`
+_NAME = re.compile(r"^(?P<base>[^\[\s(]+)\s*(?:[\[(](?P<inner>[^\])]*)[\])])?")
+
+
+def _natural(s: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
+
+
+def device_names(ledger: dict) -> list[str]:
+    """The ledger's device buffer names in llama.cpp's device order. Ledgers stored by older llamalab versions have
+    sorted keys, so the order is taken from the memory breakdown table where it lists the devices
+    (`RPC1 (127.0.0.1:50052)`, `CUDA0 (NVIDIA …)`; an rpc device matches by its endpoint, since every local
+    rpc-server's device prints as RPC0[host:port]); names it does not list go by their number, then their stored order (the
+    log's order in current ledgers)."""
+    names = list(ledger.get("devices", {}))
+    rows = [r.get("name") or "" for r in (ledger.get("breakdown_final") or ledger.get("breakdown_projected") or [])]
+    parsed = [_NAME.match(r.strip().lstrip("- ").strip()) for r in rows]
+
+    def rank(name: str) -> int:
+        m = _NAME.match(name)
+        base, inner = (m.group("base"), m.group("inner")) if m else (name, None)
+        for i, p in enumerate(parsed):
+            if p is None:
+                continue
+            if inner and "[" in name:
+                if p.group("inner") == inner:
+                    return i
+            elif p.group("base") == base:
+                return i
+        return 1 << 30
+
+    # unlisted: llama.cpp numbers devices in order (CUDA0 < CUDA2 < CUDA10); equal bases keep the stored order
+    return sorted(names, key=lambda n: (rank(n), _natural(_ENDPOINT_SUFFIX.sub("", n)), names.index(n)))

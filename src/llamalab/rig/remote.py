@@ -20,7 +20,6 @@ processes; those take their runner (`capture`, `spawn`, `connect`) as an argumen
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import re
 import shlex
 import socket
@@ -34,89 +33,20 @@ from typing import TYPE_CHECKING
 
 from .. import net, proc
 from ..errors import ConfigError, LaunchError
+from ..study.endpoints import is_ipv4, parse_endpoint
 
 if TYPE_CHECKING:
     from ..llamacpp.build import BuildArtifact
     from .devices import DeviceSetup
     from ..study.spec import RemoteSpec
 
-DEFAULT_PORT = 50052
 REMOTE_HOME = ".cache/llamalab/rpc-server"  # relative to the remote user's home directory
 # ssh takes the first value it is given for an option: BatchMode comes before the study's options (never a password
 # prompt), the defaults after them (the study may change a timeout).
 SSH_FIRST = ("-o", "BatchMode=yes")
 SSH_DEFAULTS = ("-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3")
-SSH_OPTIONS_WITH_VALUE = ("-i", "-F", "-o", "-J")  # the options ssh and scp share and spell alike
 SECURITY = ("rpc-server has no authentication or encryption: whoever can reach that port can run code on its devices "
             "and read the model and prompts")
-
-
-# ---------------------------------------------------------------- endpoints (pure)
-
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
-_SSH_TARGET = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*$")
-
-
-@dataclass(frozen=True, order=True)
-class Endpoint:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def is_ipv4(host: str) -> bool:
-    try:
-        return isinstance(ipaddress.ip_address(host), ipaddress.IPv4Address)
-    except ValueError:
-        return False
-
-
-def parse_endpoint(text: str) -> Endpoint:
-    """`host:port` as llama.cpp's RPC client takes it: an IPv4 address or a host name, and a port.
-    Raises ValueError with a sentence that says what is wrong."""
-    s = str(text).strip()
-    if s.startswith("[") or s.count(":") > 1:
-        raise ValueError(f"{text!r}: llama.cpp's RPC client takes an IPv4 address or a host name, not IPv6")
-    host, sep, port_s = s.partition(":")
-    if not sep:
-        raise ValueError(f"{text!r}: write host:port, e.g. 10.0.0.2:{DEFAULT_PORT} (rpc-server's default port)")
-    if not port_s.isdecimal() or not 1 <= int(port_s) <= 65535:
-        raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
-    if not host:
-        raise ValueError(f"{text!r}: the host is missing")
-    if not is_ipv4(host) and not _HOSTNAME.match(host):
-        raise ValueError(f"{text!r}: {host!r} is neither an IPv4 address nor a host name")
-    if host in ("0.0.0.0",) or host.startswith("0."):
-        raise ValueError(f"{text!r}: 0.0.0.0 is where a server listens, not an address to connect to")
-    return Endpoint(host, int(port_s))
-
-
-def is_hostname(host: str) -> bool:
-    return bool(_HOSTNAME.match(host))
-
-
-def check_ssh_target(target: str) -> str:
-    if not _SSH_TARGET.match(target):
-        raise ValueError(f"{target!r}: write user@host or host (letters, digits, . _ -)")
-    return target
-
-
-def check_ssh_options(options: Sequence[str]) -> list[str]:
-    """Only options that ssh and scp both take with the same meaning: -i FILE, -F FILE, -o KEY=VALUE, -J HOST.
-    (`-p PORT` means different things to them: write -o Port=PORT.)"""
-    out = list(options)
-    if len(out) % 2:
-        raise ValueError(f"{out}: give options in pairs, e.g. [\"-i\", \"~/.ssh/lab\", \"-o\", \"Port=2222\"]")
-    for flag, value in zip(out[::2], out[1::2]):
-        if flag not in SSH_OPTIONS_WITH_VALUE:
-            raise ValueError(f"{flag!r}: only {', '.join(SSH_OPTIONS_WITH_VALUE)} are allowed (ssh and scp share "
-                             "them); for a port write -o Port=N")
-        if not value or value.startswith("-"):
-            raise ValueError(f"{flag} needs a value")
-    return out
 
 
 def _resolve(host: str) -> list[str]:

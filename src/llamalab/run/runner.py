@@ -567,9 +567,7 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
 
 def report_device_names(led: ledger.Ledger) -> list[str]:
     """Device buffer names in llama.cpp's device order (as the reports order them)."""
-    from ..report.data import device_names
-
-    return device_names(led.to_json())
+    return ledger.device_names(led.to_json())
 
 
 def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..llamacpp import budget
-from ..rig import remote
+from . import endpoints
 from ..errors import ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
@@ -69,22 +69,22 @@ class RemoteSpec(_Strict):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, v: str) -> str:
-        return str(remote.parse_endpoint(v))
+        return str(endpoints.parse_endpoint(v))
 
     @field_validator("ssh")
     @classmethod
     def _ssh(cls, v: str | None) -> str | None:
-        return None if v is None else remote.check_ssh_target(v)
+        return None if v is None else endpoints.check_ssh_target(v)
 
     @field_validator("ssh_options")
     @classmethod
     def _ssh_options(cls, v: list[str]) -> list[str]:
-        return remote.check_ssh_options(v)
+        return endpoints.check_ssh_options(v)
 
     @field_validator("bind")
     @classmethod
     def _bind(cls, v: str | None) -> str | None:
-        if v is not None and not remote.is_ipv4(v):
+        if v is not None and not endpoints.is_ipv4(v):
             raise ValueError(f"{v!r}: rpc-server binds to an IPv4 address")
         return v
 
@@ -128,7 +128,7 @@ class DevicesSpec(_Strict):
     @field_validator("host")
     @classmethod
     def _host(cls, v: str) -> str:
-        if not remote.is_ipv4(v):  # ggml-rpc binds with inet_addr()
+        if not endpoints.is_ipv4(v):  # ggml-rpc binds with inet_addr()
             raise ValueError(f"{v!r}: rpc-server listens on an IPv4 address only (127.0.0.1 for loopback, also "
                              "when llama-server listens on ::1)")
         return v
@@ -177,7 +177,7 @@ class ServerSpec(_Strict):
         try:
             ipaddress.ip_address(v)
         except ValueError:
-            if not remote.is_hostname(v):
+            if not endpoints.is_hostname(v):
                 raise ValueError(f"{v!r}: an IPv4 or IPv6 address (127.0.0.1, ::1) or a host name") from None
         return v
 
