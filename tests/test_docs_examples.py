@@ -1,5 +1,5 @@
 """The docs cannot rot: every ```toml block in docs/ loads as a study, docs/study-files.md names every key of
-study.py with its true default, and every `llamalab …` command shown in docs/ names a real command and options."""
+study/spec.py with its true default, and every `llamalab …` command shown in docs/ names a real command and options."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ module sits where it does; a new top-level module or package must be placed in L
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from pathlib import Path
 
@@ -14,8 +15,9 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 MAX_ENTRIES = 16
 
-# Top to bottom. A module may import from its own top-level entry (acyclically) and from entries in lower layers;
-# entries that share a layer are independent of each other. `llamalab` is the package's __init__ (__version__).
+# Top to bottom (the last list is layer 0). A module may import from its own top-level entry (acyclically) and from
+# entries in lower layers; entries that share a layer are independent of each other. `llamalab` is the package's
+# __init__ (__version__).
 LAYERS: list[list[str]] = [
     ["cli"],
     ["report"],
@@ -150,7 +152,7 @@ def entries(src: Path) -> list[str]:
 def problems(src: Path) -> list[str]:
     """Every way the tree under `src` breaks the contract, one line each; empty when it holds."""
     graph = import_graph(src)
-    rank = {e: i for i, layer in enumerate(LAYERS) for e in layer}
+    rank = {e: len(LAYERS) - 1 - i for i, layer in enumerate(LAYERS) for e in layer}
     out = []
     top = entries(src)
     if len(top) > MAX_ENTRIES:
@@ -164,7 +166,7 @@ def problems(src: Path) -> list[str]:
             ea, eb = entry(a), entry(b)
             if ea == eb or ea not in rank or eb not in rank:
                 continue
-            if rank[eb] < rank[ea]:
+            if rank[eb] > rank[ea]:
                 out.append(f"{a} imports {b}: {ea} (layer {rank[ea]}) sits below {eb} (layer {rank[eb]})")
             elif rank[eb] == rank[ea]:
                 out.append(f"{a} imports {b}: {ea} and {eb} share layer {rank[ea]} and must stay independent")
@@ -200,7 +202,7 @@ def test_planted_back_edge_fails(tmp_path):
     _plant(src / "llamalab" / "llamacpp" / "ledger.py", "def _planted():\n    from ..report import data\n    return data")
     found = problems(src)
     # report.data imports llamacpp.ledger, so the same arrow also closes a cycle
-    assert "llamalab.llamacpp.ledger imports llamalab.report.data: llamacpp (layer 5) sits below report (layer 1)" \
+    assert "llamalab.llamacpp.ledger imports llamalab.report.data: llamacpp (layer 2) sits below report (layer 6)" \
         in found
     assert any(p.startswith("import cycle: llamalab.llamacpp.ledger → llamalab.report.data → ") for p in found), found
     with pytest.raises(AssertionError, match="llamacpp.ledger imports llamalab.report.data"):
@@ -215,7 +217,7 @@ def test_planted_cycle_and_sibling_edge_fail(tmp_path):
     found = problems(src)
     assert any(p.startswith("import cycle: ") and "llamalab.llamacpp.argv" in p and "llamalab.llamacpp.budget" in p
                for p in found), found
-    assert "llamalab.rig.devices imports llamalab.store.db: rig and store share layer 3 and must stay independent" \
+    assert "llamalab.rig.devices imports llamalab.store.db: rig and store share layer 4 and must stay independent" \
         in found
 
 
@@ -226,3 +228,20 @@ def test_planted_top_level_module_fails(tmp_path):
     found = problems(src)
     assert any(p.startswith(f"{MAX_ENTRIES + 1} top-level entries") for p in found), found
     assert any(p.startswith("extra") and "not in a layer" in p for p in found), found
+
+
+def test_architecture_doc_names_every_module():
+    """docs/architecture.md's module table names every module by its path (report's by name in its row), and every
+    path it names exists."""
+    doc = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = doc[doc.index("## Modules"):doc.index("## Decisions worth knowing")]
+    first_cells = [line[2:].split(" | ", 1)[0] for line in table.splitlines() if line.startswith("| `")]
+    named = {m for cell in first_cells for m in re.findall(r"`([a-z_]+(?:/[a-z_]+)?\.py)`", cell)}
+    have = {str(p.relative_to(SRC / "llamalab")) for p in (SRC / "llamalab").rglob("*.py")
+            if p.name != "__init__.py" and p.parent.name != "report"}
+    report_row = next(line for line in table.splitlines() if line.startswith("| `report/` "))
+    report_mods = {p.stem for p in (SRC / "llamalab" / "report").glob("*.py")} - {"__init__"}
+    unnamed = sorted(have - named) + sorted(f"report/{m}.py" for m in report_mods
+                                            if f"`{m}`" not in report_row and f"report/{m}.py" not in named)
+    assert not unnamed, f"modules docs/architecture.md does not name: {unnamed}"
+    assert not sorted(named - have - {f"report/{m}.py" for m in report_mods}), "paths named that do not exist"

@@ -1,6 +1,7 @@
-"""The orchestrator: study → source → builds → devices → server → ledger → workload → store.
+"""The run loop: study → source → builds → devices → server → ledger → workload → store.
 
-Only this module knows every stage. All builds finish before any timing starts. Each finished trial is
+It drives a run through every stage; `plan.py` and `plancheck.py` reuse its set-up (`prepare`, `device_setup`,
+`budget_emulation`, `server_args`). All builds finish before any timing starts. Each finished trial is
 stored before the next starts; a configuration that fails is recorded with its reason and the study goes on.
 """
 
