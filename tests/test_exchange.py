@@ -13,7 +13,8 @@ from llamalab.llamacpp import crosscheck
 from llamalab.store import exchange
 from llamalab.cli import cli
 from llamalab.errors import ConfigError, StoreError
-from llamalab.store.db import LOCAL_RUN_COLUMNS, MIGRATIONS, Store
+from llamalab.store import migrations
+from llamalab.store.db import LOCAL_RUN_COLUMNS, Store
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def counts(store: Store) -> dict[str, int]:
 def test_export_document(source):
     doc = exchange.export_run(source)
     assert (doc["format"], doc["version"]) == ("llamalab-run", 1)
-    assert doc["schema"] == [n for n, _ in MIGRATIONS]
+    assert doc["schema"] == migrations.names()
     assert doc["run_id"] == doc["tables"]["runs"][0]["id"] == source.run()["id"]
     t = doc["tables"]
     assert {k: len(v) for k, v in t.items()} == {"runs": 1, "system_info": 1, "builds": 3, "configs": 4,

@@ -30,7 +30,8 @@ from llamalab.store import owner, runids
 from llamalab.errors import ConfigError, StoreError
 from llamalab.store.exchange import encode_row
 from llamalab.records import ConfigOutcome
-from llamalab.store.db import MIGRATIONS, Store
+from llamalab.store import migrations
+from llamalab.store.db import Store
 from test_bad_input_cli import assert_clean_error, llamalab
 
 RID = runfixtures.doc()["run_id"]
@@ -381,9 +382,9 @@ def _old_schema_db(path: Path, upto: int = 1) -> Path:
     """A database exactly as llamalab with the first `upto` migrations left it, holding the demo run."""
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)")
-    for name, sql in MIGRATIONS[:upto]:
-        con.executescript(sql)
-        con.execute("INSERT INTO _migrations VALUES (?, 'then')", (name,))
+    for m in migrations.MIGRATIONS[:upto]:
+        m.apply(con)
+        con.execute("INSERT INTO _migrations VALUES (?, 'then')", (m.name,))
     tables = runfixtures.doc()["tables"]
     for t, rows in tables.items():
         for row in rows:
@@ -405,14 +406,14 @@ def test_an_older_schema_is_read_without_migrating_it(tmp_path, env):
     assert "| copies4 | kv-f16-q8_0 | 1 |" in call("report", "--db", str(db), env=env).stdout
     assert digest(db) == before
     con = sqlite3.connect(db)
-    assert [r[0] for r in con.execute("SELECT name FROM _migrations")] == [MIGRATIONS[0][0]]
+    assert [r[0] for r in con.execute("SELECT name FROM _migrations")] == ["0001_initial"]
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     con.close()
     # a write command migrates it (and only then)
     assert call("import", str(runfixtures.RUNS / f"{runfixtures.CONCURRENCY}.json"), "--db", str(db),
                     env=env).returncode == 0
     with Store(db, readonly=True) as s:
-        assert s.migrations() == [n for n, _ in MIGRATIONS]
+        assert s.migrations() == migrations.names()
 
 
 def test_a_read_only_database_can_be_read(tmp_path, env):

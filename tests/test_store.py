@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from llamalab.store import db as storemod
+from llamalab.store import db as storemod, migrations
 from llamalab.errors import StoreError
 from llamalab.llamacpp.ledger import parse
 from llamalab.records import ConfigOutcome, RequestResult, Trial
@@ -22,13 +22,13 @@ def test_schema_after_migrations(tmp_path):
                                                  "concurrency", "input_tokens"]
         assert {"server_argv_json", "env_json", "devices_json", "status", "reason"} <= set(_columns(s.db, "configs"))
         assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert [r[0] for r in s.db.execute("SELECT name FROM _migrations")] == [m[0] for m in storemod.MIGRATIONS]
+        assert [r[0] for r in s.db.execute("SELECT name FROM _migrations")] == migrations.names()
 
 
 def test_reopening_applies_nothing_twice(tmp_path):
     storemod.Store(tmp_path / "r.db").close()
     with storemod.Store(tmp_path / "r.db") as s:
-        assert s.db.execute("SELECT COUNT(*) FROM _migrations").fetchone()[0] == len(storemod.MIGRATIONS)
+        assert s.db.execute("SELECT COUNT(*) FROM _migrations").fetchone()[0] == len(migrations.MIGRATIONS)
 
 
 def test_database_from_a_newer_llamalab_is_refused(tmp_path):
@@ -80,13 +80,9 @@ def test_trials_stored_before_the_grid_get_their_runs_single_cell(tmp_path):
     workload cell of their run's study file (the defaults where it set none)."""
     db = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
     db.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)")
-    for name, sql in storemod.MIGRATIONS:
-        if callable(sql):
-            break
-        for stmt in sql.split(";"):
-            if stmt.strip():
-                db.execute(stmt)
-        db.execute("INSERT INTO _migrations VALUES (?, 'then')", (name,))
+    for m in migrations.MIGRATIONS[:6]:  # up to 0006_build_binaries
+        m.apply(db)
+        db.execute("INSERT INTO _migrations VALUES (?, 'then')", (m.name,))
     for rid, toml in (("a", "name = 'x'\n[workload]\nprompt_tokens = 2048\noutput_tokens = 128\n"),
                       ("b", "name = 'y'\n")):
         db.execute("INSERT INTO runs (id, study, study_toml, study_hash, status, started, host, llamalab_version)"

@@ -22,196 +22,10 @@ from pathlib import Path
 
 from ..errors import ConfigError, StoreError
 from ..llamacpp import memory
-from . import owner as ownermod, runids
+from . import migrations as migrationsmod, owner as ownermod, runids
 from ..llamacpp.ledger import Ledger
 from ..records import ConfigOutcome, Trial
-
-# Append-only: never edit or reorder an entry; add a new one.
-MIGRATIONS: list[tuple[str, str]] = [
-    ("0001_initial", """
-        CREATE TABLE runs (
-            id TEXT PRIMARY KEY,
-            study TEXT NOT NULL,
-            study_toml TEXT NOT NULL,
-            study_hash TEXT NOT NULL,
-            status TEXT NOT NULL,               -- running | finished | interrupted | failed
-            started TEXT NOT NULL,
-            finished TEXT,
-            host TEXT NOT NULL,
-            llamalab_version TEXT NOT NULL,
-            model_json TEXT,
-            devices_json TEXT,
-            options_json TEXT
-        );
-        CREATE TABLE system_info (
-            run_id TEXT PRIMARY KEY REFERENCES runs(id),
-            info_json TEXT NOT NULL
-        );
-        CREATE TABLE builds (
-            run_id TEXT NOT NULL REFERENCES runs(id),
-            name TEXT NOT NULL,
-            status TEXT NOT NULL,               -- ok | skipped | failed
-            reason TEXT,
-            key TEXT,
-            source_version TEXT,
-            source_commit TEXT,
-            source_origin TEXT,
-            options_json TEXT,
-            cmake_argv_json TEXT,
-            build_seconds REAL,
-            reused INTEGER,
-            PRIMARY KEY (run_id, name)
-        );
-        CREATE TABLE configs (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            run_id TEXT NOT NULL REFERENCES runs(id),
-            build TEXT NOT NULL,
-            setting TEXT NOT NULL,
-            pass INTEGER NOT NULL DEFAULT 0,
-            status TEXT NOT NULL,               -- ok | failed | skipped
-            reason TEXT,
-            server_argv_json TEXT,
-            env_json TEXT,
-            log_path TEXT,
-            devices_json TEXT,
-            load_seconds REAL,
-            started TEXT,
-            finished TEXT
-        );
-        CREATE TABLE ledgers (
-            config_id INTEGER PRIMARY KEY REFERENCES configs(id),
-            pipeline_parallel INTEGER,
-            sched_copies INTEGER,
-            n_ctx INTEGER,
-            graph_splits INTEGER,
-            ledger_json TEXT NOT NULL
-        );
-        CREATE TABLE buffers (
-            config_id INTEGER NOT NULL REFERENCES configs(id),
-            name TEXT NOT NULL,
-            is_host INTEGER NOT NULL,
-            model_mib REAL, kv_mib REAL, rs_mib REAL, compute_mib REAL, output_mib REAL,
-            PRIMARY KEY (config_id, name)
-        );
-        CREATE TABLE trials (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            run_id TEXT NOT NULL REFERENCES runs(id),
-            config_id INTEGER NOT NULL REFERENCES configs(id),
-            build TEXT NOT NULL,
-            setting TEXT NOT NULL,
-            trial INTEGER NOT NULL,
-            concurrency INTEGER NOT NULL,
-            input_tokens INTEGER, input_tps REAL,
-            output_tokens INTEGER, output_tps REAL,
-            wall_s REAL, aggregate_output_tps REAL, aggregate_total_tps REAL,
-            errors INTEGER NOT NULL DEFAULT 0,
-            started REAL,
-            requests_json TEXT NOT NULL,
-            UNIQUE (run_id, build, setting, trial, concurrency)
-        );
-    """),
-    ("0002_crosschecks", """
-        CREATE TABLE crosschecks (
-            run_id TEXT NOT NULL REFERENCES runs(id),
-            build TEXT NOT NULL,
-            setting TEXT NOT NULL,
-            result_json TEXT NOT NULL,
-            error TEXT,
-            PRIMARY KEY (run_id, build, setting)
-        );
-    """),
-    ("0003_trial_load", """
-        ALTER TABLE trials ADD COLUMN foreign_load REAL;  -- cores used by other processes during the trial
-    """),
-    ("0004_config_nvml", """
-        ALTER TABLE configs ADD COLUMN nvml_json TEXT;  -- per GPU: NVML used MiB of the server vs the ledger
-    """),
-    ("0005_context_checks", """
-        CREATE TABLE context_checks (
-            run_id TEXT NOT NULL REFERENCES runs(id),
-            build TEXT NOT NULL,
-            setting TEXT NOT NULL,
-            mode TEXT NOT NULL,                 -- verify | search
-            fitted_n_ctx INTEGER,
-            verified INTEGER,                   -- the fitted context loaded (and fit the budgets)
-            max_loaded_n_ctx INTEGER,           -- the largest context that loaded (search)
-            steps_json TEXT NOT NULL,           -- every probe: n_ctx, loaded, per-device MiB, reason
-            PRIMARY KEY (run_id, build, setting)
-        );
-    """),
-    ("0006_build_binaries", """
-        ALTER TABLE builds ADD COLUMN binary_json TEXT;  -- given binaries (--llama-bin): --version, backends, files
-    """),
-    # The workload grid: a trial belongs to a cell (prompt tokens × output tokens per request) as well as to a
-    # concurrency level, so the unique key grows by the cell. SQLite cannot change a UNIQUE constraint in place:
-    # the table is copied. Trials stored before this hold the run's single workload, read from its study file.
-    ("0007_trial_cells", lambda db: _trial_cells(db)),
-    ("0008_run_owner", """
-        ALTER TABLE runs ADD COLUMN owner_pid INTEGER;   -- the llamalab process measuring the run (owner.py)
-        ALTER TABLE runs ADD COLUMN owner_host TEXT;
-        ALTER TABLE runs ADD COLUMN owner_started TEXT;  -- boot id / start tick of that process
-        ALTER TABLE runs ADD COLUMN imported TEXT;       -- when `llamalab import` brought it (never resumed here)
-    """),
-]
-
-_TRIALS_0006 = """
-    CREATE TABLE trials_0006 (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        run_id TEXT NOT NULL REFERENCES runs(id),
-        config_id INTEGER NOT NULL REFERENCES configs(id),
-        build TEXT NOT NULL,
-        setting TEXT NOT NULL,
-        trial INTEGER NOT NULL,
-        concurrency INTEGER NOT NULL,
-        input_tokens INTEGER, input_tps REAL,
-        output_tokens INTEGER, output_tps REAL,
-        wall_s REAL, aggregate_output_tps REAL, aggregate_total_tps REAL,
-        errors INTEGER NOT NULL DEFAULT 0,
-        started REAL,
-        requests_json TEXT NOT NULL,
-        foreign_load REAL,
-        cell_prompt_tokens INTEGER,             -- prompt tokens each request asked for (the workload cell)
-        cell_output_tokens INTEGER,             -- output tokens each request asked for
-        UNIQUE (run_id, build, setting, trial, concurrency, cell_prompt_tokens, cell_output_tokens)
-    );
-    INSERT INTO trials_0006 (id, run_id, config_id, build, setting, trial, concurrency, input_tokens, input_tps,
-        output_tokens, output_tps, wall_s, aggregate_output_tps, aggregate_total_tps, errors, started, requests_json,
-        foreign_load)
-      SELECT id, run_id, config_id, build, setting, trial, concurrency, input_tokens, input_tps, output_tokens,
-        output_tps, wall_s, aggregate_output_tps, aggregate_total_tps, errors, started, requests_json, foreign_load
-      FROM trials;
-    DROP TABLE trials;
-    ALTER TABLE trials_0006 RENAME TO trials
-"""
-
-
-def _trial_cells(db: sqlite3.Connection) -> None:
-    for stmt in _TRIALS_0006.split(";"):
-        if stmt.strip():
-            db.execute(stmt)
-    for run_id, toml_text in db.execute("SELECT id, study_toml FROM runs").fetchall():
-        prompt, output = legacy_cell(toml_text)
-        db.execute("UPDATE trials SET cell_prompt_tokens=?, cell_output_tokens=? WHERE run_id=?"
-                   " AND cell_prompt_tokens IS NULL", (prompt, output, run_id))
-
-
-def legacy_cell(study_toml: str | None) -> tuple[int, int]:
-    """The one workload cell of a run stored before the grid (its study's scalar `[workload]` tokens; the
-    defaults where the study file did not set them or cannot be read)."""
-    import tomllib
-
-    try:
-        wl = (tomllib.loads(study_toml or "").get("workload") or {})
-    except (tomllib.TOMLDecodeError, TypeError):
-        wl = {}
-
-    def one(v, default: int) -> int:
-        if isinstance(v, list) and len(v) == 1:
-            v = v[0]
-        return v if isinstance(v, int) and not isinstance(v, bool) else default
-
-    return one(wl.get("prompt_tokens"), 256), one(wl.get("output_tokens"), 32)
-
+from .migrations import legacy_cell
 
 def with_trial_cells(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """A run's tables (as `dump_run` or an export gives them) with every trial's workload cell filled in: trials
@@ -273,13 +87,13 @@ class Store:
                 db = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=30.0, isolation_level=None)
                 names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             db.row_factory = sqlite3.Row
-            if "_migrations" not in names:
+            if migrationsmod.TABLE not in names:
                 db.close()
                 raise StoreError(f"{self.path} is not a llamalab results database (it has no llamalab tables).",
                                  tip="check --db (or LLAMALAB_DATA); llamalab reads only databases it made.")
-            applied = [r[0] for r in db.execute("SELECT name FROM _migrations ORDER BY name")]
+            applied = migrationsmod.applied(db)
             self._refuse_newer(applied)
-            if [n for n, _ in MIGRATIONS if n not in applied]:
+            if migrationsmod.pending(applied):
                 # an older schema: read a migrated copy in memory; the file is not touched
                 mem = sqlite3.connect(":memory:", isolation_level=None)
                 db.backup(mem)
@@ -360,28 +174,16 @@ class Store:
         self.db.execute("COMMIT")
 
     def _refuse_newer(self, applied: list[str]) -> None:
-        known = [name for name, _ in MIGRATIONS]
-        unknown = [a for a in applied if a not in known]
+        unknown = migrationsmod.unknown(applied)
         if unknown:
             raise StoreError(
                 f"{self.path} was written by a newer llamalab (it has migration(s) {', '.join(unknown)}).",
                 tip="upgrade llamalab (pip install -U llamalab), or pass --db with another database file.")
 
     def _migrate(self) -> None:
-        self.db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)")
-        applied = [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY name")]
-        self._refuse_newer(applied)
-        for name, sql in MIGRATIONS:
-            if name in applied:
-                continue
-            with self.tx() as db:
-                if callable(sql):  # a migration that also moves data
-                    sql(db)
-                else:
-                    for stmt in sql.split(";"):
-                        if stmt.strip():
-                            db.execute(stmt)
-                db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, _now()))
+        """Bring the schema up to date (store/migrations.py); a database from a newer llamalab is refused."""
+        self._refuse_newer(migrationsmod.applied(self.db))
+        migrationsmod.migrate(self.db)
 
     # ------------------------------------------------------------ writing
 
@@ -689,7 +491,8 @@ class Store:
         return [r[1] for r in self.db.execute(f"PRAGMA table_info({table})")]
 
     def migrations(self) -> list[str]:
-        return [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY name")]
+        """The migrations this database records (its schema), oldest first."""
+        return migrationsmod.applied(self.db)
 
     def has_run(self, run_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM runs WHERE id=?", (run_id,)).fetchone() is not None

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 
 from .. import __version__
-from . import runrows
+from . import migrations, runrows
 from ..errors import ConfigError, StoreError
-from .db import LOCAL_RUN_COLUMNS, MIGRATIONS, Store, with_trial_cells
+from .db import LOCAL_RUN_COLUMNS, Store, with_trial_cells
 
 FORMAT = "llamalab-run"
 VERSION = 1
@@ -89,8 +89,7 @@ def loads(text: str, name: str = "the file") -> dict:
     if not isinstance(schema, list) or not all(isinstance(m, str) for m in schema):
         raise ConfigError(f"{name}: \"schema\" must be a list of migration names, not {_short(schema)}.",
                           tip="pass a file written by `llamalab export RUN -o FILE`.")
-    known = {n for n, _ in MIGRATIONS}
-    newer = [m for m in schema if m not in known]
+    newer = migrations.unknown(schema)
     if newer:
         raise ConfigError(f"{name} was exported by a newer llamalab (schema {', '.join(newer)}).",
                           tip="upgrade llamalab (pip install -U llamalab) to import it.")
