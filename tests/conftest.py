@@ -41,3 +41,24 @@ def tmp_data(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "data"
     monkeypatch.setenv("LLAMALAB_DATA", str(d))
     return d
+
+
+def _loopback_works() -> bool:
+    import socket
+
+    try:
+        with socket.socket() as srv:
+            srv.bind(("127.0.0.1", 0))
+            srv.listen()
+            with socket.create_connection(srv.getsockname(), timeout=2.0):
+                return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def loopback() -> None:
+    """For the few fast tests that need real sockets on 127.0.0.1: skipped (with the reason) where the loopback
+    interface is down, as in a bare `unshare -n` (`ip link set lo up` inside it brings it back)."""
+    if not _loopback_works():
+        pytest.skip("127.0.0.1 is not reachable (loopback interface down: `unshare -n` without `ip link set lo up`)")

@@ -100,10 +100,22 @@ def one_request(client: httpx.Client, index: int, ids: list[int], shape: Shape) 
                 return RequestResult(index=index, wall_s=time.perf_counter() - t0,
                                      error=f"HTTP {r.status_code}: {text}")
             for line in r.iter_lines():
-                if not line.startswith("data: "):
+                if not line.startswith("data: ") or line == "data: [DONE]":  # `:` pings, blank separators
                     continue
                 now = time.perf_counter()
-                ev = json.loads(line[6:])
+                try:
+                    ev = json.loads(line[6:])
+                except ValueError:
+                    return RequestResult(index=index, wall_s=time.perf_counter() - t0,
+                                         error=f"a stream event is not JSON (was the stream cut?): {line[:120]!r}")
+                if not isinstance(ev, dict):
+                    return RequestResult(index=index, wall_s=time.perf_counter() - t0,
+                                         error=f"a stream event is not a JSON object: {line[:120]!r}")
+                if "error" in ev:  # llama-server's error after the stream began: one event, then the end
+                    err = ev["error"]
+                    what = err.get("message", err) if isinstance(err, dict) else err
+                    return RequestResult(index=index, wall_s=time.perf_counter() - t0,
+                                         error=f"the server failed mid-stream: {str(what)[:300]}")
                 if ev.get("content") or ev.get("tokens"):
                     if first is None:
                         first = now
