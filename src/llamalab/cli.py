@@ -106,18 +106,17 @@ def _study_options(f):
 
 def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
                host, trust, model=None) -> None:
-    from .run import runner
-    from .study import spec as studymod
     from .paths import default_db
-    from .run.progress import RichProgress, StderrProgress
-    from .report import data as rdata, markdown, tables
-    from .write import atomic_write
     from .store.db import Store
 
     overrides = list(overrides) + _bin_override(llama_bin)
     if host:
         overrides += _host_overrides(host)
     st, text = _load_study(ref, overrides, trust)
+    # imported only now: a mistake in the command line or the study is reported without loading the run loop, and
+    # the report modules (scipy) load after the run
+    from .run import runner
+    from .run.progress import RichProgress, StderrProgress
     opts = runner.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
                           crosscheck=crosscheck, max_context=max_context)
     if resume:
@@ -135,6 +134,9 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
         run_id = runner.execute(prep, text, opts, progress)
     finally:
         progress.close()
+    from .report import data as rdata, markdown, tables
+    from .write import atomic_write
+
     with Store(opts.db) as store:
         data = rdata.load(store, run_id)
         failed, total, measured = runner.run_outcome(store, run_id)

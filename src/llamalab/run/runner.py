@@ -111,14 +111,18 @@ def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str
 
 
 def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
-    backend = resolve_backend(study, opts.home, progress)
-    if study.devices.rpc:  # exposure warnings, reachability and ssh logins before anything is built
-        remote.preflight(study.devices.rpc, progress.warn)
+    """The set-up `run`, `build` and `plan` share. What the user gave is checked before anything is contacted,
+    fetched or built: the model's header first (before the machine is even probed for its backend), then the given
+    binaries (against that backend), then the remote endpoints (exposure warnings, reachability, ssh logins); only
+    then is a source fetched and built."""
     user_model = opts.model or study.model.path
-    if user_model:  # the user's model is checked before anything is fetched or built
+    if user_model:
         model_path = Path(user_model).expanduser()
         info = models.read_info(model_path)
+    backend = resolve_backend(study, opts.home, progress)
     given = given_binaries(study, backend, progress)
+    if study.devices.rpc:
+        remote.preflight(study.devices.rpc, progress.warn)
     src = _source(study, opts, given, progress)
     if not user_model:
         shape = models.preset(study.model.preset or "tiny")
