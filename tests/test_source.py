@@ -1,9 +1,13 @@
 """llama.cpp source: extraction from an sdist, sha256 pinning, and user checkouts."""
 
+import contextlib
+import http.server
 import io
 import json
 import tarfile
+import threading
 
+import httpx
 import pytest
 
 from llamalab.llamacpp import source
@@ -47,48 +51,61 @@ def test_pinned_reuses_an_extracted_tree_without_network(tmp_path):
 
 
 class Index:
-    """A real HTTP package index on 127.0.0.1 (PEP 691 JSON or PEP 503 HTML) serving the files it is given."""
+    """A package index (PEP 691 JSON or PEP 503 HTML) serving the files it is given: in process, as the transport of
+    llamalab's own HTTP client (`transport`), or as a real HTTP server on 127.0.0.1 (`serve`). `down` makes every
+    request fail the way an unreachable host does."""
 
     def __init__(self, files: dict[str, bytes], *, html: bool = False):
-        import http.server
-        import threading
+        self.files, self.html, self.requests, self.down = files, html, [], False
+        self.url = "http://index.test/simple"
+        self.transport = httpx.MockTransport(self.answer)
 
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        if self.down:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        path = request.url.path.removeprefix("/simple")
+        self.requests.append(path)
+        if path == "/pkg/":
+            if self.html:
+                body = "".join(f'<a href="/files/{n}#sha256=00">{n}</a>' for n in self.files).encode()
+                return httpx.Response(200, headers={"Content-Type": "text/html"}, content=body)
+            body = json.dumps({"files": [{"filename": n, "url": f"/files/{n}"} for n in self.files]}).encode()
+            return httpx.Response(200, headers={"Content-Type": "application/vnd.pypi.simple.v1+json"}, content=body)
+        if path.startswith("/files/") and path[7:] in self.files:
+            return httpx.Response(200, headers={"Content-Type": "application/octet-stream"},
+                                  content=self.files[path[7:]])
+        return httpx.Response(404)
+
+    def download(self, folder, pin, log=lambda s: None):
+        return source._download(folder, pin, log=log, index=self.url, transport=self.transport)
+
+    @contextlib.contextmanager
+    def serve(self):
+        """The same index as a real HTTP server on 127.0.0.1; yields its URL."""
         index = self
-        self.files, self.html, self.requests = files, html, []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
 
             def do_GET(self):
-                index.requests.append(self.path)
-                if self.path == "/simple/pkg/":
-                    if index.html:
-                        body = "".join(f'<a href="/files/{n}#sha256=00">{n}</a>' for n in index.files).encode()
-                        ctype = "text/html"
-                    else:
-                        body = json.dumps({"files": [{"filename": n, "url": f"/files/{n}"} for n in index.files]}).encode()
-                        ctype = "application/vnd.pypi.simple.v1+json"
-                elif self.path.startswith("/files/") and self.path[7:] in index.files:
-                    body, ctype = index.files[self.path[7:]], "application/octet-stream"
-                else:
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
+                r = index.answer(httpx.Request("GET", "http://index.test" + self.path))
+                self.send_response(r.status_code)
+                for k, v in r.headers.items():
+                    if k.lower() != "content-length":
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(r.content)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+        finally:
+            server.shutdown()
+            server.server_close()
 
 
 def _hostile_sdist(path, root, commit, hook_marker):
@@ -112,9 +129,7 @@ def sdist_index(tmp_path):
     sd = tmp_path / "pkg-1.0.tar.gz"
     marker = tmp_path / "hook-ran"
     _hostile_sdist(sd, "pkg-1.0", "abc123", marker)
-    idx = Index({"pkg-1.0.tar.gz": sd.read_bytes()})
-    yield idx, sd, marker
-    idx.close()
+    yield Index({"pkg-1.0.tar.gz": sd.read_bytes()}), sd, marker
 
 
 def test_download_checks_the_sha256_before_anything_reads_the_file(tmp_path, sdist_index):
@@ -122,29 +137,29 @@ def test_download_checks_the_sha256_before_anything_reads_the_file(tmp_path, sdi
     idx, sd, marker = sdist_index
     pin = source.Pin("pkg", "1.0", "pkg-1.0.tar.gz", "f" * 64, 1, "abc123", "")
     with pytest.raises(SourceError) as e:
-        source._download(tmp_path / "dl", pin, log=lambda s: None, index=idx.url)
+        idx.download(tmp_path / "dl", pin)
     assert "refusing to unpack or build it" in e.value.message and source.sha256_file(sd) in e.value.message
     assert list((tmp_path / "dl").iterdir()) == [] and not marker.exists()
-    assert idx.requests == ["/simple/pkg/", "/files/pkg-1.0.tar.gz"]
+    assert idx.requests == ["/pkg/", "/files/pkg-1.0.tar.gz"]
 
 
 def test_a_tampered_cached_sdist_is_fetched_again(tmp_path, sdist_index):
     idx, sd, marker = sdist_index
     pin = source.Pin("pkg", "1.0", "pkg-1.0.tar.gz", source.sha256_file(sd), 1, "abc123", "")
-    got = source._download(tmp_path / "dl", pin, log=lambda s: None, index=idx.url)
+    got = idx.download(tmp_path / "dl", pin)
     assert got.read_bytes() == sd.read_bytes() and len(idx.requests) == 2
-    assert source._download(tmp_path / "dl", pin, log=lambda s: None, index=idx.url) == got
+    assert idx.download(tmp_path / "dl", pin) == got
     assert len(idx.requests) == 2  # a good cached copy is not fetched again
     got.write_bytes(got.read_bytes() + b"tampered")
     logs = []
-    source._download(tmp_path / "dl", pin, log=logs.append, index=idx.url)
+    idx.download(tmp_path / "dl", pin, log=logs.append)
     assert got.read_bytes() == sd.read_bytes() and len(idx.requests) == 4
     assert any("does not have the pinned sha256" in m for m in logs)
     # and when the index serves a tampered file too, the tampered cache is refused, not used
     got.write_bytes(b"tampered")
     idx.files["pkg-1.0.tar.gz"] = b"tampered"
     with pytest.raises(SourceError, match="refusing"):
-        source._download(tmp_path / "dl", pin, log=lambda s: None, index=idx.url)
+        idx.download(tmp_path / "dl", pin)
     assert not got.exists() and not marker.exists()
 
 
@@ -152,26 +167,53 @@ def test_pinned_downloads_verifies_and_unpacks_without_running_anything(tmp_path
     idx, sd, marker = sdist_index
     monkeypatch.setenv("LLAMALAB_INDEX_URL", idx.url)
     pin = source.Pin("pkg", "1.0", "pkg-1.0.tar.gz", source.sha256_file(sd), 9, "abc123", "")
-    src = source.pinned(tmp_path / "home", pin=pin, log=lambda s: None)
+    src = source.pinned(tmp_path / "home", pin=pin, log=lambda s: None, transport=idx.transport)
     assert src.commit == "abc123" and (src.path / "CMakeLists.txt").is_file() and not marker.exists()
+    assert idx.requests == ["/pkg/", "/files/pkg-1.0.tar.gz"]
+
+
+def test_pinned_refuses_a_wrong_sha256_and_extracts_nothing(tmp_path, sdist_index, monkeypatch):
+    """The refusal through the function `llamalab run` calls: no tree, no download kept, no build hook run."""
+    idx, sd, marker = sdist_index
+    monkeypatch.setenv("LLAMALAB_INDEX_URL", idx.url)
+    pin = source.Pin("pkg", "1.0", "pkg-1.0.tar.gz", "e" * 64, 9, "abc123", "")
+    with pytest.raises(SourceError, match="refusing to unpack or build it"):
+        source.pinned(tmp_path / "home", pin=pin, log=lambda s: None, transport=idx.transport)
+    assert not (tmp_path / "home" / "src").exists() and list((tmp_path / "home" / "downloads").iterdir()) == []
+    assert not marker.exists() and idx.requests == ["/pkg/", "/files/pkg-1.0.tar.gz"]
 
 
 def test_the_html_simple_api_works_too(tmp_path, sdist_index):
     idx, sd, marker = sdist_index
     idx.html = True
     pin = source.Pin("pkg", "1.0", "pkg-1.0.tar.gz", source.sha256_file(sd), 1, "abc123", "")
-    assert source._download(tmp_path / "dl", pin, log=lambda s: None, index=idx.url).is_file()
+    assert idx.download(tmp_path / "dl", pin).is_file()
 
 
 def test_an_index_without_the_file_or_unreachable_is_a_clear_error(tmp_path, sdist_index):
     idx, sd, marker = sdist_index
     pin = source.Pin("pkg", "2.0", "pkg-2.0.tar.gz", "0" * 64, 1, "x", "")
     with pytest.raises(SourceError, match="is not listed at"):
-        source._download(tmp_path / "dl", pin, log=lambda s: None, index=idx.url)
-    idx.close()
-    with pytest.raises(SourceError, match="could not download") as e:
-        source._download(tmp_path / "dl", pin, log=lambda s: None, index=idx.url)
+        idx.download(tmp_path / "dl", pin)
+    idx.down = True
+    with pytest.raises(SourceError, match="could not download pkg-2.0.tar.gz: .*Connection refused") as e:
+        idx.download(tmp_path / "dl", pin)
     assert "--llama-cpp" in e.value.tip and list((tmp_path / "dl").iterdir()) == []
+
+
+def test_a_real_http_index_on_loopback(tmp_path, sdist_index, loopback):
+    """The same index over a real socket: the JSON page, the file, and the sha256 refusal; then an index that no
+    longer listens."""
+    idx, sd, marker = sdist_index
+    good = source.Pin("pkg", "1.0", "pkg-1.0.tar.gz", source.sha256_file(sd), 1, "abc123", "")
+    bad = source.Pin("pkg", "1.0", "pkg-1.0.tar.gz", "f" * 64, 1, "abc123", "")
+    with idx.serve() as url:
+        assert source._download(tmp_path / "ok", good, log=lambda s: None, index=url).read_bytes() == sd.read_bytes()
+        with pytest.raises(SourceError, match="refusing to unpack or build it"):
+            source._download(tmp_path / "dl", bad, log=lambda s: None, index=url)
+    assert list((tmp_path / "dl").iterdir()) == [] and not marker.exists()
+    with pytest.raises(SourceError, match="could not download"):
+        source._download(tmp_path / "dl", bad, log=lambda s: None, index=url)
 
 
 def test_an_sdist_entry_outside_the_tree_is_refused(tmp_path):
@@ -189,14 +231,10 @@ def test_an_sdist_entry_outside_the_tree_is_refused(tmp_path):
     assert not (tmp_path / "escape").exists() and not (tmp_path / "home" / "src" / "x").exists()
 
 
+@pytest.mark.network
 def test_the_real_pypi_file_with_a_wrong_pin_is_refused(tmp_path):
-    """The same refusal against PyPI itself (a tiny sdist); skipped only where PyPI cannot be reached."""
-    import httpx
-
-    try:
-        httpx.head("https://pypi.org/simple/six/", timeout=10)
-    except httpx.HTTPError:
-        pytest.skip("pypi.org is not reachable from here")
+    """The same refusal against PyPI itself (a tiny sdist). It needs the internet (marked `network`: `make test`
+    runs it, the fast suite does not) and fails where PyPI cannot be reached."""
     pin = source.Pin("six", "1.16.0", "six-1.16.0.tar.gz", "f" * 64, 1, "x", "")
     with pytest.raises(SourceError, match="refusing to unpack or build it"):
         source._download(tmp_path, pin, log=lambda s: None)

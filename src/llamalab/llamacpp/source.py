@@ -97,13 +97,14 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def pinned(home: Path, *, pin: Pin = PINNED, log=print) -> Source:
-    """The pinned llama.cpp tree under `home/src`, fetched and extracted on first use."""
+def pinned(home: Path, *, pin: Pin = PINNED, log=print, transport: httpx.BaseTransport | None = None) -> Source:
+    """The pinned llama.cpp tree under `home/src`, fetched and extracted on first use (`transport`: how HTTP
+    requests reach the index; the network unless a test gives an in-process one)."""
     dest = home / "src" / f"llama.cpp-b{pin.build_number}"
     marker = dest / MARKER
     if marker.is_file():
         return _from_marker(dest)
-    sdist = _download(home / "downloads", pin, log=log)
+    sdist = _download(home / "downloads", pin, log=log, transport=transport)
     log(f"extracting vendor/llama.cpp from {sdist.name} …")
     commit = _extract_vendor(sdist, dest, pin)
     if commit != pin.commit:
@@ -155,7 +156,8 @@ def sdist_url(page: str, content_type: str, page_url: str, filename: str) -> str
     return None
 
 
-def _download(folder: Path, pin: Pin, *, log=print, index: str | None = None) -> Path:
+def _download(folder: Path, pin: Pin, *, log=print, index: str | None = None,
+              transport: httpx.BaseTransport | None = None) -> Path:
     """The pinned sdist, fetched as a file (no build hook of it runs, nothing else is installed) and kept only if its
     sha256 is the pinned one. A cached copy is checked the same way and fetched again if it differs."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -173,7 +175,8 @@ def _download(folder: Path, pin: Pin, *, log=print, index: str | None = None) ->
     fd, tmp_name = tempfile.mkstemp(prefix=".download-", dir=folder)
     tmp = Path(tmp_name)
     try:
-        with httpx.Client(timeout=httpx.Timeout(60.0, connect=20.0), follow_redirects=True) as client:
+        with httpx.Client(timeout=httpx.Timeout(60.0, connect=20.0), follow_redirects=True,
+                          transport=transport) as client:
             r = client.get(page_url, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
             if r.status_code != 200:
                 raise SourceError(f"the index {page_url} answered {r.status_code}.", tip=tip)
