@@ -4,6 +4,7 @@ what llama-server and rpc-server print about devices, ledgers regrouped by endpo
 from __future__ import annotations
 
 import shlex
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -157,13 +158,29 @@ def test_unreachable_endpoints_are_named_with_the_reason():
     assert "rpc-server -H" in e.value.tip and "ssh" in e.value.tip
 
 
-def test_reach_says_why():
-    import socket
-
+def test_reach_says_why_over_a_real_socket(loopback):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
+        s.listen()
         port = s.getsockname()[1]
-    assert "refused" in remote.reach("127.0.0.1", port, 1.0)
+        assert remote.reach("127.0.0.1", port, 1.0) is None
+    assert remote.reach("127.0.0.1", port, 1.0) == "connection refused (nothing listens on that port)"
+
+
+@pytest.mark.parametrize("raised, words", [
+    (ConnectionRefusedError(111, "Connection refused"), "connection refused (nothing listens on that port)"),
+    (TimeoutError(), "no answer within 2.5 s (a firewall, or the host is down)"),
+    (socket.gaierror(-2, "Name or service not known"),
+     "the host name does not resolve (Name or service not known)"),
+    (OSError(101, "Network is unreachable"), "Network is unreachable"),
+])
+def test_reach_puts_each_failure_in_words(monkeypatch, raised, words):
+    def connect(address, timeout):
+        assert address == ("gpu-box", 50052) and timeout == 2.5
+        raise raised
+
+    monkeypatch.setattr(remote.socket, "create_connection", connect)
+    assert remote.reach("gpu-box", 50052, 2.5) == words
 
 
 class Recorder:
