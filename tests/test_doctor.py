@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import PurePosixPath
 
 import pytest
@@ -179,6 +181,14 @@ def test_make_without_ninja_and_neither():
     assert rep.tool("make").status == "missing" and not rep.backend("cpu").buildable
 
 
+def test_compilers_are_named_by_their_version_line():
+    rep = doctor.examine(fake(programs=LINUX_TOOLS))
+    cc, cxx = rep.tool("cc"), rep.tool("cxx")
+    assert (cc.status, cc.version, cc.path) == ("ok", "gcc (Debian 12.2.0-14) 12.2.0", "/usr/bin/cc")
+    assert (cxx.status, cxx.version, cxx.path) == ("ok", "g++ (Debian 12.2.0-14) 12.2.0", "/usr/bin/c++")
+    assert cc.detail == "gcc (Debian 12.2.0-14) 12.2.0 (/usr/bin/cc, as cc)"
+
+
 def test_cc_from_environment():
     rep = doctor.examine(fake(programs={**LINUX_TOOLS, "clang-18": "Ubuntu clang version 18.1.3\n"},
                               env={"CC": "clang-18", "CXX": "clang++-18"}))
@@ -217,12 +227,21 @@ def test_unknown_os_lists_every_family():
     assert "Debian/Ubuntu: sudo apt-get install -y cmake" in text and "macOS: brew install cmake" in text
 
 
+def _first_line_of(argv: list[str]) -> str:
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return next(line.strip() for line in out.splitlines() if line.strip())
+
+
 def test_this_machine():
-    """The real probe must not crash, and this machine (and CI's) has CMake and GCC."""
+    """The real probe on this machine (and CI's), which has CMake and a C and C++ compiler: each compiler is the
+    one on PATH, with the version line it prints itself."""
     rep = doctor.examine()
     assert rep.tool("cmake").status == "ok"
-    assert rep.tool("cc").status == "ok" and rep.tool("cxx").status == "ok"
-    assert "gcc" in (rep.tool("cc").version or "").lower() or "cc" in (rep.tool("cc").version or "")
+    for key, name in (("cc", "cc"), ("cxx", "c++")):
+        path = shutil.which(name)
+        assert path, f"this machine has no {name} on PATH"
+        t = rep.tool(key)
+        assert (t.status, t.path, t.version) == ("ok", path, _first_line_of([path, "--version"]))
     assert rep.backend("cpu-rpc").buildable
     json.dumps(rep.to_json())
     assert "Backends" in doctor.render(rep)
