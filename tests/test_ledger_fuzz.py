@@ -1,13 +1,14 @@
 """Property: `ledger.parse` (and what `llamalab inspect` builds on it) never raises, whatever it is fed, and no line
 makes any parser of llama.cpp output slow.
 
-More than 10,000 generated inputs per run: arbitrary text, mutated real logs, lines built from llama.cpp's own
-vocabulary so the parser's deeper branches are reached, and long lines: runs of one character (or a short group)
-thousands long next to that vocabulary, and its words repeated. Profile "ledger-fuzz" (derandomized, no example
-database, no deadline) keeps CI reproducible; about a minute on two cores.
+Arbitrary text, mutated real logs, lines built from llama.cpp's own vocabulary so the parser's deeper branches are
+reached, and long lines: runs of one character (or a short group) thousands long next to that vocabulary, and its
+words repeated. Profile "ledger-fuzz" (derandomized, no example database, no deadline) keeps CI reproducible.
 
-Each test counts its own examples and checks that it ran them all (EXAMPLES), so the count holds whatever tests
-run, in whatever order.
+Each property runs twice over: `deep` (marked `slow`: `make test` runs it, `make test-fast` does not) with EXAMPLES,
+more than 10,000 inputs in all, about a minute of CPU; `quick` (in the fast suite) with a tenth of them, the same
+strategies and checks. Each test counts its own examples and checks that it ran them all, so the count holds
+whatever tests run, in whatever order.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,18 +36,24 @@ FIXTURE_LINES = {p.stem: p.read_text(encoding="utf-8", errors="replace").splitli
 EXAMPLES = {"arbitrary": 3000, "mutated": 4000, "vocabulary": 3200, "inspect": 400, "long": 500, "repeated": 500}
 
 
-def run_property(name: str, strategy, body) -> None:
-    """Run `body` on EXAMPLES[name] generated inputs and check that all of them ran."""
+QUICK = 10  # the fast suite runs EXAMPLES[name] // QUICK
+DEPTH = pytest.mark.parametrize("depth", [pytest.param("quick"), pytest.param("deep", marks=pytest.mark.slow)])
+
+
+def run_property(name: str, strategy, body, depth: str) -> None:
+    """Run `body` on EXAMPLES[name] generated inputs (a tenth of them when `depth` is "quick") and check that all of
+    them ran."""
+    n = EXAMPLES[name] if depth == "deep" else EXAMPLES[name] // QUICK
     seen = [0]
 
-    @settings(PROFILE, max_examples=EXAMPLES[name])
+    @settings(PROFILE, max_examples=n)
     @given(strategy)
     def prop(value):
         seen[0] += 1
         body(value)
 
     prop()
-    assert seen[0] >= EXAMPLES[name], (name, seen[0])
+    assert seen[0] >= n, (name, seen[0])
 
 
 def check(lines) -> ledger.Ledger:
@@ -63,8 +71,9 @@ anything = st.one_of(st.text(max_size=200), st.binary(max_size=120), st.integers
                      st.text(alphabet="0123456789.=:|[]()- \r\n\x1b{}\"", max_size=120))
 
 
-def test_arbitrary_lines_never_raise():
-    run_property("arbitrary", st.lists(anything, max_size=25), check)
+@DEPTH
+def test_arbitrary_lines_never_raise(depth):
+    run_property("arbitrary", st.lists(anything, max_size=25), check, depth)
 
 
 # ---------------------------------------------------------------- mutated real logs
@@ -97,8 +106,9 @@ def mutated_log(data) -> None:
     check(out)
 
 
-def test_mutated_real_logs_never_raise():
-    run_property("mutated", st.data(), mutated_log)
+@DEPTH
+def test_mutated_real_logs_never_raise(depth):
+    run_property("mutated", st.data(), mutated_log, depth)
 
 
 # ---------------------------------------------------------------- llama.cpp vocabulary
@@ -153,8 +163,9 @@ def vocabulary_log(lines) -> None:
             assert v is None or v >= 0
 
 
-def test_llama_vocabulary_never_raises():
-    run_property("vocabulary", st.lists(vocab_line(), max_size=40), vocabulary_log)
+@DEPTH
+def test_llama_vocabulary_never_raises(depth):
+    run_property("vocabulary", st.lists(vocab_line(), max_size=40), vocabulary_log, depth)
 
 
 def inspect_log(lines) -> None:
@@ -163,8 +174,9 @@ def inspect_log(lines) -> None:
     json.dumps(inspect_view.inspect_json(led))
 
 
-def test_inspect_output_never_raises():
-    run_property("inspect", st.lists(vocab_line(), max_size=30), inspect_log)
+@DEPTH
+def test_inspect_output_never_raises(depth):
+    run_property("inspect", st.lists(vocab_line(), max_size=30), inspect_log, depth)
 
 
 # ---------------------------------------------------------------- long lines and repeated characters
@@ -207,12 +219,14 @@ def every_parser_quickly(lines) -> None:
     assert took < 1.0 * max(1, len(lines)), (took, [line[:80] for line in lines])
 
 
-def test_long_lines_parse_quickly():
-    run_property("long", st.lists(long_line(), min_size=1, max_size=3), every_parser_quickly)
+@DEPTH
+def test_long_lines_parse_quickly(depth):
+    run_property("long", st.lists(long_line(), min_size=1, max_size=3), every_parser_quickly, depth)
 
 
-def test_repeated_characters_parse_quickly():
-    run_property("repeated", st.lists(repeated_line(), min_size=1, max_size=3), every_parser_quickly)
+@DEPTH
+def test_repeated_characters_parse_quickly(depth):
+    run_property("repeated", st.lists(repeated_line(), min_size=1, max_size=3), every_parser_quickly, depth)
 
 
 def test_the_fuzz_runs_ten_thousand_inputs():
