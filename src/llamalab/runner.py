@@ -10,6 +10,7 @@ import hashlib
 import os
 import tempfile
 import tomllib
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,8 +84,9 @@ def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str
 
 
 def study_hash(study: Study, model_path: Path) -> str:
-    # a study without [source] hashes as before that table existed, so its unfinished runs still resume
-    blob = study.model_dump_json(exclude={"source"} if study.source == SourceSpec() else None) + "|" + str(model_path)
+    # a study without [source] (or [tune]) hashes as before that table existed, so its unfinished runs still resume
+    exclude = ({"source"} if study.source == SourceSpec() else set()) | ({"tune"} if study.tune is None else set())
+    blob = study.model_dump_json(exclude=exclude or None) + "|" + str(model_path)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -377,9 +379,12 @@ def llama_cpp_info(prep: Prepared) -> dict:
     return info
 
 
-def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress) -> str:
+def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress, *,
+            passes: list[Pass] | None = None, skip: Callable[[Store, str, Pass], str | None] | None = None) -> str:
     """Run every pass of the study into the store; returns the run id. The run records the effective study
-    (file plus overrides) as TOML, whatever `study_toml` held."""
+    (file plus overrides) as TOML, whatever `study_toml` held. `passes` replaces the study's own order (expand);
+    `skip`, asked before each pass, may return why that pass is not run (it is then left out, with the reason
+    shown), so a caller can stop measuring a configuration that earlier passes already settled."""
     study = prep.study
     study_toml = to_toml(study)
     shash = study_hash(study, prep.model_path)
@@ -403,7 +408,7 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                                      reason=reason)
             done = store.done_trials(run_id)
             levels = study.workload.concurrency
-            passes = expand(study)
+            passes = expand(study) if passes is None else passes
             todo = [(i, p, tuple(t for t in p.trials
                                  if any((p.config.build.name, p.config.setting.name, t, c) not in done for c in levels)))
                     for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
@@ -413,6 +418,11 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
             run_dir = opts.runs_dir / run_id
             for i, p, trials in todo:
                 proc.check_stop()
+                why = skip(store, run_id, p) if skip is not None else None
+                if why:
+                    progress.message(f"not measuring {p.config.build.name} × {p.config.setting.name} further: {why}")
+                    counter[0] += len(trials) * len(levels)
+                    continue
                 _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
             if opts.crosscheck:
                 _crosscheck(prep, store, run_id, run_dir / "logs", progress)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..safetext import plain
-from . import context, grid, network, recommend, speed, summary, tables
+from . import context, grid, network, recommend, speed, summary, tables, tune
 from .data import RunData
 
 
@@ -46,6 +46,7 @@ def pp_gain(data: RunData) -> list[str]:
 def render(data: RunData) -> str:
     r = data.run
     out = [f"# llamalab: {r['study']} — run {r['id']}", ""]
+    out += tune.markdown(data)  # a tune run: the front, the pick and its command first
     out += ["**Recommendation.** " + recommend.recommendation(data), ""]
     table = decision_tables(data)
     if table:

@@ -1,0 +1,244 @@
+"""A tune run (`llamalab tune`) as the reports show it: the front measured, the pick for the goal and its exact
+command, llama.cpp's default beside it, and how many candidates each stage looked at. Pure: from a stored RunData
+(its `tunes` row and its trials), never from a live run.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from .. import stats, tunespace as ts
+from .data import RunData
+from .tables import markdown_table
+
+DEFAULT = "default"
+
+
+@dataclass
+class Row:
+    build: str
+    label: str
+    n_ctx: int
+    prompt: float | None
+    gen: float | None
+    agg: float | None
+    n: int  # single-stream trials
+    devices_mib: list[float | None]
+    gen_vs_default: str = ""  # "1.01× [0.99, 1.03] — no measurable difference"
+    on_front: bool = False
+    picked: bool = False
+    note: str = ""
+
+
+@dataclass
+class View:
+    run_id: str
+    doc: dict
+    rows: list[Row]
+    pick: ts.Pick
+    pick_sentence: str
+    command: str
+    default_command: str
+    devices: list[str]
+    parallel: int
+    stage_lines: list[str] = field(default_factory=list)
+
+
+def doc_of(data: RunData) -> dict | None:
+    rows = data.tables.get("tunes") or []
+    if not rows:
+        return None
+    raw = rows[0].get("result_json")
+    if isinstance(raw, str):
+        import json
+
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _ledger_ctx(data: RunData) -> dict[str, int]:
+    out = {}
+    for c in data.ok_configs():
+        n = (c.get("ledger") or {}).get("n_ctx")
+        if n:
+            out[c["build"]] = int(n)
+    return out
+
+
+def _fmt(v: float | None, nd: int = 1) -> str:
+    return "–" if v is None else f"{v:,.{nd}f}"
+
+
+def command(data: RunData, build: str, parallel: int, model: str) -> str:
+    """The llama-server command a configuration of the run ran with, as a user types it: the study's server
+    arguments, the build's, and the slots (-np K -kvu); the budget emulation's -fitt and the default's `-ts 0,…`
+    (llama.cpp's "no split given", there only to keep the emulation from adding one) left out."""
+    server = list((data.study.get("server") or {}).get("args") or [])
+    args = list(data.study_entry("builds", build).get("args") or [])
+    if build == DEFAULT and "-ts" in args:
+        i = args.index("-ts")
+        if i + 1 < len(args) and set(args[i + 1].replace(",", "")) <= {"0"}:
+            del args[i:i + 2]
+    return shlex.join(["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"])
+
+
+def view(data: RunData) -> View | None:
+    doc = doc_of(data)
+    if doc is None:
+        return None
+    k = int(doc.get("parallel") or 1)
+    threshold = float(doc.get("threshold") or 0.02)
+    cands = {c.get("build"): c for c in doc.get("candidates") or [] if c.get("build")}
+    ctx = {DEFAULT: int((doc.get("default") or {}).get("n_ctx") or 0)}
+    ctx |= {b: int(c.get("n_ctx") or 0) for b, c in cands.items()}
+    ms = ts.measures(data.trials, ctx, k, _ledger_ctx(data))
+    by = {m.name: m for m in ms}
+    default = doc.get("default") or {}
+    p = ts.pick(ms, DEFAULT, doc.get("goal") or "context", min_context=int(doc.get("min_context") or 0),
+                min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold)
+    front = set(ts.measured_front(ms, threshold))
+    screened = (doc.get("stage2") or {}).get("screened_out") or {}
+    order = [DEFAULT, *[b for b in (doc.get("stage2") or {}).get("real", []) if b != DEFAULT]]
+    rows = []
+    for b in order:
+        m = by.get(b)
+        c = cands.get(b)
+        label = "llama.cpp's default (--fit, no flags)" if b == DEFAULT else (c or {}).get("label", b)
+        devs = (default if b == DEFAULT else c or {}).get("devices_mib") or []
+        row = Row(build=b, label=label, n_ctx=m.n_ctx if m else ctx.get(b, 0),
+                  prompt=m.median("input_tps") if m else None, gen=m.median("output_tps") if m else None,
+                  agg=m.median("aggregate_output_tps") if m else None,
+                  n=len(m.samples.get("output_tps") or []) if m else 0, devices_mib=list(devs),
+                  on_front=b in front, picked=b == p.name)
+        if m and b != DEFAULT and DEFAULT in by:
+            v = ts.compare(by[DEFAULT], m, "output_tps", threshold)
+            if v is not None:
+                row.gen_vs_default = f"{stats.format_ratio(v[0])} — {v[1]}"
+        if b in screened:
+            row.note = "stopped after one trial: " + screened[b]
+        elif m is None:
+            row.note = "not measured (the configuration failed; see the run's report)"
+        elif b == DEFAULT and default.get("over_budget"):
+            row.note = "over a budget: llama.cpp's fit left a device above budget − margin"
+        rows.append(row)
+    model = (doc.get("model") or {}).get("path") or "MODEL"
+    pick_row = next((r for r in rows if r.build == p.name), None)
+    base_row = next((r for r in rows if r.build == DEFAULT), None)
+    sentence = _pick_sentence(p, pick_row, base_row)
+    v = View(run_id=data.id, doc=doc, rows=rows, pick=p, pick_sentence=sentence,
+             command=command(data, p.name, k, model), default_command=command(data, DEFAULT, k, model),
+             devices=list((doc.get("rig") or {}).get("devices") or []), parallel=k)
+    v.stage_lines = stage_lines(doc)
+    return v
+
+
+def _pick_sentence(p: ts.Pick, row: Row | None, base: Row | None) -> str:
+    if row is None:
+        return f"{p.name}: {p.reason}."
+    if row.build == DEFAULT:
+        return f"keep llama.cpp's default — {p.reason}."
+    parts = [f"{row.build} ({row.label}): {p.reason}."]
+    if base is not None and base.n_ctx:
+        parts.append(f"Against llama.cpp's default: context {row.n_ctx:,} vs {base.n_ctx:,} tokens "
+                     f"({(row.n_ctx - base.n_ctx) / base.n_ctx:+.0%})"
+                     + (f"; generation {row.gen_vs_default}" if row.gen_vs_default else "") + ".")
+    return " ".join(parts)
+
+
+def stage_lines(doc: dict) -> list[str]:
+    """How many candidates each stage looked at, and the wall time of each."""
+    s1, s2 = doc.get("stage1") or {}, doc.get("stage2") or {}
+    by = s1.get("by_status") or {}
+    out = [f"stage one: {s1.get('enumerated', 0)} candidates, {s1.get('dry_runs', 0)} dry runs in "
+           f"{float(s1.get('seconds') or 0):.1f} s — " + ", ".join(
+               f"{n} {what}" for what, n in (("verified on the front", by.get("front", 0)),
+                                              ("dominated after verification", by.get("dominated", 0)),
+                                              ("pruned by prediction", by.get("pruned", 0)),
+                                              ("infeasible", by.get("infeasible", 0)),
+                                              ("not plannable", by.get("unplannable", 0))) if n)]
+    real = [b for b in s2.get("real") or [] if b != DEFAULT]
+    screened = s2.get("screened_out") or {}
+    out.append(f"stage two: {len(real)} front candidates and llama.cpp's default run for real in "
+               f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
+                                                          "(clearly dominated)" if screened else ""))
+    sp = doc.get("space") or {}
+    dims = [f"split {', '.join(sp.get('splits') or [])}", f"KV {', '.join(sp.get('kv') or [])}",
+            f"-ub {', '.join(str(x) for x in sp.get('ubatch') or [])}"]
+    if (doc.get("model") or {}).get("n_expert"):
+        dims.append(f"--n-cpu-moe {', '.join(str(x) for x in sp.get('n_cpu_moe') or [])}")
+    out.append("searched: " + "; ".join(dims) + " (-ts chosen per candidate for the most context)"
+               + "".join(f"; not searched: {k} ({v})" for k, v in (sp.get("not_searched") or {}).items()))
+    rig = doc.get("rig") or {}
+    if rig.get("budgets_mib"):
+        out.append("budgets " + ", ".join(f"{n} {b:,} MiB" for n, b in zip(rig.get("devices") or [],
+                                                                           rig["budgets_mib"], strict=False))
+                   + f" (llama.cpp's margin {', '.join(str(m) for m in rig.get('margins_mib') or [])} MiB kept free)"
+                   + ("" if rig.get("budgets_given") else ": what the devices report free"))
+    unplannable = {c.get("reason") for c in doc.get("candidates") or [] if c.get("status") == "unplannable"}
+    for why in sorted(x for x in unplannable if x):
+        out.append(f"not plannable: {why}")
+    out += list(doc.get("notes") or [])
+    return out
+
+
+def front_table(v: View) -> tuple[list[str], list[list[str]]]:
+    k = v.parallel
+    head = ["Config", "What", "Context", "Prompt t/s", "Gen t/s", f"Aggregate t/s at {k}" if k > 1
+            else "Aggregate t/s (1 request)", "Gen vs default", *[f"{d} MiB" for d in v.devices], "Front"]
+    body = []
+    for r in v.rows:
+        mark = "pick" if r.picked else ("front" if r.on_front else "")
+        body.append([r.build, r.label + (f" ({r.note})" if r.note else ""), f"{r.n_ctx:,}", _fmt(r.prompt),
+                     _fmt(r.gen), _fmt(r.agg), r.gen_vs_default or ("baseline" if r.build == DEFAULT else "–"),
+                     *[_fmt(x, 0) for x in (r.devices_mib + [None] * len(v.devices))[: len(v.devices)]], mark])
+    return head, body
+
+
+def candidates_table(v: View) -> tuple[list[str], list[list[str]]]:
+    """Every stage-one candidate: its status, context (verified, else predicted) and memory per device."""
+    head = ["Status", "Candidate", "Context", "Predicted", "Dry runs", *[f"{d} MiB" for d in v.devices], "Why"]
+    order = {"front": 0, "dominated": 1, "pruned": 2, "infeasible": 3, "unplannable": 4}
+    body = []
+    for c in sorted(v.doc.get("candidates") or [], key=lambda c: (order.get(c.get("status"), 9),
+                                                                    -(c.get("n_ctx") or c.get("predicted_n_ctx") or 0))):
+        devs = list(c.get("devices_mib") or [])
+        body.append([c.get("status", "") + (f" ({c['build']})" if c.get("build") else ""), c.get("label", ""),
+                     f"{c['n_ctx']:,}" if c.get("n_ctx") else "–",
+                     f"{c['predicted_n_ctx']:,}" if c.get("predicted_n_ctx") is not None else "–",
+                     str(c.get("dry_runs") or 0), *[_fmt(x, 0) for x in (devs + [None] * len(v.devices))[: len(v.devices)]],
+                     c.get("reason") or ""])
+    return head, body
+
+
+def lines(v: View) -> list[str]:
+    return list(v.stage_lines)
+
+
+def markdown(data: RunData) -> list[str]:
+    v = view(data)
+    if v is None:
+        return []
+    out = ["## Tune: the front, measured", "", f"**Pick.** {v.pick_sentence}", "", "```", v.command, "```", "",
+           f"llama.cpp's default, measured the same way: `{v.default_command}`", "",
+           markdown_table(*front_table(v)), "",
+           "Context: the n_ctx each server ran with; prompt and generation t/s: median of the single-stream trials; "
+           f"aggregate: median output t/s of {v.parallel} request(s) at once; MiB per device: llama.cpp's dry-run "
+           "projection (model + KV cache + compute) at that context; *Front*: no other measured configuration holds "
+           "as much context without being measurably slower in a speed.", ""]
+    out += [f"- {s}" for s in v.stage_lines] + [""]
+    out += ["<details><summary>Every stage-one candidate</summary>", "", markdown_table(*candidates_table(v)), "",
+            "</details>", ""]
+    return out
+
+
+def as_json(v: View | None) -> dict:
+    if v is None:
+        return {}
+    return {"run_id": v.run_id, "pick": {"build": v.pick.name, "reason": v.pick.reason, "command": v.command,
+                                         "considered": list(v.pick.considered)},
+            "default_command": v.default_command, "front": [r.__dict__ for r in v.rows], "stages": v.stage_lines,
+            "search": v.doc}
