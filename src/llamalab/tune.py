@@ -228,7 +228,10 @@ def _calibrate(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout, dr: _Runner, p
     base_ncmoe = min(sp.n_cpu_moe)
     out: dict[tuple[str, int], ts.Calibration | str] = {}
     records: list[dict] = []
-    for split in sp.splits:
+    groups = list(sp.splits)
+    if "layer" in groups and "layer-nopp" not in groups and rig.n > 1 and any(sp.n_cpu_moe):
+        groups.append("layer-nopp")  # calibration only: the compute of layer splits with experts in host memory
+    for split in groups:
         for ub in sp.ubatch:
             c0 = ts.Candidate(split=split, ubatch=ub, n_cpu_moe=base_ncmoe, main_gpu=main if split == "none" else 0,
                               ts=ts.proportional_ts(rig.avail_mib, layout.n_layer)
@@ -257,7 +260,7 @@ def _predict_and_verify(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout,
     records: list[dict] = []
     predicted: list[tuple[ts.Candidate, ts.Prediction]] = []
     for c in sp.candidates(rig):
-        cal = calibs.get((c.split, c.ubatch))
+        cal = calibs.get(ts.calibration_key(c, rig))
         if not isinstance(cal, ts.Calibration):
             continue  # the group's failure is recorded once
         tsplit, p = ts.best_ts(c, cal, layout, rig)

@@ -373,6 +373,16 @@ class Calibration:
         return lo - slope * self.low.n_ctx, max(slope, 0.0)
 
 
+def calibration_key(c: Candidate, rig: Rig) -> tuple[str, int]:
+    """The calibration group a candidate's memory is predicted from: its split mode and micro-batch, where a layer
+    split that is not pipelined (experts in host memory are an override too) takes the no-pipeline group's
+    compute buffers — pipeline parallelism's copies are most of a device's compute buffer."""
+    split = c.split
+    if split == "layer" and rig.n > 1 and not c.pipelined(rig):
+        split = "layer-nopp"
+    return split, c.ubatch
+
+
 @dataclass(frozen=True)
 class Prediction:
     n_ctx: int  # the largest multiple of STEP within every budget, at most the training context (0: none fits)
@@ -580,18 +590,19 @@ def compare(base: Measures, cand: Measures, metric: str, threshold: float) -> tu
 
 
 def measured_front(ms: Sequence[Measures], threshold: float) -> list[str]:
-    """Names of the measured configurations no other beats: at least the context, no speed measurably slower, and
-    ahead in context or measurably faster in a speed."""
+    """Names of the measured configurations no other beats: at least the context, no speed measurably slower (nor a
+    median more than twice the threshold below, as `pick` requires), and ahead in context or measurably faster in
+    a speed."""
     out = []
     for c in ms:
         beaten = False
         for d in ms:
             if d.name == c.name or d.n_ctx < c.n_ctx:
                 continue
-            verdicts = [v[1] for m in SPEEDS if (v := compare(c, d, m, threshold)) is not None]
-            if any(v == "slower" for v in verdicts):
+            cmp = [v for m in SPEEDS if (v := compare(c, d, m, threshold)) is not None]
+            if any(v[1] == "slower" or v[0].ratio < 1 - 2 * threshold for v in cmp):
                 continue
-            if d.n_ctx > c.n_ctx or any(v == "faster" for v in verdicts):
+            if d.n_ctx > c.n_ctx or any(v[1] == "faster" for v in cmp):
                 beaten = True
                 break
         if not beaten:
@@ -607,18 +618,26 @@ class Pick:
 
 
 def pick(ms: Sequence[Measures], default: str, goal: str, *, min_context: int = 0, min_gen_tps: float | None = None,
-         need_context: int = 0, threshold: float = 0.02) -> Pick:
+         need_context: int = 0, threshold: float = 0.02, default_fits: bool = True) -> Pick:
     """The configuration for the goal. Context: the most context among those that hold `min_context` (and the K
     requests' `need_context`) and whose generation is at least `min_gen_tps` — without a floor, not measurably
-    slower than the default's; ties go to the faster generation. Throughput: the highest aggregate output t/s at
+    slower than the default's (no "slower" verdict, and a median ratio no more than twice the threshold below 1,
+    so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation. Throughput: the highest aggregate output t/s at
     K requests among those that hold the context asked for (and meet a generation floor if one is given); ties go
-    to more context. The default itself is always a candidate."""
+    to more context. The default is a candidate too, unless it does not fit the budgets (`default_fits`): then
+    it is not, and the speed to keep is the fastest generation among the candidates that hold the context."""
     by = {m.name: m for m in ms}
-    base = by.get(default)
     floor = max(min_context, need_context)
+    base = by.get(default)
+    if not default_fits:
+        fits = [m for m in ms if m.name != default and m.n_ctx >= floor and m.median("output_tps")]
+        base = max(fits, key=lambda m: m.median("output_tps") or 0.0) if fits else None
     ok: list[Measures] = []
     why_out: dict[str, str] = {}
     for m in ms:
+        if m.name == default and not default_fits:
+            why_out[m.name] = "does not fit the budgets"
+            continue
         if m.n_ctx < floor:
             why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
             continue
@@ -630,10 +649,12 @@ def pick(ms: Sequence[Measures], default: str, goal: str, *, min_context: int = 
             if gen < min_gen_tps:
                 why_out[m.name] = f"generates {gen:.1f} t/s, under the {min_gen_tps:g} t/s floor"
                 continue
-        elif goal == "context" and base is not None and m.name != default:
+        elif goal == "context" and base is not None and m.name != base.name:
             v = compare(base, m, "output_tps", threshold)
-            if v is not None and v[1] == "slower":
-                why_out[m.name] = f"generation {stats.format_ratio(v[0])} of the default's: measurably slower"
+            if v is not None and (v[1] == "slower" or v[0].ratio < 1 - 2 * threshold):
+                why_out[m.name] = (f"generation {stats.format_ratio(v[0])} of the default's: "
+                                   + ("measurably slower" if v[1] == "slower" else
+                                      f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
                 continue
         ok.append(m)
     if not ok:
@@ -648,7 +669,8 @@ def pick(ms: Sequence[Measures], default: str, goal: str, *, min_context: int = 
     else:
         best = max(ok, key=lambda m: (m.n_ctx, m.median("output_tps") or 0.0))
         floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
-                     else "generating not measurably slower than the default")
+                     else "generating not measurably slower than the default" if default_fits or base is None
+                     else f"generating not measurably slower than {base.name}, the fastest configuration that fits")
         reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
     return Pick(best.name, reason, tuple(m.name for m in ok))
 

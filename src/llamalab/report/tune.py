@@ -26,6 +26,7 @@ class Row:
     n: int  # single-stream trials
     devices_mib: list[float | None]
     gen_vs_default: str = ""  # "1.01× [0.99, 1.03] — no measurable difference"
+    vs_default: dict = field(default_factory=dict)  # metric → "0.64× [0.41, 0.85] — slower" against the default
     on_front: bool = False
     picked: bool = False
     note: str = ""
@@ -86,6 +87,17 @@ def command(data: RunData, build: str, parallel: int, model: str) -> str:
     return shlex.join(["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"])
 
 
+def _measures(data: RunData, doc: dict) -> list[ts.Measures]:
+    cands = {c.get("build"): c for c in doc.get("candidates") or [] if c.get("build")}
+    ctx = {DEFAULT: int((doc.get("default") or {}).get("n_ctx") or 0)}
+    ctx |= {b: int(c.get("n_ctx") or 0) for b, c in cands.items()}
+    return ts.measures(data.trials, ctx, int(doc.get("parallel") or 1), _ledger_ctx(data))
+
+
+def measures_of(data: RunData, v: View) -> list[ts.Measures]:
+    return _measures(data, v.doc)
+
+
 def view(data: RunData) -> View | None:
     doc = doc_of(data)
     if doc is None:
@@ -95,11 +107,12 @@ def view(data: RunData) -> View | None:
     cands = {c.get("build"): c for c in doc.get("candidates") or [] if c.get("build")}
     ctx = {DEFAULT: int((doc.get("default") or {}).get("n_ctx") or 0)}
     ctx |= {b: int(c.get("n_ctx") or 0) for b, c in cands.items()}
-    ms = ts.measures(data.trials, ctx, k, _ledger_ctx(data))
+    ms = _measures(data, doc)
     by = {m.name: m for m in ms}
     default = doc.get("default") or {}
     p = ts.pick(ms, DEFAULT, doc.get("goal") or "context", min_context=int(doc.get("min_context") or 0),
-                min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold)
+                min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold,
+                default_fits=not default.get("over_budget"))
     front = set(ts.measured_front(ms, threshold))
     screened = (doc.get("stage2") or {}).get("screened_out") or {}
     order = [DEFAULT, *[b for b in (doc.get("stage2") or {}).get("real", []) if b != DEFAULT]]
@@ -115,15 +128,17 @@ def view(data: RunData) -> View | None:
                   n=len(m.samples.get("output_tps") or []) if m else 0, devices_mib=list(devs),
                   on_front=b in front, picked=b == p.name)
         if m and b != DEFAULT and DEFAULT in by:
-            v = ts.compare(by[DEFAULT], m, "output_tps", threshold)
-            if v is not None:
-                row.gen_vs_default = f"{stats.format_ratio(v[0])} — {v[1]}"
+            for metric in ts.SPEEDS:
+                v = ts.compare(by[DEFAULT], m, metric, threshold)
+                if v is not None:
+                    row.vs_default[metric] = f"{stats.format_ratio(v[0])} — {v[1]}"
+            row.gen_vs_default = row.vs_default.get("output_tps", "")
         if b in screened:
             row.note = "stopped after one trial: " + screened[b]
         elif m is None:
             row.note = "not measured (the configuration failed; see the run's report)"
         elif b == DEFAULT and default.get("over_budget"):
-            row.note = "over a budget: llama.cpp's fit left a device above budget − margin"
+            row.note = over_note(default, doc)
         rows.append(row)
     model = (doc.get("model") or {}).get("path") or "MODEL"
     pick_row = next((r for r in rows if r.build == p.name), None)
@@ -136,6 +151,20 @@ def view(data: RunData) -> View | None:
     return v
 
 
+def over_note(default: dict, doc: dict) -> str:
+    """Which device llama.cpp's own fit left above its budget less the margin, by how much."""
+    rig = doc.get("rig") or {}
+    names = rig.get("devices") or []
+    avail = [b - m for b, m in zip(rig.get("budgets_mib") or [], rig.get("margins_mib") or [], strict=False)]
+    over = [f"{n} at {u:,.0f} MiB, {u - a:,.0f} over" for n, u, a in
+            zip(names, default.get("devices_mib") or [], avail, strict=False) if u is not None and u > a]
+    return ("over a budget: llama.cpp's fit leaves " + "; ".join(over) + " its budget less the margin "
+            "(its own dry run at that context), so on these cards it would not keep the margin or would not load")
+
+
+SPEED_WORDS = {"input_tps": "prompt", "output_tps": "generation", "aggregate_output_tps": "aggregate output"}
+
+
 def _pick_sentence(p: ts.Pick, row: Row | None, base: Row | None) -> str:
     if row is None:
         return f"{p.name}: {p.reason}."
@@ -143,9 +172,9 @@ def _pick_sentence(p: ts.Pick, row: Row | None, base: Row | None) -> str:
         return f"keep llama.cpp's default — {p.reason}."
     parts = [f"{row.build} ({row.label}): {p.reason}."]
     if base is not None and base.n_ctx:
+        speeds = "; ".join(f"{SPEED_WORDS[k]} {v}" for k, v in row.vs_default.items())
         parts.append(f"Against llama.cpp's default: context {row.n_ctx:,} vs {base.n_ctx:,} tokens "
-                     f"({(row.n_ctx - base.n_ctx) / base.n_ctx:+.0%})"
-                     + (f"; generation {row.gen_vs_default}" if row.gen_vs_default else "") + ".")
+                     f"({(row.n_ctx - base.n_ctx) / base.n_ctx:+.0%})" + (f"; {speeds}" if speeds else "") + ".")
     return " ".join(parts)
 
 
@@ -181,6 +210,10 @@ def stage_lines(doc: dict) -> list[str]:
     unplannable = {c.get("reason") for c in doc.get("candidates") or [] if c.get("status") == "unplannable"}
     for why in sorted(x for x in unplannable if x):
         out.append(f"not plannable: {why}")
+    if (doc.get("default") or {}).get("fit_split"):
+        out.append("llama.cpp's default ran with `-ts 0,0` (llama.cpp's \"no split given\") under the budgets: on "
+                   "cards of these sizes its fit places the layers itself, and without it the budget emulation "
+                   "would fix the split to the budgets' proportions")
     out += list(doc.get("notes") or [])
     return out
 
