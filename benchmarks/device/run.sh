@@ -8,6 +8,9 @@
 #   bash benchmarks/device/run.sh study-bg  # (and vulkan-bg) the study stage in its own session, so it may outlast one call (10
 #                                           # minutes) while the machine stays warm; call it again to wait for it
 #   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
+#   bash benchmarks/device/run.sh tune-bg   # after `build`: `llamalab tune` of benchmarks/tune-h200/ (the 8B dense and the
+#                                           # 30B-A3B-shape MoE presets, 16 + 12 GiB budgets on two virtual devices) in its
+#                                           # own session (call again to wait); the `tune` stage runs it in the call
 #   bash benchmarks/device/run.sh vulkan-bg # Vulkan on NVIDIA's driver, in its own session (call again to wait):
 #                                           # doctor, the Vulkan build, the PCI-id check, plans (8B and 27B shapes),
 #                                           # the study of benchmarks/vulkan-h200/, report, export (the `vulkan` stage;
@@ -15,7 +18,7 @@
 #                                           # toolchain and GL .debs: bash scripts/vulkan-toolchain.sh --debs .carry-vk --gl)
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
-stage=${1:?stage: build, study, validate, vulkan-build or vulkan}
+stage=${1:?stage: build, study, validate, vulkan-build, vulkan or tune (and study-bg, vulkan-bg, tune-bg)}
 study=${STUDY:-benchmarks/h200/study.toml}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -49,7 +52,7 @@ case "$stage" in
     if [ -f "$work/rc" ]; then echo "build finished: rc=$(cat "$work/rc")"; cat "$work/builds.json";
     else echo "build still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
     ;;
-  study-bg|vulkan-bg)
+  study-bg|vulkan-bg|tune-bg)
     inner=${stage%-bg}; work=/tmp/llamalab-$inner; mkdir -p "$work/out"
     if [ ! -f "$work/rc" ] && { [ ! -f "$work/pid" ] || ! kill -0 "$(cat "$work/pid")" 2>/dev/null; }; then
       setsid bash -c "OUT='$work/out' bash '$0' $inner > '$work/stdout.txt' 2>&1; echo \$? > '$work/rc'" &
@@ -59,6 +62,23 @@ case "$stage" in
     if [ -f "$work/rc" ]; then cp "$work"/out/* "$OUT/" 2>/dev/null; cat "$work/stdout.txt"; echo "$inner finished: rc=$(cat "$work/rc")"
     else tail -5 "$work/stdout.txt"; tail -3 "$work/out/stderr.txt" 2>/dev/null
       echo "$inner still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
+    ;;
+  tune)
+    # Files back (6): stderr.txt, tune-8b.json, tune-moe.json (`llamalab tune --json`: the search, the front, the pick),
+    # report-8b.md, report-moe.md, and tune.tar.gz (both HTML reports with the front's plot, both runs exported, the
+    # plots as PNG/SVG). The MoE model (30.2 GiB of Q8_0) is written on first use into $LLAMALAB_HOME/models.
+    for t in 8b moe; do
+      ll tune "benchmarks/tune-h200/tune-$t.toml" --json > "$OUT/tune-$t.json" 2>> "$OUT/stderr.txt"; rc=$?
+      echo "tune $t rc=$rc at $(( $(date +%s) - t0 )) s"; grep -E "tune stage|not measuring|error|warning" "$OUT/stderr.txt" | tail -6
+      run_id=$(python3 -c "import json; print(json.load(open('$OUT/tune-$t.json'))['run_id'])" 2>/dev/null) || continue
+      mkdir -p /tmp/tune-files/plots
+      ll report "$run_id" --format md -o "$OUT/report-$t.md"
+      ll report "$run_id" --format html -o "/tmp/tune-files/report-$t.html" --plots /tmp/tune-files/plots
+      ll export "$run_id" -o "/tmp/tune-files/export-$t.json"
+      sed -n '1,25p' "$OUT/report-$t.md"
+    done
+    tar czf "$OUT/tune.tar.gz" -C /tmp/tune-files . 2>/dev/null
+    echo "tune stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   study)
     # at most 8 files come back: stderr of every step goes to one file

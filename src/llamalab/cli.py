@@ -30,6 +30,7 @@ def cli() -> None:
     Start here:
       llamalab demo                                  the pipeline-parallel study on a synthetic model (CPU only)
       llamalab run pipeline-parallel --model m.gguf  the same study on your model and GPUs
+      llamalab tune --model m.gguf --budget 16GiB,12GiB   the best llama-server command for your rig
       llamalab inspect server.log                    where did my VRAM go? (any llama.cpp log)
       llamalab report                                the last run as Markdown
 

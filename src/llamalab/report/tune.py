@@ -114,6 +114,8 @@ def view(data: RunData) -> View | None:
                 min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold,
                 default_fits=not default.get("over_budget"))
     front = set(ts.measured_front(ms, threshold))
+    if default.get("over_budget"):
+        front.discard(DEFAULT)  # measured, but not something these cards could run
     screened = (doc.get("stage2") or {}).get("screened_out") or {}
     order = [DEFAULT, *[b for b in (doc.get("stage2") or {}).get("real", []) if b != DEFAULT]]
     rows = []
