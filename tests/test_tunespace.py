@@ -232,3 +232,42 @@ def test_measures_from_stored_trial_rows():
     ms = {m.name: m for m in ts.measures(rows, {"default": 100, "t01": 200}, 2, {"default": 21760})}
     assert ms["default"].n_ctx == 21760 and ms["t01"].n_ctx == 200
     assert ms["default"].samples == {"input_tps": [400.0], "output_tps": [50.0], "aggregate_output_tps": [90.0]}
+
+
+def test_what_applies_to_the_rig_and_model(tmp_path):
+    dense, moe = layout("tiny", tmp_path), layout("qwen3moe-tiny", tmp_path)
+    every = ["layer", "layer-nopp", "tensor", "none"]
+    one = ts.Rig(("CUDA0",), (24576,), (1024,), "cuda", shared_processor=True)
+    sp = ts.space(every, ["f16/f16"], [512], None, one, dense)
+    assert sp.splits == ("layer",) and set(sp.not_searched) >= {"split tensor", "split none", "-ts", "--n-cpu-moe"}
+    blas = ts.Rig(NAMES, (300, 300), (64, 64), "cpu-rpc", shared_processor=True, pp_capable=False)
+    assert "layer-nopp" not in ts.space(every, ["f16/f16"], [512], None, blas, dense).splits
+    copies1 = ts.Rig(NAMES, (300, 300), (64, 64), "cpu-rpc", shared_processor=True, copies=1)
+    assert "GGML_SCHED_MAX_COPIES=1" in ts.space(every, ["f16/f16"], [512], None, copies1, dense).not_searched[
+        "split layer-nopp"]
+    sp = ts.space(every, ["f16/f16"], [512], [0, 4], RIG, moe)
+    assert sp.n_cpu_moe == (0, 4)
+    # no -ot no-op arm with experts in host memory: --n-cpu-moe is an override, pipeline parallelism is off already
+    assert not [c for c in sp.candidates(RIG) if c.split == "layer-nopp" and c.n_cpu_moe]
+    assert [c.main_gpu for c in sp.candidates(GPU) if c.split == "none"] == [0, 0]  # the 16 GiB card
+
+
+def test_rig_of_a_device_setup():
+    from types import SimpleNamespace
+
+    from llamalab.devices import DeviceSetup
+
+    def rig(backend, dev, rpc=(), options=None):
+        prep = SimpleNamespace(backend=backend, study=SimpleNamespace(devices=SimpleNamespace(rpc=list(rpc))))
+        art = SimpleNamespace(options=options or {}, expected_copies=int((options or {}).get(
+            "GGML_SCHED_MAX_COPIES", 4)))
+        return tune._rig(["D0", "D1"], [16384, 12288], [1024, 1024], prep, art, dev)
+
+    virtual = DeviceSetup(backend="cuda", count=2, virtual=True, gpu_of=(0, 0))
+    assert rig("cuda", virtual).shared_processor and rig("cuda", virtual).gpu
+    two = DeviceSetup(backend="cuda", count=2, gpu_of=(0, 1))
+    assert not rig("cuda", two).shared_processor
+    local = DeviceSetup(backend="cpu-rpc", count=2)
+    assert rig("cpu-rpc", local).shared_processor and not rig("cpu-rpc", local).gpu
+    assert not rig("cpu-rpc", local, rpc=["10.0.0.2:50052"]).shared_processor  # a remote machine joins
+    assert not rig("cpu-rpc", local, options={"GGML_BLAS": "ON"}).pp_capable

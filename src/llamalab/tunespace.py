@@ -386,7 +386,7 @@ def calibration_key(c: Candidate, rig: Rig) -> tuple[str, int]:
 @dataclass(frozen=True)
 class Prediction:
     n_ctx: int  # the largest multiple of STEP within every budget, at most the training context (0: none fits)
-    raw: float  # the uncapped solution (tokens)
+    raw: float  # the uncapped solution (tokens); where the weights alone do not fit, minus the worst overflow (MiB)
     used_mib: tuple[float, ...]  # per device at n_ctx
     slopes: tuple[float, ...]  # MiB per token per device
 
@@ -405,14 +405,14 @@ def predict(c: Candidate, ts: tuple[int, ...] | None, cal: Calibration, model: M
         used_layers = layers[i] or (w_new[i] > 0)
         fixed.append(cal.high.devices[i].model + w_new[i] - w_cal[i] + (a if used_layers else 0.0))
         slopes.append(layers[i] * kv + (b if used_layers else 0.0))
+    rooms = [avail[i] - fixed[i] for i in range(n)]
     raw = math.inf
-    for i in range(n):
-        room = avail[i] - fixed[i]
-        if room < 0:
-            raw = -1.0
-            break
-        if slopes[i] > 0:
-            raw = min(raw, room / slopes[i])
+    if min(rooms) < 0:
+        raw = min(rooms)  # MiB the worst device is over with no context at all (negative: climbs toward a fit)
+    else:
+        for i in range(n):
+            if slopes[i] > 0:
+                raw = min(raw, rooms[i] / slopes[i])
     cap = model.n_ctx_train
     ctx = cap if raw >= cap else max(0, int(raw // STEP) * STEP)
     return Prediction(n_ctx=ctx, raw=raw, used_mib=tuple(fixed[i] + slopes[i] * ctx for i in range(n)),
