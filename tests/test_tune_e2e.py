@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from llamalab import stats, tunespace as ts
-from llamalab.report import data as rdata, tune as rtune
-from llamalab.store import Store
+from llamalab.report import data as rdata, stats, tune as rtune
+from llamalab.run import tunespace as ts
+from llamalab.store.db import Store
 
 pytestmark = pytest.mark.llama
 

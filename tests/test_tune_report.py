@@ -10,10 +10,9 @@ import re
 import pytest
 
 import runfixtures
-from llamalab import stats
 from llamalab.cli import entry
-from llamalab.report import data as rdata, document, formats, html, markdown, plots, tune as rtune
-from llamalab.store import Store
+from llamalab.report import data as rdata, document, formats, html, markdown, plots, stats, tune as rtune
+from llamalab.store.db import Store
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import models, plan, standin, tune, tunespace as ts
+from llamalab.llamacpp import models, standin
+from llamalab.report import tune as rtune
+from llamalab.run import plan, tune, tunespace as ts
 
 FIX = Path(__file__).parent / "fixtures" / "tune"
 NAMES = ("RPC0", "RPC1")
@@ -193,19 +195,19 @@ def test_pick_for_context_keeps_the_default_speed():
           measures("t01", 65536, [30.0, 31.0, 30.5]),  # more context, measurably slower: out
           measures("t02", 40000, [50.2, 50.9, 50.4]),  # more context, same speed: the pick
           measures("t03", 30000, [51.0, 50.1, 50.7])]
-    p = ts.pick(ms, "default", "context")
+    p = rtune.pick(ms, "default", "context")
     assert p.name == "t02" and "t01" not in p.considered
-    assert ts.pick(ms, "default", "context", min_gen_tps=25).name == "t01"  # a floor replaces the default's speed
-    assert ts.pick(ms, "default", "context", min_context=70000).name == "default"  # nothing holds it
-    assert ts.pick(ms, "default", "context", default_fits=False).name == "t02"
+    assert rtune.pick(ms, "default", "context", min_gen_tps=25).name == "t01"  # a floor replaces the default's speed
+    assert rtune.pick(ms, "default", "context", min_context=70000).name == "default"  # nothing holds it
+    assert rtune.pick(ms, "default", "context", default_fits=False).name == "t02"
 
 
 def test_pick_for_throughput():
     ms = [measures("default", 20000, [50.0, 51.0], agg=[90.0, 91.0]),
           measures("t01", 16000, [49.0, 50.0], agg=[120.0, 121.0]),
           measures("t02", 8000, [49.0, 50.0], agg=[130.0, 131.0])]
-    assert ts.pick(ms, "default", "throughput", need_context=10000).name == "t01"
-    assert ts.pick(ms, "default", "throughput").name == "t02"
+    assert rtune.pick(ms, "default", "throughput", need_context=10000).name == "t01"
+    assert rtune.pick(ms, "default", "throughput").name == "t02"
 
 
 def test_screening_and_the_measured_front():
@@ -217,7 +219,7 @@ def test_screening_and_the_measured_front():
     assert ts.clearly_dominated(a, [d, a, b], 0.02) is None
     full = [measures("default", 20000, [50, 51, 50.5]), measures("t01", 30000, [50.4, 50.9, 51.1]),
             measures("t02", 25000, [80, 81, 79.5]), measures("t03", 24000, [60, 61, 60.5])]
-    assert ts.measured_front(full, 0.02) == ["t01", "t02"]
+    assert rtune.measured_front(full, 0.02) == ["t01", "t02"]
 
 
 def test_measures_from_stored_trial_rows():
@@ -255,7 +257,7 @@ def test_what_applies_to_the_rig_and_model(tmp_path):
 def test_rig_of_a_device_setup():
     from types import SimpleNamespace
 
-    from llamalab.devices import DeviceSetup
+    from llamalab.rig.devices import DeviceSetup
 
     def rig(backend, dev, rpc=(), options=None):
         prep = SimpleNamespace(backend=backend, study=SimpleNamespace(devices=SimpleNamespace(rpc=list(rpc))))

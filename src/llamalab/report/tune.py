@@ -6,9 +6,11 @@ command, llama.cpp's default beside it, and how many candidates each stage looke
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .. import stats, tunespace as ts
+from ..run import tunespace as ts
+from . import stats
 from .data import RunData
 from .tables import markdown_table
 
@@ -37,13 +39,114 @@ class View:
     run_id: str
     doc: dict
     rows: list[Row]
-    pick: ts.Pick
+    pick: "Pick"
     pick_sentence: str
     command: str
     default_command: str
     devices: list[str]
     parallel: int
     stage_lines: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- measured speeds (stage two)
+
+
+def compare(base: ts.Measures, cand: ts.Measures, metric: str, threshold: float) -> tuple[stats.Ratio, str] | None:
+    """cand / base in one speed: ratio with its bootstrap interval, and the verdict."""
+    bx, cx = base.samples.get(metric) or [], cand.samples.get(metric) or []
+    if not bx or not cx or min(bx) <= 0:
+        return None
+    r = stats.ratio(bx, cx)
+    return r, stats.verdict(r, threshold)
+
+
+def measured_front(ms: Sequence[ts.Measures], threshold: float) -> list[str]:
+    """Names of the measured configurations no other beats: at least the context, no speed measurably slower (nor a
+    median more than twice the threshold below, as `pick` requires), and ahead in context or measurably faster in
+    a speed."""
+    out = []
+    for c in ms:
+        beaten = False
+        for d in ms:
+            if d.name == c.name or d.n_ctx < c.n_ctx:
+                continue
+            cmp = [v for m in ts.SPEEDS if (v := compare(c, d, m, threshold)) is not None]
+            if any(v[1] == "slower" or v[0].ratio < 1 - 2 * threshold for v in cmp):
+                continue
+            if d.n_ctx > c.n_ctx or any(v[1] == "faster" for v in cmp):
+                beaten = True
+                break
+        if not beaten:
+            out.append(c.name)
+    return out
+
+
+@dataclass(frozen=True)
+class Pick:
+    name: str
+    reason: str
+    considered: tuple[str, ...]  # the configurations that met the constraints
+
+
+def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int = 0, min_gen_tps: float | None = None,
+         need_context: int = 0, threshold: float = 0.02, default_fits: bool = True) -> Pick:
+    """The configuration for the goal. Context: the most context among those that hold `min_context` (and the K
+    requests' `need_context`) and whose generation is at least `min_gen_tps` — without a floor, not measurably
+    slower than the default's (no "slower" verdict, and a median ratio no more than twice the threshold below 1,
+    so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation. Throughput: the highest aggregate output t/s at
+    K requests among those that hold the context asked for (and meet a generation floor if one is given); ties go
+    to more context. The default is a candidate too, unless it does not fit the budgets (`default_fits`): then
+    it is not, and the speed to keep is the fastest generation among the candidates that hold the context."""
+    by = {m.name: m for m in ms}
+    floor = max(min_context, need_context)
+    base = by.get(default)
+    if not default_fits:
+        fits = [m for m in ms if m.name != default and m.n_ctx >= floor and m.median("output_tps")]
+        base = max(fits, key=lambda m: m.median("output_tps") or 0.0) if fits else None
+    ok: list[ts.Measures] = []
+    why_out: dict[str, str] = {}
+    for m in ms:
+        if m.name == default and not default_fits:
+            why_out[m.name] = "does not fit the budgets"
+            continue
+        if m.n_ctx < floor:
+            why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
+            continue
+        gen = m.median("output_tps")
+        if gen is None:
+            why_out[m.name] = "no generation measured"
+            continue
+        if min_gen_tps is not None:
+            if gen < min_gen_tps:
+                why_out[m.name] = f"generates {gen:.1f} t/s, under the {min_gen_tps:g} t/s floor"
+                continue
+        elif goal == "context" and base is not None and m.name != base.name:
+            v = compare(base, m, "output_tps", threshold)
+            if v is not None and (v[1] == "slower" or v[0].ratio < 1 - 2 * threshold):
+                why_out[m.name] = (f"generation {stats.format_ratio(v[0])} of the default's: "
+                                   + ("measurably slower" if v[1] == "slower" else
+                                      f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
+                continue
+        ok.append(m)
+    if not ok:
+        return Pick(default, "no configuration met the constraints (" + "; ".join(
+            f"{k}: {v}" for k, v in list(why_out.items())[:4]) + "): keep llama.cpp's default", ())
+    if goal == "throughput":
+        def key(m: ts.Measures):
+            return (m.median("aggregate_output_tps") or m.median("output_tps") or 0.0, m.n_ctx)
+        best = max(ok, key=key)
+        val = best.median("aggregate_output_tps") or best.median("output_tps") or 0.0
+        reason = f"the highest aggregate output ({val:,.1f} t/s) with at least {floor:,} tokens of context"
+    else:
+        best = max(ok, key=lambda m: (m.n_ctx, m.median("output_tps") or 0.0))
+        floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
+                     else "generating not measurably slower than the default" if default_fits or base is None
+                     else f"generating not measurably slower than {base.name}, the fastest configuration that fits")
+        reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
+    return Pick(best.name, reason, tuple(m.name for m in ok))
+
+
+# ---------------------------------------------------------------- the view
 
 
 def doc_of(data: RunData) -> dict | None:
@@ -110,10 +213,10 @@ def view(data: RunData) -> View | None:
     ms = _measures(data, doc)
     by = {m.name: m for m in ms}
     default = doc.get("default") or {}
-    p = ts.pick(ms, DEFAULT, doc.get("goal") or "context", min_context=int(doc.get("min_context") or 0),
+    p = pick(ms, DEFAULT, doc.get("goal") or "context", min_context=int(doc.get("min_context") or 0),
                 min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold,
                 default_fits=not default.get("over_budget"))
-    front = set(ts.measured_front(ms, threshold))
+    front = set(measured_front(ms, threshold))
     if default.get("over_budget"):
         front.discard(DEFAULT)  # measured, but not something these cards could run
     screened = (doc.get("stage2") or {}).get("screened_out") or {}
@@ -131,7 +234,7 @@ def view(data: RunData) -> View | None:
                   on_front=b in front, picked=b == p.name)
         if m and b != DEFAULT and DEFAULT in by:
             for metric in ts.SPEEDS:
-                v = ts.compare(by[DEFAULT], m, metric, threshold)
+                v = compare(by[DEFAULT], m, metric, threshold)
                 if v is not None:
                     row.vs_default[metric] = f"{stats.format_ratio(v[0])} — {v[1]}"
             row.gen_vs_default = row.vs_default.get("output_tps", "")
@@ -167,7 +270,7 @@ def over_note(default: dict, doc: dict) -> str:
 SPEED_WORDS = {"input_tps": "prompt", "output_tps": "generation", "aggregate_output_tps": "aggregate output"}
 
 
-def _pick_sentence(p: ts.Pick, row: Row | None, base: Row | None) -> str:
+def _pick_sentence(p: Pick, row: Row | None, base: Row | None) -> str:
     if row is None:
         return f"{p.name}: {p.reason}."
     if row.build == DEFAULT:
