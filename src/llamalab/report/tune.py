@@ -93,10 +93,11 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
     """The configuration for the goal. Context: the most context among those that hold `min_context` (and the K
     requests' `need_context`) and whose generation is at least `min_gen_tps` — without a floor, not measurably
     slower than the default's (no "slower" verdict, and a median ratio no more than twice the threshold below 1,
-    so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation. Throughput: the highest aggregate output t/s at
-    K requests among those that hold the context asked for (and meet a generation floor if one is given); ties go
-    to more context. The default is a candidate too, unless it does not fit the budgets (`default_fits`): then
-    it is not, and the speed to keep is the fastest generation among the candidates that hold the context."""
+    so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation.
+    Throughput: the highest aggregate output t/s at K requests among those that hold the context asked for (and
+    meet a generation floor if one is given); ties go to more context. The default is a candidate too, unless it
+    does not fit the budgets (`default_fits`): then it is not, and the speed to keep is the fastest generation among
+    the candidates that hold the context."""
     by = {m.name: m for m in ms}
     floor = max(min_context, need_context)
     base = by.get(default)
@@ -341,14 +342,15 @@ def candidates_table(v: View) -> tuple[list[str], list[list[str]]]:
     head = ["Status", "Candidate", "Context", "Predicted", "Dry runs", *[f"{d} MiB" for d in v.devices], "Why"]
     order = {"front": 0, "dominated": 1, "pruned": 2, "infeasible": 3, "unplannable": 4}
     body = []
-    for c in sorted(v.doc.get("candidates") or [], key=lambda c: (order.get(c.get("status"), 9),
-                                                                    -(c.get("n_ctx") or c.get("predicted_n_ctx") or 0))):
-        devs = list(c.get("devices_mib") or [])
+    def key(c: dict) -> tuple:
+        return order.get(c.get("status"), 9), -(c.get("n_ctx") or c.get("predicted_n_ctx") or 0)
+
+    for c in sorted(v.doc.get("candidates") or [], key=key):
+        devs = (list(c.get("devices_mib") or []) + [None] * len(v.devices))[: len(v.devices)]
         body.append([c.get("status", "") + (f" ({c['build']})" if c.get("build") else ""), c.get("label", ""),
                      f"{c['n_ctx']:,}" if c.get("n_ctx") else "–",
                      f"{c['predicted_n_ctx']:,}" if c.get("predicted_n_ctx") is not None else "–",
-                     str(c.get("dry_runs") or 0), *[_fmt(x, 0) for x in (devs + [None] * len(v.devices))[: len(v.devices)]],
-                     c.get("reason") or ""])
+                     str(c.get("dry_runs") or 0), *[_fmt(x, 0) for x in devs], c.get("reason") or ""])
     return head, body
 
 

@@ -169,11 +169,12 @@ def stage_one(prep: runner.Prepared, budgets: list[int] | None, logs: Path, time
         rig = _rig([d.name for d in mem], budg, list(emu.margins_mib) if emu else margins[: len(mem)], prep, art, dev)
         sp = ts.space(spec.splits, spec.kv, spec.ubatch, spec.n_cpu_moe, rig, layout)
         dr = _Runner(prep, study, art, dev, env, logs, timeout_s, rig)
-        progress.message(f"tune stage one: {len(mem)} device(s) ({', '.join(rig.names)}), budgets "
-                         f"{', '.join(f'{b:,}' for b in rig.budgets_mib)} MiB less {', '.join(map(str, rig.margins_mib))}"
-                         f" MiB margin; searching {', '.join(sp.splits)} × KV {', '.join(spec.kv)} × -ub "
-                         f"{', '.join(map(str, sp.ubatch))}" + (f" × --n-cpu-moe {', '.join(map(str, sp.n_cpu_moe))}"
-                                                               if layout.moe else ""))
+        budgets_txt = ", ".join(f"{b:,}" for b in rig.budgets_mib)
+        dims = [", ".join(sp.splits), "KV " + ", ".join(spec.kv), "-ub " + ", ".join(map(str, sp.ubatch))]
+        if layout.moe:
+            dims.append("--n-cpu-moe " + ", ".join(map(str, sp.n_cpu_moe)))
+        progress.message(f"tune stage one: {len(mem)} device(s) ({', '.join(rig.names)}), budgets {budgets_txt} MiB "
+                         f"less {', '.join(map(str, rig.margins_mib))} MiB margin; searching {' × '.join(dims)}")
         default, default_extra = _default(prep, art, dev, env, emu, logs, timeout_s, dr, rig, progress)
         records, calibs = _calibrate(sp, rig, layout, dr, progress)
         records += _predict_and_verify(sp, rig, layout, calibs, dr, floor, progress)
@@ -250,8 +251,8 @@ def _calibrate(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout, dr: _Runner, p
                     records.append(_record(c0, rig, status="unplannable", dry_runs=2 if hi else 1,
                                            reason=f"the dry run gives no figures: {why}"))
                 continue
-            out[(split, ub)] = ts.Calibration(split=split, ubatch=ub, ts=c0.ts, n_cpu_moe=base_ncmoe, main_gpu=c0.main_gpu,
-                                              low=lo, high=hi)
+            out[(split, ub)] = ts.Calibration(split=split, ubatch=ub, ts=c0.ts, n_cpu_moe=base_ncmoe,
+                                              main_gpu=c0.main_gpu, low=lo, high=hi)
     return records, out
 
 
