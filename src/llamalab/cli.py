@@ -145,10 +145,18 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
         click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
                    f"(re-render with `llamalab report {run_id}`)", err=True)
     if not measured:
+        from .report import summary
+
         why = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "") if failed else \
             "no trial finished without failed requests"
-        click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
-                   "failed.", err=True)
+        inapplicable = summary.not_applicable_lines(data)
+        if not failed and inapplicable:
+            click.echo(f"error: nothing was measured: no configuration applies to this rig "
+                       f"({'; '.join(inapplicable[:3])}{' …' if len(inapplicable) > 3 else ''}). Run {run_id} is "
+                       "marked failed.", err=True)
+        else:
+            click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
+                       "failed.", err=True)
         click.echo("tip: the reasons are in the report and in each configuration's llama-server.log under "
                    f"{opts.runs_dir / run_id / 'logs'}.", err=True)
         sys.exit(EXIT_NOTHING_MEASURED)
@@ -192,6 +200,8 @@ def _print_table(data) -> None:
                                            "TTFT p50 (ms)", "ITL p50 (ms)"], body)
     for line in summary.not_measured(data):
         console.print(T("not measured: ", "yellow") + T(line))
+    for line in summary.not_applicable_lines(data):
+        console.print(T("not applicable: ", "yellow") + T(line.replace(": not applicable on this rig — ", ": ", 1)))
     for line in summary.memory_lines(data) + context.sentences(data):
         console.print(T("• " + line))
     key = summary.key_speed_lines(data)

@@ -34,7 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import argv, budget, build as buildmod, ledger, models, net, proc, runner, standin
+from . import applicability, argv, budget, build as buildmod, ledger, models, net, proc, runner, standin
+from .applicability import NOT_APPLICABLE
 from .build import BuildArtifact
 from .errors import ConfigError
 from .paths import cache_home
@@ -375,7 +376,7 @@ def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, 
 class ConfigPlan:
     build: str
     setting: str
-    status: str  # ok | failed
+    status: str  # ok | failed | not-applicable (llama.cpp refused it for what the rig lacks, or has no fit for it)
     reason: str | None = None
     n_ctx: int | None = None
     n_ctx_train: int | None = None
@@ -428,6 +429,7 @@ class Plan:
     copies_costs: list[CopiesCost]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    not_applicable: dict[str, str] = field(default_factory=dict)  # build → why it does not apply to the rig
 
     def basis(self) -> dict[str, str]:
         same = self.target == self.backend
@@ -546,6 +548,11 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                 env = {**art.env(), **dev.env}
                 emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
                 for cfg in cfgs:
+                    why = prep.inapplicable(cfg)
+                    if why:
+                        plans.append(ConfigPlan(build=cfg.build.name, setting=cfg.setting.name,
+                                                status=NOT_APPLICABLE, reason=why))
+                        continue
                     progress.message(f"dry run: {cfg.build.name} × {cfg.setting.name}")
                     plans.append(plan_config(prep, cfg, art, dev, env, emu, logs, opts.timeout_s))
         at_ctx = _baselines_at_ctx(prep, plans, budgets, logs, opts.timeout_s, progress)
@@ -564,7 +571,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                 model=prep.model_info.as_dict(), model_standin=made or _is_standin(model_path),
                 llama_cpp=f"{prep.source.version} ({prep.source.short_commit})"
                 + "".join(f"; binaries in {d}" for d in prep.binaries), configs=plans,
-                skipped=dict(prep.skipped),
+                skipped=dict(prep.skipped), not_applicable=dict(prep.not_applicable),
                 copies_costs=copies_costs(plans, prep.artifacts, {b.name: b.args for b in study.builds}, at_ctx),
                 seconds=round(time.monotonic() - t0, 2), notes=notes)
 
@@ -657,6 +664,13 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
         cp.logs.append(str(logs / f"{stem}-c{first.fit_ctx_to}.log"))
         cp.dry_runs = 2
     cp.seconds = round(time.monotonic() - t0, 2)
+    lines = [ln for log in cp.logs for ln in _read_lines(Path(log))]
+    said, no_fit = applicability.refusal(lines), applicability.fit_refusal(lines)
+    if said or no_fit:  # this rig, build or model cannot run it, or a dry run (llama.cpp's fit) cannot plan it
+        cp.status = NOT_APPLICABLE
+        cp.reason = (f"llama.cpp: {said}" if said else
+                     f"a dry run is llama.cpp's memory fit, and llama.cpp says \"{no_fit}\"")
+        return cp
     if final.error:
         cp.status, cp.reason = "failed", final.error
         return cp
@@ -678,6 +692,13 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
             if over > 0:
                 cp.over_budget[d.name] = round(over, 2)
     return cp
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 # ---------------------------------------------------------------- rendering
@@ -719,6 +740,10 @@ def render(plan: Plan, width: int | None = None):
     for n in [*names, "host"]:
         t.add_column(Text(f"{n}\nmodel / ctx / compute"), justify="right")
     for c in plan.configs:
+        if c.status == NOT_APPLICABLE:
+            t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"not applicable: {(c.reason or '')[:100]}",
+                                                                   style="yellow"))
+            continue
         if c.status != "ok":
             t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"failed: {(c.reason or '')[:80]}", style="red"))
             continue
@@ -742,6 +767,8 @@ def render(plan: Plan, width: int | None = None):
         cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx['compute'])}" if h else "")
         t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
     parts: list = [t]
+    for b, why in plan.not_applicable.items():
+        parts.append(Text(f"build {b} does not apply to this rig: {why}", style="yellow"))
     for b, why in plan.skipped.items():
         parts.append(Text(f"build {b} not planned: {why}", style="yellow"))
     failed = [c for c in plan.configs if c.status == "ok" and c.fit_ok is False]

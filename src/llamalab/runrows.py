@@ -118,7 +118,7 @@ class SystemRow(_Row):
 
 class BuildRow(_Row):
     name: str
-    status: Literal["ok", "skipped", "failed"]
+    status: Literal["ok", "skipped", "failed", "not-applicable"]
     reason: str | None = None
     key: str | None = None
     source_version: str | None = None
@@ -135,7 +135,7 @@ class ConfigRow(_Row):
     id: int
     build: str
     setting: str
-    status: Literal["ok", "failed", "skipped", "running", "interrupted"]
+    status: Literal["ok", "failed", "skipped", "running", "interrupted", "not-applicable"]
     pass_: int = Field(default=0, alias="pass")
     reason: str | None = None
     server_argv_json: list[str] | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from ..applicability import NOT_APPLICABLE, same_reason
 from . import speed, verdict
 from .data import RunData
 
@@ -55,10 +56,48 @@ def system_items(data: RunData) -> list[tuple[str, str]]:
     return items
 
 
+def not_applicable(data: RunData) -> list[dict]:
+    """Each arm that does not apply to the rig, once: {build, settings (those it was ruled out for; all of the
+    study's when `every_setting`), reason, by ("llama.cpp" where llama.cpp refused it at load, else "llamalab":
+    the arm's min_devices)}. An arm llama.cpp refused for the same reason under several settings, or on several
+    passes, is one entry (a local rpc-server's port in the reason does not count)."""
+    settings = verdict.study_settings(data)
+    groups: dict[tuple[str, str], dict] = {}
+    for c in data.configs:
+        if c["status"] != NOT_APPLICABLE:
+            continue
+        reason = c.get("reason") or "no reason recorded"
+        g = groups.setdefault((c["build"], same_reason(reason)), {"build": c["build"], "settings": [],
+                                                                   "reason": reason})
+        if c["setting"] not in g["settings"]:
+            g["settings"].append(c["setting"])
+    builds_seen = {b for b, _ in groups}
+    for b in data.builds:  # a build ruled out with no configuration row (a run made by hand)
+        if b["status"] == NOT_APPLICABLE and b["name"] not in builds_seen:
+            reason = b.get("reason") or "no reason recorded"
+            groups[(b["name"], same_reason(reason))] = {"build": b["name"], "settings": list(settings),
+                                                        "reason": reason}
+    out = []
+    for g in groups.values():
+        g["every_setting"] = set(settings) <= set(g["settings"])
+        g["by"] = "llama.cpp" if g["reason"].startswith("llama.cpp:") else "llamalab"
+        out.append(g)
+    return out
+
+
+def not_applicable_lines(data: RunData) -> list[str]:
+    """One line per arm that does not apply to the rig, with its reason (llama.cpp's own words where it refused)."""
+    out = []
+    for g in not_applicable(data):
+        where = g["build"] if g["every_setting"] else f"{g['build']} × {', '.join(g['settings'])}"
+        out.append(f"{where}: not applicable on this rig — {g['reason']}")
+    return out
+
+
 def not_measured(data: RunData) -> list[str]:
     out = []
     for b in data.builds:
-        if b["status"] != "ok":
+        if b["status"] not in ("ok", NOT_APPLICABLE):  # not-applicable arms have their own section
             out.append(f"build {b['name']}: {b['status']} — {b['reason'] or 'no reason recorded'}")
     for c in data.configs:
         if c["status"] == "failed":
