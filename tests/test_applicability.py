@@ -19,19 +19,16 @@ def lines(name: str) -> list[str]:
 @pytest.mark.parametrize("name, said", [
     ("cuda-b10524-row-split-buffers.log", "device CUDA0 does not support split buffers"),
     ("textgen-2026-05-tensor-arch.log", "LLAMA_SPLIT_MODE_TENSOR not implemented for architecture 'minimax-m2'"),
-    ("rpc-b11312-sm-row.log", "device RPC0[127.0.0.1:{port}] does not support split buffers"),
+    ("rpc-b11312-sm-row.log", "device RPC0 does not support split buffers"),
+    ("cpu-b11312-sm-tensor.log", "LLAMA_SPLIT_MODE_TENSOR needs >= 1 devices"),
 ])
 def test_llama_cpp_refusals_are_read_in_its_own_words(name, said):
-    got = applicability.refusal(lines(name))
-    if "{port}" in said:  # a local rpc-server's port differs from run to run
-        assert got is not None and applicability.same_reason(got) == said.replace("[127.0.0.1:{port}]", "")
-        assert got.startswith("device RPC0[127.0.0.1:")
-    else:
-        assert got == said
+    assert applicability.refusal(lines(name)) == said
 
 
-def test_tensor_split_without_fit_is_a_fit_refusal_not_a_load_refusal():
-    log = lines("cuda-rocm-b9890-tensor-no-fit.log")
+@pytest.mark.parametrize("name", ["cuda-rocm-b9890-tensor-no-fit.log", "rpc-b11312-sm-tensor.log"])
+def test_tensor_split_without_fit_is_a_fit_refusal_not_a_load_refusal(name):
+    log = lines(name)
     assert applicability.fit_refusal(log) == "llama_params_fit is not implemented for SPLIT_MODE_TENSOR"
     assert applicability.refusal(log) is None  # the model went on to load: the configuration applies
 
@@ -43,15 +40,6 @@ def test_no_ledger_fixture_log_is_a_refusal(path):
     text = path.read_text(encoding="utf-8", errors="replace").splitlines()
     assert applicability.refusal(text) is None
     assert applicability.fit_refusal(text) is None
-
-
-def test_same_reason_drops_only_the_rpc_endpoint():
-    a = "llama.cpp: device RPC0[127.0.0.1:41234] does not support split buffers"
-    b = "llama.cpp: device RPC0[127.0.0.1:39001] does not support split buffers"
-    assert applicability.same_reason(a) == applicability.same_reason(b) == \
-        "llama.cpp: device RPC0 does not support split buffers"
-    assert applicability.same_reason("llama.cpp: device CUDA0 does not support split buffers") == \
-        "llama.cpp: device CUDA0 does not support split buffers"
 
 
 @pytest.mark.parametrize("needed, have, backend, expected", [

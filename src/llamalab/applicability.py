@@ -45,8 +45,6 @@ _FIT_REFUSALS: list[tuple[str, re.Pattern[str]]] = [
                                         r"implemented)")),
 ]
 
-_ENDPOINT = re.compile(r"(RPC\d+)\[[^\]\s]{1,200}\]")
-
 
 def _first(lines: Iterable, patterns: list[tuple[str, re.Pattern[str]]]) -> str | None:
     for raw in lines:
@@ -69,12 +67,6 @@ def refusal(lines: Iterable) -> str | None:
 def fit_refusal(lines: Iterable) -> str | None:
     """llama.cpp's own words where its `--fit` says it is not implemented for the split mode asked for."""
     return _first(lines, _FIT_REFUSALS)
-
-
-def same_reason(reason: str | None) -> str:
-    """A reason without what changes from one start to the next (a local rpc-server's port), so that the same
-    refusal on two passes or two settings reads as one: `device RPC0[127.0.0.1:41234] …` → `device RPC0 …`."""
-    return _ENDPOINT.sub(r"\1", reason or "")
 
 
 def too_few_devices(needed: int, have: int, backend: str) -> str | None:

@@ -459,6 +459,7 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                 if _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter,
                              total) == NOT_APPLICABLE:
                     inapplicable.add(key)
+                    counter[0] += len(trials) * len(levels)  # they will never run: the progress total stays true
             if opts.crosscheck:
                 _crosscheck(prep, store, run_id, run_dir / "logs", progress)
             if opts.max_context != "off":
@@ -672,7 +673,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                 no_fit = applicability.fit_refusal(lines)
                 if no_fit:  # the context is not fitted to the memory: say so with the configuration
                     store.note_config(config_id, f"context not fitted to the memory: llama.cpp's fit says "
-                                                 f"\"{no_fit}\"; it ran with n_ctx {led.n_ctx or '?'}")
+                                                 f"\"{no_fit}\"; it ran with n_ctx {f'{led.n_ctx:,}' if led.n_ctx else '?'}")
                 wrong = check_copies(led, art)
                 if wrong:
                     raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from ..applicability import NOT_APPLICABLE, same_reason
+from ..applicability import NOT_APPLICABLE
 from . import speed, verdict
 from .data import RunData
 
@@ -59,24 +59,21 @@ def system_items(data: RunData) -> list[tuple[str, str]]:
 def not_applicable(data: RunData) -> list[dict]:
     """Each arm that does not apply to the rig, once: {build, settings (those it was ruled out for; all of the
     study's when `every_setting`), reason, by ("llama.cpp" where llama.cpp refused it at load, else "llamalab":
-    the arm's min_devices)}. An arm llama.cpp refused for the same reason under several settings, or on several
-    passes, is one entry (a local rpc-server's port in the reason does not count)."""
+    the arm's min_devices)}. An arm ruled out for the same reason under several settings is one entry."""
     settings = verdict.study_settings(data)
     groups: dict[tuple[str, str], dict] = {}
     for c in data.configs:
         if c["status"] != NOT_APPLICABLE:
             continue
         reason = c.get("reason") or "no reason recorded"
-        g = groups.setdefault((c["build"], same_reason(reason)), {"build": c["build"], "settings": [],
-                                                                   "reason": reason})
+        g = groups.setdefault((c["build"], reason), {"build": c["build"], "settings": [], "reason": reason})
         if c["setting"] not in g["settings"]:
             g["settings"].append(c["setting"])
     builds_seen = {b for b, _ in groups}
     for b in data.builds:  # a build ruled out with no configuration row (a run made by hand)
         if b["status"] == NOT_APPLICABLE and b["name"] not in builds_seen:
             reason = b.get("reason") or "no reason recorded"
-            groups[(b["name"], same_reason(reason))] = {"build": b["name"], "settings": list(settings),
-                                                        "reason": reason}
+            groups[(b["name"], reason)] = {"build": b["name"], "settings": list(settings), "reason": reason}
     out = []
     for g in groups.values():
         g["every_setting"] = set(settings) <= set(g["settings"])
