@@ -669,7 +669,7 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
     if said or no_fit:  # this rig, build or model cannot run it, or a dry run (llama.cpp's fit) cannot plan it
         cp.status = NOT_APPLICABLE
         cp.reason = (f"llama.cpp: {said}" if said else
-                     f"a dry run is llama.cpp's memory fit, and llama.cpp says \"{no_fit}\"")
+                     f"no dry run (it is llama.cpp's fit): llama.cpp says \"{no_fit}\"")
         return cp
     if final.error:
         cp.status, cp.reason = "failed", final.error
@@ -741,7 +741,7 @@ def render(plan: Plan, width: int | None = None):
         t.add_column(Text(f"{n}\nmodel / ctx / compute"), justify="right")
     for c in plan.configs:
         if c.status == NOT_APPLICABLE:
-            t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"not applicable: {(c.reason or '')[:100]}",
+            t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"not applicable: {(c.reason or '')[:120]}",
                                                                    style="yellow"))
             continue
         if c.status != "ok":
