@@ -7,6 +7,8 @@
 #                                           # (RUN_FLAGS="--crosscheck" skips the fit-off reloads to save ~20 s)
 #   bash benchmarks/device/run.sh study-bg  # (and vulkan-bg) the study stage in its own session, so it may outlast one call (10
 #                                           # minutes) while the machine stays warm; call it again to wait for it
+#   bash benchmarks/device/run.sh split-modes-bg  # the study stage on benchmarks/split-modes-h200/study.toml (after
+#                                           # `build`: it needs the same two builds), in its own session as study-bg
 #   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
 #   bash benchmarks/device/run.sh vulkan-bg # Vulkan on NVIDIA's driver, in its own session (call again to wait):
 #                                           # doctor, the Vulkan build, the PCI-id check, plans (8B and 27B shapes),
@@ -15,7 +17,7 @@
 #                                           # toolchain and GL .debs: bash scripts/vulkan-toolchain.sh --debs .carry-vk --gl)
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
-stage=${1:?stage: build, study, validate, vulkan-build or vulkan}
+stage=${1:?stage: build, study, split-modes, validate, vulkan-build or vulkan}
 study=${STUDY:-benchmarks/h200/study.toml}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -49,7 +51,7 @@ case "$stage" in
     if [ -f "$work/rc" ]; then echo "build finished: rc=$(cat "$work/rc")"; cat "$work/builds.json";
     else echo "build still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
     ;;
-  study-bg|vulkan-bg)
+  study-bg|vulkan-bg|split-modes-bg)
     inner=${stage%-bg}; work=/tmp/llamalab-$inner; mkdir -p "$work/out"
     if [ ! -f "$work/rc" ] && { [ ! -f "$work/pid" ] || ! kill -0 "$(cat "$work/pid")" 2>/dev/null; }; then
       setsid bash -c "OUT='$work/out' bash '$0' $inner > '$work/stdout.txt' 2>&1; echo \$? > '$work/rc'" &
@@ -60,7 +62,10 @@ case "$stage" in
     else tail -5 "$work/stdout.txt"; tail -3 "$work/out/stderr.txt" 2>/dev/null
       echo "$inner still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
     ;;
-  study)
+  study|split-modes)
+    # split-modes: the split-modes study (layer with 4 and 1 copies and without pipeline parallelism, tensor, row,
+    # none); the same steps and files as `study`
+    [ "$stage" = split-modes ] && study=${STUDY:-benchmarks/split-modes-h200/study.toml}
     # at most 8 files come back: stderr of every step goes to one file
     ll plan "$study" --json > "$OUT/plan.json" 2> "$OUT/stderr.txt"; echo "plan rc=$? in $(( $(date +%s) - t0 )) s"
     tail -3 "$OUT/stderr.txt"

@@ -282,15 +282,18 @@ def demo(**kw) -> None:
 @click.option("--model", type=click.Path(path_type=Path), default=None, help="A GGUF model file to study.")
 @_study_options
 def run(study, model, **kw) -> None:
-    """Run a study: a preset name (pipeline-parallel, demo) or a study .toml file.
+    """Run a study: a preset name (pipeline-parallel, split-modes, demo) or a study .toml file.
 
     Exit code 0 when every configuration was measured, 3 when some failed (the others are in the report), 4 when
-    nothing was measured (the run is stored as failed); 1 or 2 for other errors, 130 when interrupted. Only one
-    run at a time is measured in a database: a second `run` while one is running is refused.
+    nothing was measured (the run is stored as failed); 1 or 2 for other errors, 130 when interrupted. An arm the
+    rig cannot run (too few devices, or a mode llama.cpp refuses here, such as -sm row on CUDA) is "not
+    applicable": said once with the reason, and not a failure. Only one run at a time is measured in a database: a
+    second `run` while one is running is refused.
 
     \b
     Examples:
       llamalab run pipeline-parallel --model ~/models/qwen3-8b-q4_k_m.gguf
+      llamalab run split-modes --model m.gguf     # layer (4, 1 copies, no pipeline), -sm tensor, row, none
       llamalab run pipeline-parallel --model m.gguf --llama-bin ~/llama-b11312   # a release archive
       llamalab run my-study.toml --set devices.count=2
       llamalab run pipeline-parallel --resume 20261129-101500-ab12cd
