@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import applicability
+from llamalab.llamacpp import applicability
 
 HERE = Path(__file__).parent / "fixtures"
 FIX = HERE / "applicability"

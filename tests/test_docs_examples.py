@@ -1,5 +1,5 @@
 """The docs cannot rot: every ```toml block in docs/ loads as a study, docs/study-files.md names every key of
-study.py with its true default, and every `llamalab …` command shown in docs/ names a real command and options."""
+study/spec.py with its true default, and every `llamalab …` command shown in docs/ names a real command and options."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from llamalab import study
+from llamalab.study import spec as study
 from llamalab.cli import cli
 from llamalab.errors import LlamalabError
 

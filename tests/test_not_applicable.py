@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llamalab import runner, study as studymod
+from llamalab.run import runner
+from llamalab.study import spec as studymod
 from llamalab.cli import _print_table, cli
-from llamalab.exchange import encode_row
+from llamalab.store.exchange import encode_row
 from llamalab.report import csvfile, data as rdata, document, html, markdown, summary
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 FIXTURE = Path(__file__).parent / "fixtures" / "split-modes" / "split-modes-cpu-rpc.json"
 ROW = "llama.cpp: device RPC0 does not support split buffers"
@@ -147,7 +148,7 @@ def test_import_and_report_from_the_command_line(tmp_path):
 def test_a_llamalab_without_the_status_refuses_the_database_and_the_export(tmp_path, monkeypatch):
     """A llamalab from before migration 0009 would count a not-applicable arm as failed, or refuse to report it:
     the migration's name makes it refuse the database, and the export, as a newer llamalab's instead."""
-    from llamalab import exchange, store as storemod
+    from llamalab.store import db as storemod, exchange
     from llamalab.errors import ConfigError, StoreError
 
     store, _ = stored(tmp_path)
