@@ -675,8 +675,9 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                 store.save_ledger(config_id, led)
                 no_fit = applicability.fit_refusal(lines)
                 if no_fit:  # the context is not fitted to the memory: say so with the configuration
+                    n_ctx = f"{led.n_ctx:,}" if led.n_ctx else "?"
                     store.note_config(config_id, f"context not fitted to the memory: llama.cpp's fit says "
-                                                 f"\"{no_fit}\"; it ran with n_ctx {f'{led.n_ctx:,}' if led.n_ctx else '?'}")
+                                                 f"\"{no_fit}\"; it ran with n_ctx {n_ctx}")
                 wrong = check_copies(led, art)
                 if wrong:
                     raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
