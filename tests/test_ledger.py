@@ -121,8 +121,8 @@ PP_CASES = [
                   "llama_context: compute buffer allocation failed, retrying without pipeline parallelism"],
                  False, None, id="retry-without"),
     pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=4)"], True, 4, id="old-n_copies-4"),
-    # n_copies is only a printed number: without a `sched copies` line the "enabled" line decides (issue 3)
-    pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=1)"], True, 1, id="old-n_copies-1"),
+    # one copy overlaps nothing: the old form's n_copies=1 is off, like `sched copies = 1` (issue 18)
+    pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=1)"], False, 1, id="old-n_copies-1"),
     pytest.param(["llama_context: pipeline parallelism enabled (n_copies=4)",
                   "llama_context: compute buffer allocation failed, retrying without pipeline parallelism"],
                  False, 4, id="old-retry"),
@@ -184,7 +184,7 @@ BUFFER_CASES = [
                  id="output"),
     pytest.param("sched_reserve:       MTL0 compute buffer size =  2161.01 MiB", "MTL0", "compute_mib", 2161.01,
                  id="compute"),
-    pytest.param("llama_new_context_with_model:  CUDA_Host input buffer size   =    13.02 MiB", "CUDA_Host", "compute_mib",
+    pytest.param("llama_new_context_with_model:  CUDA_Host input buffer size   =    13.02 MiB", "CUDA_Host", "input_mib",
                  13.02, id="2024-input-buffer"),
     pytest.param("0.01.790.616 I load_tensors:       Meta() model buffer size = 12952.69 MiB", "Meta()", "model_mib",
                  12952.69, id="meta-device"),
