@@ -25,6 +25,13 @@ def expected(name: str) -> dict:
     return json.loads((LOGS / f"{name}.expected.json").read_text())
 
 
+def parse_fixture(name: str, lines=None) -> ledger.Ledger:
+    """A fixture parsed as the runner would: with the arguments its expected file names (`parse_args`: the -ts a
+    -sm tensor server ran with, which the log does not print)."""
+    args = expected(name).get("parse_args") or {}
+    return parse(lines_of(name) if lines is None else lines, **args)
+
+
 def buffers_json(d: dict) -> dict:
     return {name: {k: b[k] for k in MIB_KEYS} for name, b in d.items()}
 
@@ -41,6 +48,13 @@ def extra_value(led: ledger.Ledger, key: str):
         "breakdown_projected_rows": lambda: len(led.breakdown_projected),
         "breakdown_projected_tables": lambda: len(led.breakdown_projected_tables),
         "failure": lambda: led.failure.split(" (")[0] if led.failure else None,
+        "meta_devices": lambda: led.meta["devices"] if led.meta else None,
+        "meta_shares": lambda: led.meta["shares"] if led.meta else None,
+        "meta_exact": lambda: led.meta["exact"] if led.meta else None,
+        "meta_estimated": lambda: led.meta["estimated"] if led.meta else None,
+        "input_mib": lambda: {n: b.input_mib for t in (led.devices, led.host) for n, b in t.items()
+                              if b.input_mib is not None},
+        "rs_mib": lambda: {n: b.rs_mib for t in (led.devices, led.host) for n, b in t.items() if b.rs_mib is not None},
     }
     return special[key]() if key in special else getattr(led, key)
 
@@ -59,7 +73,7 @@ def test_fixture_set_is_broad_enough():
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_contract(name):
     exp = expected(name)
-    got = parse(lines_of(name)).to_json()
+    got = parse_fixture(name).to_json()
     assert {k: got[k] for k in CONTRACT} == {k: exp[k] for k in CONTRACT}
     assert buffers_json(got["devices"]) == exp["devices"]
     assert buffers_json(got["host"]) == exp["host"]
@@ -67,7 +81,7 @@ def test_fixture_contract(name):
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_details(name):
-    led = parse(lines_of(name))
+    led = parse_fixture(name)
     for key, value in expected(name)["extra"].items():
         assert extra_value(led, key) == value, key
     assert led.errors == []
@@ -77,7 +91,7 @@ def test_fixture_details(name):
 def test_fixture_survives_crlf_ansi_prefixes_and_noise(name):
     """Windows line ends, colour codes, docker / journald prefixes and unrelated lines change nothing."""
     lines = lines_of(name)
-    base = parse(lines).to_json()
+    base = parse_fixture(name, lines).to_json()
     rng = random.Random(name)
     noisy = []
     for i, line in enumerate(lines):
@@ -85,7 +99,7 @@ def test_fixture_survives_crlf_ansi_prefixes_and_noise(name):
         noisy.append(prefix + line + "\x1b[0m\r")
         if rng.random() < 0.2:
             noisy.append(rng.choice(["", "GET /health 200", "srv  update_slots: all slots are idle", "|||", "= 12 MiB"]))
-    got = parse(noisy).to_json()
+    got = parse_fixture(name, noisy).to_json()
     for key in (*CONTRACT, "devices", "host"):
         assert got[key] == base[key], key
 

@@ -307,7 +307,8 @@ def _lines(raw_lines: Iterable, seen: dict | None = None) -> Iterable[str]:
                                 yield clean(m)
                         continue  # fit_memory_breakdown and other structured records repeat the text lines
             line = clean(part)
-            if line.startswith("time=") and (rec := logfmt(line)) is not None:
+            at = line.find("time=", 0, 300)  # ollama's record, maybe behind a prefix clean() does not know
+            if at >= 0 and (at == 0 or line[at - 1] == " ") and (rec := logfmt(line[at:])) is not None:
                 if seen is not None:
                     seen["ollama"] = True
                 yield from _ollama_lines(rec)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import argv as argvmod
 from . import (__version__, binaries, budget, build as buildmod, crosscheck, detect, devices, drivercheck, gpu,
                ledger, maxctx, models, proc, remote, server as servermod, source, sysinfo, toolchain,
                vulkan as vulkanmod, workload)
@@ -585,6 +586,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
     outcome = ConfigOutcome(build=cfg.build.name, setting=cfg.setting.name, status="running",
                             log_path=str(log_dir / "llama-server.log"))
     config_id = store.start_config(run_id, outcome, pass_no=index)
+    split = None  # the -ts the server ran with (ledger.split_meta)
     try:
         with device_setup(prep, art, log_dir) as dev:
             env = {**art.env(), **dev.env}
@@ -596,10 +598,16 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                                      env, {**dev.as_dict(), "emulation": emulation})
             progress.message(f"starting llama-server for {label} ({dev.description})")
             checker = drivercheck.for_setup(prep.backend, dev)  # a device-wide source reads its baseline now
+            split = argvmod.tensor_split(args)  # -sm tensor: how the Meta() device's buffers divide (not in the log)
             with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
                         env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
-                led = ledger.parse(srv.log_lines())
+                led = ledger.parse(srv.log_lines(), tensor_split=split)
                 store.save_ledger(config_id, led)
+                if led.pp_retry:  # llama.cpp ran this configuration without pipeline parallelism: say so, once
+                    note = (f"llama.cpp dropped pipeline parallelism (compute buffers did not fit: "
+                            f"{led.pp_dropped_reason}); this configuration ran with it off")
+                    progress.warn(f"{label}: {note}")
+                    store.note_config(config_id, note)
                 wrong = check_copies(led, art)
                 if wrong:
                     raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
@@ -654,7 +662,8 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         "source": checker.source, "scope": checker.scope,
                     })
                 # the final ledger (with exit-time breakdown tables) is read after the server stops
-            led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines())
+            led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines(),
+                               tensor_split=split)
             store.save_ledger(config_id, led)
         store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
     except KeyboardInterrupt:
@@ -665,7 +674,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
         store.finish_config(config_id, "failed", reason=e.message)
         logs_text = (log_dir / "llama-server.log")
         if logs_text.exists():
-            led = ledger.parse(logs_text.read_text(errors="replace").splitlines())
+            led = ledger.parse(logs_text.read_text(errors="replace").splitlines(), tensor_split=split)
             store.save_ledger(config_id, led)
     except BaseException as e:
         # any other error stops the study; the configuration does not stay "running"
