@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import ledger
+from llamalab import inspect_view, ledger, memory
 from llamalab.ledger import Buffers, is_host, parse
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -343,3 +343,119 @@ FAILURE_CASES = [
 def test_failure_reason(line, reason):
     got = ledger.failure_reason([line])
     assert (got.split(" (")[0] if got else None) == reason
+
+
+# ---------------------------------------------------------------- issue 18: -sm tensor, dropped pipelines, input
+# buffers, ollama
+
+# What the two rpc-servers allocated themselves (GGML_RPC_DEBUG=1, SOURCES.md), per device: model, KV, compute MiB
+RPC_ALLOCATED = {
+    "rpc-b11312-sm-tensor": [(41584640, 16777216, 16787488), (41584640, 16777216, 16787488)],
+    "rpc-b11312-sm-tensor-ts31": [(62359552, 25165824, 16787488), (20809728, 8388608, 16787488)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(RPC_ALLOCATED))
+def test_meta_buffers_are_attributed_to_the_devices_as_the_rpc_servers_allocated_them(name):
+    """llama.cpp prints one `Meta()` line per buffer, its largest per-device part; each device's share comes out
+    as the rpc-servers' own allocation logs say: compute and KV exactly, weights within 0.05 MiB (-ts 3,1: the
+    smaller device's weights are an estimate by its share)."""
+    led = parse_fixture(name)
+    assert "Meta()" not in led.devices and led.meta["attributed"]
+    got = [led.devices[d] for d in led.meta["devices"]]
+    for b, (model, kv, compute) in zip(got, RPC_ALLOCATED[name], strict=True):
+        assert b.kv_mib == round(kv / ledger.MIB, 2) and b.compute_mib == round(compute / ledger.MIB, 2)
+        assert abs(b.model_mib - model / ledger.MIB) < 0.05
+    assert round(sum(b.kv_mib for b in got), 2) == led.kv.size_mib  # the KV summary is the whole cache
+    assert led.meta["printed"]["Meta()"]["model_mib"] == max(b.model_mib for b in got)
+    assert set(memory.kv_bytes_per_token(led)) == set(led.meta["devices"])  # tokens priced per device
+
+
+def test_meta_attribution_says_how_it_was_made_and_what_the_log_cannot_tell():
+    led = parse_fixture("rpc-b11312-sm-tensor-ts31")
+    note = ledger.meta_note(led.meta)
+    assert "largest per-device part" in note and "0.75:0.25" in note
+    assert "Exact per device: kv, compute" in note and "Estimated: model" in note and "NCCL" in note
+    text = inspect_view.render(led)
+    assert "Tensor split (-sm tensor)" in text and "Meta(): model 59.47" in text
+
+
+def test_meta_buffers_whose_devices_the_log_does_not_name_stay_one_device():
+    led = parse_fixture("tp-2026-05-meta-rs-excerpt")
+    assert list(led.devices) == ["Meta()"] and led.devices["Meta()"].rs_mib == 124.69
+    assert led.meta["attributed"] is False and "names no member devices" in ledger.meta_note(led.meta)
+
+
+def test_meta_members_from_the_device_lines_or_from_a_named_meta_buffer():
+    base = ["load_tensors:       Meta() model buffer size =  7218.64 MiB",
+            "sched_reserve:     Meta() compute buffer size =  1000.00 MiB"]
+    explicit = ["llama_prepare_model_devices: creating a Meta device with 2 devices",
+                "llama_prepare_model_devices: - device 0: CUDA0", "llama_prepare_model_devices: - device 1: CUDA1"]
+    led = parse(explicit + base)
+    assert {n: b.compute_mib for n, b in led.devices.items()} == {"CUDA0": 1000.0, "CUDA1": 1000.0}
+    # should llama.cpp name the buffer type after its devices, the name says which they are
+    led = parse([line.replace("Meta()", "Meta(ROCm0,ROCm1,ROCm2)") for line in base], tensor_split=[2, 1, 1])
+    assert {n: b.model_mib for n, b in led.devices.items()} == {"ROCm0": 7218.64, "ROCm1": 3609.32, "ROCm2": 3609.32}
+
+
+def test_pipeline_parallelism_dropped_by_llama_cpp_is_off_and_inspect_says_why():
+    led = parse_fixture("rpc-b11312-pp-dropped")
+    assert led.pipeline_parallel is False and led.pp_retry and led.sched_copies == 1
+    assert ledger.pp_label_of(led.to_json()) == ledger.DROPPED  # not "on, 1 copy": llama.cpp gave it up
+    text = inspect_view.render(led)
+    assert "Pipeline parallelism: DROPPED" in text and "failed to allocate RPC0[127.0.0.1:51812] buffer" in text
+    assert "This run failed" not in text  # the retry loaded: an allocation failed on the way, the run did not
+    failed = parse_fixture("rpc-b11312-pp-dropped-then-failed")
+    assert failed.context_failed and "This run failed: out of memory" in inspect_view.render(failed)
+
+
+def test_input_buffers_are_their_own_figure():
+    led = parse_fixture("cuda-2024-01-input-buffer")
+    host = led.host["CUDA_Host"]
+    assert (host.input_mib, host.compute_mib, host.total()) == (6.01, 5.0, 11.01)
+    assert "input" in inspect_view.render(led) and led.to_json()["host"]["CUDA_Host"]["input_mib"] == 6.01
+
+
+def test_ollama_engine_records_fill_the_ledger():
+    led = parse_fixture("ollama-2025-09-engine-journald")
+    cpu = led.host["CPU"]
+    assert (cpu.model_mib, cpu.kv_mib, cpu.compute_mib) == (13107.2, 300.0, 109.2) and led.wrapper == "ollama"
+    assert (led.layers_offloaded, led.layers_total) == (0, 25)  # llama.cpp's words inside msg="…"
+    assert "ollama" in inspect_view.render(led)
+
+
+def test_ollama_records_repeat_whole_and_the_last_stands():
+    rec = 'time=2025-07-18T14:50:57.066Z level=INFO source=ggml.go:365 msg="model weights" buffer={} size="{}"'
+    graph = 'time=2025-07-18T14:50:58.130Z level=INFO source=ggml.go:672 msg="compute graph" backend={} ' \
+            'buffer_type={} size="{}"'
+    lines = [rec.format("CUDA0", "11.5 GiB"), graph.format("CUDA0", "CUDA0", "0 B"),
+             graph.format("CPU", "CUDA_Host", "8.0 MiB"),
+             graph.format("CUDA0", "CUDA0", "1.2 GiB"), graph.format("CPU", "CUDA_Host", "24.0 MiB")]
+    led = parse(lines)
+    assert led.devices["CUDA0"].compute_mib == 1228.8 and led.host["CUDA_Host"].compute_mib == 24.0
+    assert led.devices["CUDA0"].model_mib == 11776.0
+
+
+def test_logfmt_values_unquote_like_go():
+    rec = ledger.logfmt('time=x level=ERROR source=sched.go:1 msg="error loading llama server" '
+                        'error="llama runner process has terminated: \\"out of memory\\"\\nline two" n=3')
+    assert rec["msg"] == "error loading llama server" and rec["n"] == "3"
+    assert rec["error"] == 'llama runner process has terminated: "out of memory"\nline two'
+    assert ledger.logfmt("llama_context: n_ctx = 4096") is None
+
+
+def test_the_models_metadata_behind_a_journald_prefix_is_never_a_buffer():
+    lines = lines_of("ollama-2024-01-journald-cuda")
+    hostile = ("Jan 30 09:12:13 ollama-host ollama[5307]: llama_model_loader: - kv   1: general.name str = "
+               "CUDA7 model buffer size = 999.00 MiB")
+    assert "CUDA7" not in parse([hostile, *lines]).devices
+    assert parse(lines).wrapper == "ollama"
+
+
+def test_every_host_buffer_type_is_kept_apart():
+    led = parse_fixture("rpc-b11312-cpu-repack")
+    assert {n: b.model_mib for n, b in led.host.items() if b.model_mib} == {"CPU_Mapped": 205.82, "CPU_REPACK": 7.73}
+    amx = parse_fixture("cpu-2026-amx-model-buffer")
+    assert {n: b.model_mib for n, b in amx.host.items()} == {"AMX": 1325.25, "CPU_Mapped": 1186.25}
+    text = inspect_view.render(led)
+    assert "CPU_REPACK" in text
