@@ -106,3 +106,22 @@ def test_the_driver_check_counts_meta_buffers_on_the_gpus_they_span():
     # a Meta() buffer whose devices the log does not name is said to be left out, not silently dropped
     (row,) = nvmlcheck.compare(ledger.parse(lines[3:]).to_json(), {0: 17000.0}, 1)
     assert row["unmapped_mib"] == 8218.64 and "does not name" in nvmlcheck.sentences([row])[0]
+
+
+@pytest.mark.parametrize("where", ["input", "meta", "dropped"])
+def test_a_stored_ledger_with_figures_of_the_wrong_type_is_refused_before_any_report(tmp_path, where):
+    """The new figures are checked where a run comes from outside, like the old ones: a string is never a number."""
+    from llamalab.errors import StoreError
+
+    d = runfixtures.doc()
+    led = d["tables"]["ledgers"][0]["ledger_json"]
+    if where == "input":
+        led["host"]["CPU"]["input_mib"] = "6.01"
+    elif where == "meta":
+        led["meta"] = record("rpc-b11312-sm-tensor")["meta"] | {"shares": ["0.5", "0.5"]}
+    else:
+        led["pp_dropped_reason"] = 7
+    with Store(tmp_path / "results.db") as store:
+        rid = runfixtures.fill(store, document=d)
+        with pytest.raises(StoreError, match="cannot be reported"):
+            rdata.load(store, rid)
