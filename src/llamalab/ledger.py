@@ -13,8 +13,12 @@ Reads the lines llama-cpp-facts.md §2 lists, in every format llama.cpp printed 
   `graph[ (pp bs=…, tg bs=…)]: nodes = N[ / M], splits = S[ / T]`.
 Also: context sizes (`n_ctx`, `n_ctx_per_seq`, `n_ctx_seq`), offloaded layers, `--fit` lines, memory-breakdown tables
 (projected during fit, final at exit: kept apart), compute-buffer allocation failures and the retry without
-pipeline parallelism. Lines may carry timestamps, level letters, CRLF, ANSI colours, JSONL wrapping
-(`--log-jsonl`), or be interleaved with unrelated output; pastes may be truncated.
+pipeline parallelism (with the allocation that failed before it), early-2024 `input buffer` lines (their own
+figure), and `-sm tensor`'s Meta device: `creating a Meta device … - device i: NAME` and `Meta() … buffer size`
+lines, attributed to those devices (split_meta). Lines may carry timestamps, level letters, `[pid]`, CRLF, ANSI
+colours, JSONL wrapping (`--log-jsonl`), journald prefixes, or be ollama's `time=… level=… msg="…"` records (their
+message read as a line; ollama's engine's `model weights` / `kv cache` / `compute graph` summaries as buffers), or
+be interleaved with unrelated output; pastes may be truncated.
 
 How a log maps to one ledger:
 - A ledger describes the *last* model load in the log. A model buffer line after a context has started begins a
