@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import inspect_view, ledger, memory
-from llamalab.ledger import Buffers, is_host, parse
+from llamalab.llamacpp import ledger, memory
+from llamalab.llamacpp.ledger import Buffers, is_host, parse
+from llamalab.report import inspect_view
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 FIXTURES = sorted(p.name[: -len(".expected.json")] for p in LOGS.glob("*.expected.json"))

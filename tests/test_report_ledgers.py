@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 import runfixtures
-from llamalab import ledger, memory, nvmlcheck
+from llamalab.llamacpp import ledger, memory
+from llamalab.run import nvmlcheck
 from llamalab.report import csvfile, data as rdata, formats, summary, tables, verdict
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

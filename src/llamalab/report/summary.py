@@ -89,7 +89,7 @@ def ledger_notes(data: RunData) -> list[str]:
     """Per configuration that loaded, what its ledger needs said beside the figures: how -sm tensor's Meta()
     buffers were attributed to devices (and what the log cannot tell), pipeline parallelism that llama.cpp
     dropped, and figures read from an ollama log."""
-    from ..ledger import meta_note
+    from ..llamacpp.ledger import meta_note
 
     out = []
     for c in data.ok_configs():
@@ -262,7 +262,8 @@ def binary_notes(data: RunData) -> list[str]:
 def fidelity_lines(data: RunData) -> list[str]:
     """How far the figures can be trusted: llama-bench and client-vs-server timing crosschecks, and NVML's view of
     each GPU next to the ledger (the difference is shown as unaccounted, never hidden)."""
-    from .. import crosscheck, nvmlcheck
+    from ..llamacpp import crosscheck
+    from ..run import nvmlcheck
 
     out = []
     for row in data.tables.get("crosschecks", []):
