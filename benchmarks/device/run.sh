@@ -146,7 +146,7 @@ case "$stage" in
     work=/tmp/tensor-ledger; rm -rf "$work"; mkdir -p "$work"
     bin=$(python3 -c "import json; print(json.load(open('/tmp/llamalab-build/builds.json'))[0]['bin_dir'])") ||
       { echo "run the build stage first"; exit 1; }
-    model=$(python3 -c "import os; from pathlib import Path; from llamalab import models
+    model=$(python3 -c "import os; from pathlib import Path; from llamalab.llamacpp import models
 print(models.synthetic(models.preset('8b'), Path(os.environ['LLAMALAB_HOME'])))") || exit 1
     for ts in "" "3,1"; do
       name=tensor${ts:+-ts${ts/,/}}
