@@ -502,21 +502,34 @@ def import_cmd(file, db) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("log", type=click.File("r", encoding="utf-8", errors="replace"))
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger as JSON.")
-def inspect(log, as_json) -> None:
+@click.option("--tensor-split", "tensor_split", metavar="LIST", default=None,
+              help="The -ts the server ran with (e.g. 3,1): under -sm tensor it divides the Meta() device's weights "
+                   "and KV cache between its devices (the log does not print it; without it, equal shares).")
+def inspect(log, as_json, tensor_split) -> None:
     """Read any llama.cpp / llama-server log (or - for stdin) and show where memory went: MiB per device
-    (model / KV / compute / output), pipeline parallelism and its copies, context, graph splits, and, when
-    pipeline parallelism is on, the estimated saving with one scheduler copy in MiB and tokens of context.
+    (model / KV / compute / output) and per host buffer type, pipeline parallelism and its copies (and whether
+    llama.cpp dropped it), context, graph splits, and, when pipeline parallelism is on, the estimated saving with
+    one scheduler copy in MiB and tokens of context. Reads ollama's server logs too (journald lines and its
+    `msg="…"` records). Under -sm tensor the Meta() buffers are attributed to the devices they span.
 
     \b
     Examples:
       llamalab inspect server.log
       llama-server ... -lv 4 2>&1 | tee server.log; llamalab inspect --json server.log
       pbpaste | llamalab inspect -
+      journalctl -u ollama --no-pager | llamalab inspect -
+      llamalab inspect --tensor-split 3,1 tensor-split.log
     """
     from .report import inspect_view
-    from .llamacpp import ledger
+    from .llamacpp import argv, ledger
 
-    led = ledger.parse(log.read().splitlines())
+    split = None
+    if tensor_split is not None:
+        split = argv.tensor_split(["-ts", tensor_split])
+        if not split:
+            raise ConfigError(f"--tensor-split {tensor_split!r} is not a list of numbers.",
+                              tip="give the proportions as llama-server takes them, e.g. --tensor-split 3,1")
+    led = ledger.parse(log.read().splitlines(), tensor_split=split)
     if as_json:
         click.echo(json.dumps(inspect_view.inspect_json(led), indent=2))
     else:

@@ -136,6 +136,13 @@ def compute_by_label(ledger: dict) -> dict[str, float | None]:
     return {lab: ledger["devices"][n].get("compute_mib") for lab, n in zip(device_labels(names), names)}
 
 
+def host_by_type(ledger: dict) -> dict[str, float]:
+    """Every host buffer type (CPU, CPU_Mapped, CPU_REPACK, AMX, CUDA_Host …) with its total MiB (weights, KV,
+    compute, output and input together), in the log's order."""
+    kinds = ("model_mib", "kv_mib", "rs_mib", "compute_mib", "output_mib", "input_mib")
+    return {name: round(sum(b.get(k) or 0.0 for k in kinds), 2) for name, b in (ledger.get("host") or {}).items()}
+
+
 def host_compute(ledger: dict) -> float | None:
     vals = [b.get("compute_mib") for b in ledger.get("host", {}).values() if b.get("compute_mib") is not None]
     return round(sum(vals), 2) if vals else None

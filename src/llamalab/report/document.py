@@ -104,6 +104,7 @@ def document(data: RunData, *, seed: int = 0) -> dict:
         "throughput": speed.throughput_table(data),
         "comparisons": speed.comparisons(data, seed=seed),
         "memory": verdict.memory_comparisons(data),
+        "memory_notes": summary.ledger_notes(data),
         "context": context.rows(data),
         "decision_table": {s: [r.as_json() for r in recommend.decision_table(data, s)]
                            for s in verdict.study_settings(data)},

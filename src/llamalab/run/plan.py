@@ -96,6 +96,9 @@ class DeviceFigures:
 class DryRun:
     devices: list[DeviceFigures] = field(default_factory=list)
     host: DeviceFigures = field(default_factory=lambda: DeviceFigures(name="Host"))
+    # host-resident buffer types llama.cpp's table lists apart from "Host" (their buffer type is not a host buffer
+    # to ggml because its data is rearranged: CPU_REPACK, AMX …): weights in system RAM all the same
+    host_buffers: list[DeviceFigures] = field(default_factory=list)
     n_ctx: int | None = None
     n_ctx_train: int | None = None
     n_seq_max: int | None = None
@@ -256,6 +259,12 @@ def _figures(out: DryRun, seg: dict, info: dict[str, tuple[str, int, int]]) -> N
             if len(nums) >= 4:
                 out.host.model_mib, out.host.context_mib, out.host.compute_mib = map(float, nums[1:4])
             continue
+        if len(nums) < 7 and name not in info:  # `| - CPU_REPACK | self = model + context + compute |`
+            h = DeviceFigures(name=name, description=desc)
+            if len(nums) >= 4:
+                h.model_mib, h.context_mib, h.compute_mib = map(float, nums[1:4])
+            out.host_buffers.append(h)
+            continue
         d = DeviceFigures(name=name, description=desc)
         if len(nums) >= 7:
             d.total_mib, d.free_mib = nums[0], nums[1]
@@ -392,6 +401,7 @@ class ConfigPlan:
     copies_mismatch: str | None = None
     devices: list[DeviceFigures] = field(default_factory=list)
     host: DeviceFigures | None = None
+    host_buffers: list[DeviceFigures] = field(default_factory=list)  # CPU_REPACK, AMX …: system RAM beside "Host"
     budgets_mib: list[int] | None = None
     margins_mib: list[int] | None = None
     fit_targets_mib: list[int] | None = None
@@ -449,6 +459,8 @@ class Plan:
                 dev["used_mib"] = fig.used_mib
             if cp.host:
                 c["host"]["used_mib"] = cp.host.used_mib
+            for h, fig in zip(c["host_buffers"], cp.host_buffers, strict=True):
+                h["used_mib"] = fig.used_mib
         return d
 
 
@@ -681,7 +693,7 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
     cp.fit_ok, cp.fit_message = first.fit_ok, first.fit_message
     cp.pipeline_parallel, cp.sched_copies = final.pipeline_parallel, final.sched_copies
     cp.graph_splits = final.graph_splits
-    cp.devices, cp.host = final.devices, final.host
+    cp.devices, cp.host, cp.host_buffers = final.devices, final.host, final.host_buffers
     cp.n_ubatch, cp.n_embd = final.n_ubatch, first.n_embd
     cp.expected = expected_pipeline(args, len(final.devices), prep.model_info.n_layer, art.options)
     got = final.sched_copies if final.sched_copies is not None else None
@@ -739,8 +751,9 @@ def render(plan: Plan, width: int | None = None):
               show_lines=False)
     for h in ("build", "setting", "PP", "n_ctx"):
         t.add_column(h, justify="left" if h in ("build", "setting") else "right")
-    for n in [*names, "host"]:
-        t.add_column(Text(f"{n}\nmodel / ctx / compute"), justify="right")
+    hosts = list(dict.fromkeys(h.name for c in plan.configs for h in c.host_buffers))
+    for n in [*names, "host", *hosts]:
+        t.add_column(Text(f"{n}{' (host)' if n in hosts else ''}\nmodel / ctx / compute"), justify="right")
     for c in plan.configs:
         if c.status == NOT_APPLICABLE:
             t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"not applicable: {(c.reason or '')[:120]}",
@@ -767,6 +780,9 @@ def render(plan: Plan, width: int | None = None):
             cells.append(Text(cell, style="red") if n in c.over_budget else cell)
         h = c.host
         cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx['compute'])}" if h else "")
+        for n in hosts:
+            h = next((x for x in c.host_buffers if x.name == n), None)
+            cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib)}" if h else "")
         t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
     parts: list = [t]
     for b, why in plan.not_applicable.items():

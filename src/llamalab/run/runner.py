@@ -18,6 +18,7 @@ from pathlib import Path
 from .. import __version__, proc
 from ..llamacpp import (applicability, binaries, budget, build as buildmod, crosscheck, ledger, maxctx, models,
                         server as servermod, source, toolchain, vulkan as vulkanmod)
+from ..llamacpp import argv as argvmod
 from ..machine import detect, gpu, sysinfo
 from ..rig import devices, remote
 from . import drivercheck, workload
@@ -656,6 +657,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                             log_path=str(log_dir / "llama-server.log"))
     config_id = store.start_config(run_id, outcome, pass_no=index)
     loaded = False
+    split = None  # the -ts the server ran with (ledger.split_meta)
     try:
         with device_setup(prep, art, log_dir) as dev:
             env = {**art.env(), **dev.env}
@@ -667,17 +669,23 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                                      env, {**dev.as_dict(), "emulation": emulation})
             progress.message(f"starting llama-server for {label} ({dev.description})")
             checker = drivercheck.for_setup(prep.backend, dev)  # a device-wide source reads its baseline now
+            split = argvmod.tensor_split(args)  # -sm tensor: how the Meta() device's buffers divide (not in the log)
             with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
                         env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
                 loaded = True
                 lines = srv.log_lines()
-                led = ledger.parse(lines)
+                led = ledger.parse(lines, tensor_split=split)
                 store.save_ledger(config_id, led)
                 no_fit = applicability.fit_refusal(lines)
                 if no_fit:  # the context is not fitted to the memory: say so with the configuration
                     n_ctx = f"{led.n_ctx:,}" if led.n_ctx else "?"
                     store.note_config(config_id, f"context not fitted to the memory: llama.cpp's fit says "
                                                  f"\"{no_fit}\"; it ran with n_ctx {n_ctx}")
+                if led.pp_retry:  # llama.cpp ran this configuration without pipeline parallelism: say so, once
+                    note = (f"llama.cpp dropped pipeline parallelism (compute buffers did not fit: "
+                            f"{led.pp_dropped_reason}); this configuration ran with it off")
+                    progress.warn(f"{label}: {note}")
+                    store.note_config(config_id, note)
                 wrong = check_copies(led, art)
                 if wrong:
                     raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
@@ -732,7 +740,8 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         "source": checker.source, "scope": checker.scope,
                     })
                 # the final ledger (with exit-time breakdown tables) is read after the server stops
-            led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines())
+            led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines(),
+                               tensor_split=split)
             store.save_ledger(config_id, led)
         store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
         return "ok"
@@ -750,7 +759,7 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
             progress.warn(f"{label} failed: {e.message}")  # with the server log's last lines where it died
             store.finish_config(config_id, "failed", reason=e.message)
         if lines:
-            store.save_ledger(config_id, ledger.parse(lines))
+            store.save_ledger(config_id, ledger.parse(lines, tensor_split=split))
         return NOT_APPLICABLE if said else "failed"
     except BaseException as e:
         # any other error stops the study; the configuration does not stay "running"
