@@ -160,3 +160,27 @@ def test_a_llamalab_without_the_status_refuses_the_database_and_the_export(tmp_p
         Store(tmp_path / "r.db")
     with pytest.raises(ConfigError, match="exported by a newer llamalab .*0009_not_applicable"):
         exchange.loads(FIXTURE.read_text(encoding="utf-8"), FIXTURE.name)
+
+
+def test_a_split_mode_places_weights_by_design_not_as_a_side_effect(run):
+    """-sm tensor and -sm none put the weights elsewhere than layer split: that is the arm, so the memory comparison
+    says which split mode placed them, and the advice does not charge them the warning meant for an override that
+    moves weights as a side effect (the no-op check of `-ot`)."""
+    from llamalab.report import recommend, verdict
+
+    _, _, data = run
+    comps = {(c["candidate"], c["setting"]): c for c in verdict.memory_comparisons(data)}
+    tensor = comps[("sm-tensor", "kv-f16")]
+    assert (tensor["baseline_split_mode"], tensor["candidate_split_mode"]) == ("layer", "tensor")
+    assert tensor["weights_moved"]  # the placement differs, and the figures say how
+    assert comps[("sm-none", "kv-f16")]["candidate_split_mode"] == "none"
+    assert comps[("copies1", "kv-f16")]["candidate_split_mode"] == "layer"
+    lines = [s for s in verdict.memory_sentences(data) if s.startswith("kv-f16: sm-")]
+    assert lines and all("weights placed by split mode" in s and "WEIGHTS MOVED" not in s for s in lines)
+    ctx = {(r["build"], r["setting"]): r for r in recommend.context.rows(data)}
+    scope = recommend._scopes(data, "kv-f16")[0]
+    comps = recommend.speed.comparisons(data)
+    for build in ("sm-tensor", "sm-none"):
+        a = recommend.assess(data, scope, build, comps, ctx, False)
+        assert not a.moved and not any("not a no-op" in c.text for c in a.costs)
+        assert any(n.startswith(f"split mode {build[3:]} places the weights otherwise") for n in a.notes)

@@ -33,3 +33,18 @@ def tensor_split(args: Sequence[str]) -> list[float] | None:
         return [float(x) for x in found.replace("/", ",").split(",") if x.strip()]
     except ValueError:
         return None
+
+
+SPLIT_MODES = ("none", "layer", "row", "tensor")
+
+
+def split_mode(args: Sequence[str]) -> str:
+    """The `-sm`/`--split-mode` in `args` (the last flag wins), or llama.cpp's default, `layer`."""
+    mode = "layer"
+    for i, a in enumerate(args):
+        name, eq, inline = a.partition("=")
+        if name in ("-sm", "--split-mode"):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value in SPLIT_MODES:
+                mode = value
+    return mode

@@ -90,6 +90,17 @@ class RunData:
                 v = None
         return int(v) if v else None
 
+    def server_argv(self, build: str, setting: str) -> list[str]:
+        """The llama-server command the last successful configuration of (build, setting) ran ([] where unknown)."""
+        for c in reversed(self.configs):
+            if c["build"] == build and c["setting"] == setting and c["status"] == "ok":
+                try:
+                    argv = json.loads(c.get("server_argv_json") or "[]")
+                except ValueError:
+                    return []
+                return [str(a) for a in argv] if isinstance(argv, list) else []
+        return []
+
     def ledger_for(self, build: str, setting: str) -> dict | None:
         for c in reversed(self.configs):
             if c["build"] == build and c["setting"] == setting and c.get("ledger") and c["status"] == "ok":

@@ -3,6 +3,7 @@ setting's baseline, the weights any configuration moved, and the context differe
 
 from __future__ import annotations
 
+from ..llamacpp import argv
 from ..llamacpp.ledger import pp_label_of
 from .data import RunData, compute_by_label, device_labels, device_names, host_by_type, host_compute
 
@@ -75,6 +76,7 @@ def memory_comparisons(data: RunData) -> list[dict]:
                 continue
             bc, cc = compute_by_label(base), compute_by_label(led)
             moved = weights_moved(base, led)
+            modes = (argv.split_mode(data.server_argv(base_name, setting)), argv.split_mode(data.server_argv(b, setting)))
             out.append({
                 "setting": setting, "baseline": base_name, "candidate": b,
                 "compute_delta_mib": {d: _delta(cc.get(d), bc.get(d)) for d in bc},
@@ -83,6 +85,9 @@ def memory_comparisons(data: RunData) -> list[dict]:
                 "kv_delta_mib": _deltas(by_label(led, "kv_mib"), by_label(base, "kv_mib")),
                 "weights_moved": moved,
                 "weights_moved_text": moved_text(moved) or None,
+                # another split mode places the weights differently by design: the move is what it is, not a side
+                # effect of an arm meant to change something else
+                "baseline_split_mode": modes[0], "candidate_split_mode": modes[1],
                 "baseline_copies": base.get("sched_copies"), "candidate_copies": led.get("sched_copies"),
                 "baseline_pp": pp_label_of(base), "candidate_pp": pp_label_of(led),
                 "baseline_n_ctx": base.get("n_ctx"), "candidate_n_ctx": led.get("n_ctx"),
@@ -140,7 +145,10 @@ def memory_sentences(data: RunData) -> list[str]:
         kv = {d: v for d, v in c["kv_delta_mib"].items() if v}
         if kv:
             s += "; KV " + ", ".join(f"{d} {_signed(v)} MiB" for d, v in kv.items())
-        if c["weights_moved"]:
+        if c["weights_moved"] and c["candidate_split_mode"] != c["baseline_split_mode"]:
+            s += (f"; weights placed by split mode {c['candidate_split_mode']} instead of "
+                  f"{c['baseline_split_mode']}: {c['weights_moved_text']}")
+        elif c["weights_moved"]:
             s += (f"; WEIGHTS MOVED: {c['weights_moved_text']} — {c['candidate']} is not a no-op: it changes where "
                   "the model's weights live (and so which device computes with them)")
         else:
