@@ -18,6 +18,10 @@
 #   bash benchmarks/device/run.sh tensor-ledger  # issue 18: real `-sm tensor` logs on two virtual CUDA devices (equal
 #                                           # shares and -ts 3,1), NVML's per-process figure after each load, and
 #                                           # `llamalab inspect` of each; one file back: tensor-ledger.tar.gz (after `build`)
+#   COLLECT=split-modes bash benchmarks/device/run.sh chain   # the stages in CHAIN (default: build split-modes
+#                                           # tensor-ledger tune) one after another in one session of their own, started
+#                                           # by the first call, so the GPU never waits for the next call; each call
+#                                           # waits for the stage named in COLLECT and returns its files
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
 stage=${1:?stage: build, study, split-modes, validate, vulkan-build or vulkan}
@@ -144,6 +148,22 @@ case "$stage" in
     tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs/$run_id" . 2>/dev/null
     python3 benchmarks/vulkan-h200/side_by_side.py "$OUT/report.json" "$OUT/plan-27b.json"
     echo "vulkan stage: done in $(( $(date +%s) - t0 )) s"
+    ;;
+  chain)
+    work=/tmp/llamalab-chain; mkdir -p "$work"
+    if [ ! -f "$work/pid" ]; then
+      setsid bash -c "for s in ${CHAIN:-build split-modes tensor-ledger tune}; do mkdir -p '$work'/\$s
+        OUT='$work'/\$s WAIT_S=86400 bash '$0' \$s > '$work'/\$s.stdout 2>&1; echo \$? > '$work'/\$s.rc; done" &
+      echo $! > "$work/pid"
+    fi
+    want=${COLLECT:?COLLECT=<stage> names the stage whose files this call returns}
+    while [ ! -f "$work/$want.rc" ] && [ $(( $(date +%s) - t0 )) -lt ${WAIT_S:-560} ]; do sleep 5; done
+    if [ -f "$work/$want.rc" ]; then
+      cp "$work/$want"/* "$OUT/" 2>/dev/null; cat "$work/$want.stdout"; echo "$want finished: rc=$(cat "$work/$want.rc")"
+    else
+      for f in "$work"/*.stdout; do echo "== $f"; tail -4 "$f"; done
+      echo "$want still running after $(( $(date +%s) - t0 )) s: call again"
+    fi
     ;;
   tensor-ledger)
     # -sm tensor prints its buffers as `Meta() … buffer size`: llamalab attributes them to the devices they span
