@@ -32,15 +32,14 @@ def test_the_view_of_a_stored_tune(data):
     # the default's fit left RPC1 above 300 − 64 MiB: flagged, and not a candidate for the pick
     assert v.doc["default"]["over_budget"] and "RPC1 at 300 MiB, 64 over" in rows["default"].note
     assert not rows["default"].on_front and not rows["default"].picked
-    # the pick: the most context whose generation is not shown slower than the fastest configuration that fits
+    # the pick: the most context whose generation is not shown slower than the default's (its speed is the floor
+    # even where the default itself does not fit)
     pick = rows[v.pick.name]
     assert pick.picked and pick.on_front
     ms = {m.name: m for m in rtune.measures_of(data, v)}
-    fastest = max((m for m in ms.values() if m.name != "default"), key=lambda m: m.median("output_tps"))
     for name in v.pick.considered:
-        assert ms[name].n_ctx <= pick.n_ctx or name == v.pick.name
-    if v.pick.name != fastest.name:
-        r = stats.ratio(fastest.samples["output_tps"], ms[v.pick.name].samples["output_tps"])
+        assert ms[name].n_ctx <= pick.n_ctx
+        r = stats.ratio(ms["default"].samples["output_tps"], ms[name].samples["output_tps"])
         assert stats.verdict(r, 0.02) != "slower" and r.ratio >= 0.96
     assert pick.n_ctx >= rows["default"].n_ctx
     # the command is the build's arguments with the context and the slots, nothing of the emulation

@@ -96,14 +96,11 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
     so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation.
     Throughput: the highest aggregate output t/s at K requests among those that hold the context asked for (and
     meet a generation floor if one is given); ties go to more context. The default is a candidate too, unless it
-    does not fit the budgets (`default_fits`): then it is not, and the speed to keep is the fastest generation among
-    the candidates that hold the context."""
+    does not fit the budgets (`default_fits`); its speed is the floor either way: it is what the user has without
+    tuning."""
     by = {m.name: m for m in ms}
     floor = max(min_context, need_context)
     base = by.get(default)
-    if not default_fits:
-        fits = [m for m in ms if m.name != default and m.n_ctx >= floor and m.median("output_tps")]
-        base = max(fits, key=lambda m: m.median("output_tps") or 0.0) if fits else None
     ok: list[ts.Measures] = []
     why_out: dict[str, str] = {}
     for m in ms:
@@ -131,7 +128,9 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
         ok.append(m)
     if not ok:
         return Pick(default, "no configuration met the constraints (" + "; ".join(
-            f"{k}: {v}" for k, v in list(why_out.items())[:4]) + "): keep llama.cpp's default", ())
+            f"{k}: {v}" for k, v in list(why_out.items())[:4]) + "): keep llama.cpp's default"
+            + ("" if default_fits else ", which does not fit the budgets either (relax --min-gen-tps or "
+               "--min-context)"), ())
     if goal == "throughput":
         def key(m: ts.Measures):
             return (m.median("aggregate_output_tps") or m.median("output_tps") or 0.0, m.n_ctx)
@@ -141,8 +140,7 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
     else:
         best = max(ok, key=lambda m: (m.n_ctx, m.median("output_tps") or 0.0))
         floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
-                     else "generating not measurably slower than the default" if default_fits or base is None
-                     else f"generating not measurably slower than {base.name}, the fastest configuration that fits")
+                     else "generating not measurably slower than the default")
         reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
     return Pick(best.name, reason, tuple(m.name for m in ok))
 
