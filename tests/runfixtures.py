@@ -19,6 +19,9 @@ BUDGET = "demo-budget-concurrency"  # 4 builds × 2 settings × 3 trials × 1, 4
 # benchmarks/h200/study.toml scaled to the CPU (tiny model, cpu-rpc, 300 MiB budgets): copies4, copies1 and
 # `-ot no_such_tensor=CPU`, interleaved, 3 trials of the grid [16, 64, 256, 768] prompt tokens × 1, 2, 4, 8 requests
 GRID = "demo-grid"
+# `llamalab tune tune-demo` (tiny model, cpu-rpc, 300 MiB budgets, 2 parallel requests): the search in `tunes`, the
+# default and 5 front candidates as builds, 3 trials each
+TUNE = "tune-demo"
 
 
 def names() -> list[str]:

@@ -65,11 +65,11 @@ def test_a_database_the_old_runner_fully_migrated_is_not_migrated_again(tmp_path
     db = copy("v0008.db", tmp_path)
     before_rows, before_schema = recorded(db), schema(db)
     with Store(db) as s:
-        assert s.migrations()[:8] == NAMES_0008
+        assert s.migrations() == migrations.names()  # only the migrations after 0008 were applied
         tables = s.dump_run(GRID_RUN)
     assert recorded(db)[:8] == before_rows  # the same rows, applied times unchanged: nothing ran twice
-    if len(migrations.MIGRATIONS) == 8:
-        assert schema(db) == before_schema
+    after = schema(db)
+    assert {k: after[k] for k in before_schema} == before_schema  # what 0001-0008 made is as the old runner left it
     doc = json.loads((FIXTURES / "runs" / "demo-grid.json").read_text())
     assert len(tables["trials"]) == len(doc["tables"]["trials"]) == 144
     assert sorted(t["output_tps"] for t in tables["trials"]) == sorted(t["output_tps"] for t in doc["tables"]["trials"])

@@ -31,6 +31,7 @@ def cli() -> None:
     Start here:
       llamalab demo                                  the pipeline-parallel study on a synthetic model (CPU only)
       llamalab run pipeline-parallel --model m.gguf  the same study on your model and GPUs
+      llamalab tune --model m.gguf --budget 16GiB,12GiB   the best llama-server command for your rig
       llamalab inspect server.log                    where did my VRAM go? (any llama.cpp log)
       llamalab report                                the last run as Markdown
 
@@ -149,10 +150,18 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
         click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
                    f"(re-render with `llamalab report {run_id}`)", err=True)
     if not measured:
+        from .report import summary
+
         why = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "") if failed else \
             "no trial finished without failed requests"
-        click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
-                   "failed.", err=True)
+        inapplicable = summary.not_applicable_lines(data)
+        if not failed and inapplicable:
+            click.echo(f"error: nothing was measured: no configuration applies to this rig "
+                       f"({'; '.join(inapplicable[:3])}{' …' if len(inapplicable) > 3 else ''}). Run {run_id} is "
+                       "marked failed.", err=True)
+        else:
+            click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
+                       "failed.", err=True)
         click.echo("tip: the reasons are in the report and in each configuration's llama-server.log under "
                    f"{opts.runs_dir / run_id / 'logs'}.", err=True)
         sys.exit(EXIT_NOTHING_MEASURED)
@@ -196,6 +205,8 @@ def _print_table(data) -> None:
                                            "TTFT p50 (ms)", "ITL p50 (ms)"], body)
     for line in summary.not_measured(data):
         console.print(T("not measured: ", "yellow") + T(line))
+    for line in summary.not_applicable_lines(data):
+        console.print(T("not applicable: ", "yellow") + T(line.replace(": not applicable on this rig — ", ": ", 1)))
     for line in summary.memory_lines(data) + context.sentences(data):
         console.print(T("• " + line))
     key = summary.key_speed_lines(data)
@@ -277,15 +288,18 @@ def demo(**kw) -> None:
 @click.option("--model", type=click.Path(path_type=Path), default=None, help="A GGUF model file to study.")
 @_study_options
 def run(study, model, **kw) -> None:
-    """Run a study: a preset name (pipeline-parallel, demo) or a study .toml file.
+    """Run a study: a preset name (pipeline-parallel, split-modes, demo) or a study .toml file.
 
     Exit code 0 when every configuration was measured, 3 when some failed (the others are in the report), 4 when
-    nothing was measured (the run is stored as failed); 1 or 2 for other errors, 130 when interrupted. Only one
-    run at a time is measured in a database: a second `run` while one is running is refused.
+    nothing was measured (the run is stored as failed); 1 or 2 for other errors, 130 when interrupted. An arm the
+    rig cannot run (too few devices, or a mode llama.cpp refuses here, such as -sm row on CUDA) is "not
+    applicable": said once with the reason, and not a failure. Only one run at a time is measured in a database: a
+    second `run` while one is running is refused.
 
     \b
     Examples:
       llamalab run pipeline-parallel --model ~/models/qwen3-8b-q4_k_m.gguf
+      llamalab run split-modes --model m.gguf     # layer (4, 1 copies, no pipeline), -sm tensor, row, none
       llamalab run pipeline-parallel --model m.gguf --llama-bin ~/llama-b11312   # a release archive
       llamalab run my-study.toml --set devices.count=2
       llamalab run pipeline-parallel --resume 20261129-101500-ab12cd
@@ -491,21 +505,34 @@ def import_cmd(file, db) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("log", type=click.File("r", encoding="utf-8", errors="replace"))
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger as JSON.")
-def inspect(log, as_json) -> None:
+@click.option("--tensor-split", "tensor_split", metavar="LIST", default=None,
+              help="The -ts the server ran with (e.g. 3,1): under -sm tensor it divides the Meta() device's weights "
+                   "and KV cache between its devices (the log does not print it; without it, equal shares).")
+def inspect(log, as_json, tensor_split) -> None:
     """Read any llama.cpp / llama-server log (or - for stdin) and show where memory went: MiB per device
-    (model / KV / compute / output), pipeline parallelism and its copies, context, graph splits, and, when
-    pipeline parallelism is on, the estimated saving with one scheduler copy in MiB and tokens of context.
+    (model / KV / compute / output) and per host buffer type, pipeline parallelism and its copies (and whether
+    llama.cpp dropped it), context, graph splits, and, when pipeline parallelism is on, the estimated saving with
+    one scheduler copy in MiB and tokens of context. Reads ollama's server logs too (journald lines and its
+    `msg="…"` records). Under -sm tensor the Meta() buffers are attributed to the devices they span.
 
     \b
     Examples:
       llamalab inspect server.log
       llama-server ... -lv 4 2>&1 | tee server.log; llamalab inspect --json server.log
       pbpaste | llamalab inspect -
+      journalctl -u ollama --no-pager | llamalab inspect -
+      llamalab inspect --tensor-split 3,1 tensor-split.log
     """
     from .report import inspect_view
-    from .llamacpp import ledger
+    from .llamacpp import argv, ledger
 
-    led = ledger.parse(log.read().splitlines())
+    split = None
+    if tensor_split is not None:
+        split = argv.tensor_split(["-ts", tensor_split])
+        if not split:
+            raise ConfigError(f"--tensor-split {tensor_split!r} is not a list of numbers.",
+                              tip="give the proportions as llama-server takes them, e.g. --tensor-split 3,1")
+    led = ledger.parse(log.read().splitlines(), tensor_split=split)
     if as_json:
         click.echo(json.dumps(inspect_view.inspect_json(led), indent=2))
     else:
@@ -580,6 +607,127 @@ def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir
         click.echo(planmod.dumps(result))
         return
     Console(width=200 if not sys.stdout.isatty() else None).print(planmod.render(result))
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("study", required=False)
+@click.option("--model", default=None, metavar="M",
+              help="A GGUF model file, or the name of a synthetic model (tiny, 8b, qwen3moe-tiny, 30b-a3b, …).")
+@click.option("--budget", default=None, metavar="SIZES",
+              help="Free memory per device of the rig to tune for, e.g. 16GiB,12GiB (replaces [devices] vram; "
+                   "default: what each device reports free).")
+@click.option("--goal", type=click.Choice(["context", "throughput"]), default=None,
+              help="context: the most context whose generation is not measurably slower than llama.cpp's default "
+                   "(or --min-gen-tps); throughput: the most aggregate output t/s at --parallel requests. "
+                   "Default: [tune] goal, else context.")
+@click.option("--min-context", type=click.IntRange(0), default=None, metavar="N",
+              help="Tokens of context the pick must hold at least.")
+@click.option("--min-gen-tps", type=click.FloatRange(0), default=None, metavar="X",
+              help="Single-stream generation t/s the pick must reach (replaces the default's speed as the floor).")
+@click.option("--parallel", type=click.IntRange(1, 64), default=None, metavar="K",
+              help="Requests served at once: -np K, and the aggregate speed is measured at K requests.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a study key, e.g. --set tune.kv='[\"f16/f16\",\"q8_0/q8_0\"]' (repeatable).")
+@click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
+              help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR", help=LLAMA_BIN_HELP)
+@click.option("--db", type=click.Path(path_type=Path), default=None,
+              help="Results database (default ~/.local/share/llamalab/results.db).")
+@click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep the dry runs' llama-server logs in this folder.")
+@click.option("--fresh", is_flag=True, help="Start a new run even if this tune has an unfinished one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the search, the front and the pick as JSON.")
+@click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
+def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrides, llama_cpp, llama_bin, db, logs_dir,
+         fresh, as_json, trust) -> None:
+    """Find the llama-server command for this rig and this model. Stage one dry-runs the search space — split mode
+    (layer with and without pipeline parallelism, tensor, none), -ts layer splits, K and V cache types, -ub, and
+    --n-cpu-moe for MoE models, each only where it applies — and keeps the feasible, non-dominated candidates
+    (seconds, no weight loaded). Stage two runs that front and llama.cpp's default (--fit, no flags) for real
+    with the study's workload, and prints the front, the pick for the goal and its exact command. The run is
+    stored: `llamalab report` renders it with a plot of the front. STUDY defaults to the `tune` preset; its
+    [tune] section holds these options (docs/tune.md). Exit codes as for `llamalab run`.
+
+    \b
+    Examples:
+      llamalab tune tune-demo                              # CPU only: two rpc-servers, 300 MiB budgets
+      llamalab tune --model ~/models/qwen3-8b-q4_k_m.gguf --budget 16GiB,12GiB
+      llamalab tune --model qwen3-30b-a3b-q8_0.gguf --budget 24GiB --goal throughput --parallel 4
+    """
+    from .paths import default_db
+    from .report import data as rdata, markdown, tune as rtune
+    from .run import runner, tune as tunemod
+    from .run.progress import RichProgress, StderrProgress
+    from .store.db import Store
+    from .write import atomic_write
+
+    sets = [*overrides, *_bin_override(llama_bin)]
+    model_path = None
+    if model is not None:
+        from .llamacpp import models
+
+        if Path(model).expanduser().exists() or model not in models.PRESETS:
+            model_path = Path(model).expanduser()
+        else:
+            sets.append(f"model.preset={json.dumps(model)}")
+    for key, value in (("goal", goal), ("min_context", min_context), ("min_gen_tps", min_gen_tps),
+                       ("parallel", parallel)):
+        if value is not None:
+            sets.append(f"tune.{key}={json.dumps(value)}")
+    st, _ = _load_study(study or "tune", sets, trust)
+    opts = tunemod.TuneOptions(llama_cpp=llama_cpp, model=model_path, budgets=[budget] if budget else None,
+                               db=db or default_db(), logs_dir=logs_dir, fresh=fresh)
+    with Store(opts.db) as store:
+        store.check()
+        store.refuse_if_busy()
+    progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
+    try:
+        result = tunemod.run_tune(st, opts, progress)
+    finally:
+        progress.close()
+    with Store(opts.db) as store:
+        data = rdata.load(store, result.run_id)
+        failed, total, measured = runner.run_outcome(store, result.run_id)
+    atomic_write(opts.runs_dir / result.run_id / "report.md", markdown.render(data))
+    view = rtune.view(data)
+    if as_json:
+        click.echo(rdata.dumps(rtune.as_json(view)))
+    else:
+        _print_tune(view)
+        click.echo(f"\nrun {result.run_id}: report in {opts.runs_dir / result.run_id / 'report.md'} "
+                   f"(`llamalab report {result.run_id} --format html -o tune.html` draws the front)", err=True)
+    if not measured:
+        click.echo(f"error: nothing was measured: every configuration failed ({'; '.join(failed[:3])}).", err=True)
+        sys.exit(EXIT_NOTHING_MEASURED)
+    if failed:
+        click.echo(f"warning: {len(failed)} of {total} configuration(s) failed: {'; '.join(failed[:3])}"
+                   f"{' …' if len(failed) > 3 else ''} (exit code {EXIT_SOME_FAILED}).", err=True)
+        sys.exit(EXIT_SOME_FAILED)
+
+
+def _print_tune(view) -> None:
+    """The tune's front, pick and command on the terminal (every string a Text of `safetext.plain`)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .report import tune as rtune
+    from .safetext import rich_text as T
+
+    console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
+    if view is None:
+        console.print(T("this run holds no tune"))
+        return
+    head, body = rtune.front_table(view)
+    t = Table(title=T(f"tune — run {view.run_id}: the front, measured"))
+    for i, h in enumerate(head):
+        t.add_column(T(h), justify="left" if i < 2 else "right")
+    for row in body:
+        t.add_row(*[T(c) for c in row])
+    console.print(t)
+    for line in rtune.lines(view):
+        console.print(T("• " + line))
+    console.print(T("\nPick.", "bold") + T(" " + view.pick_sentence))
+    console.print(T(view.command))
 
 
 @cli.command(context_settings=CONTEXT)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..safetext import plain
-from . import context, grid, network, recommend, speed, summary, tables
+from . import context, grid, network, recommend, speed, summary, tables, tune
 from .data import RunData
 
 
@@ -46,10 +46,13 @@ def pp_gain(data: RunData) -> list[str]:
 def render(data: RunData) -> str:
     r = data.run
     out = [f"# llamalab: {r['study']} — run {r['id']}", ""]
-    out += ["**Recommendation.** " + recommend.recommendation(data), ""]
-    table = decision_tables(data)
-    if table:
-        out += ["## Decision by use", ""] + table
+    tuned = tune.markdown(data)  # a tune run: the front, the pick and its command are its recommendation
+    out += tuned
+    if not tuned:
+        out += ["**Recommendation.** " + recommend.recommendation(data), ""]
+        table = decision_tables(data)
+        if table:
+            out += ["## Decision by use", ""] + table
     items = dict(summary.system_items(data))
     out.append(f"- llama.cpp {items['llama.cpp']}")
     out.append(f"- machine: {items['CPU']}; GPUs: {items['GPUs']}")
@@ -76,6 +79,9 @@ def render(data: RunData) -> str:
     missing = summary.not_measured(data)
     if missing:
         out += ["## Not measured", ""] + [f"- {s}" for s in missing] + [""]
+    inapplicable = summary.not_applicable_lines(data)
+    if inapplicable:
+        out += ["## Not applicable on this rig", ""] + [f"- {s}" for s in inapplicable] + [""]
     splits = summary.split_table(data)
     if splits:
         out += ["## Graph splits and buffers per device", "",

@@ -2,13 +2,14 @@
 
 A migration is a function that takes the open connection and changes the schema (and moves data where it must),
 one `db.execute` per statement. `@migration` registers it; its name is the function's without the leading `m`
-(`m0008_run_owner` is recorded as `0008_run_owner`), and it must be the next number: a second 0009, a gap, or a
-misspelt name stops the import of this module, so two branches that both add a 0009 cannot both land unnoticed.
+(`m0008_run_owner` is recorded as `0008_run_owner`), and it must be the next number: a number used twice, a gap, or a
+misspelt name stops the import of this module, so two branches that both add the same number cannot both land
+unnoticed.
 
 To add one, append at the end of this file:
 
     @migration
-    def m0009_what_it_does(db: sqlite3.Connection) -> None:
+    def m0011_what_it_does(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE configs ADD COLUMN thing TEXT")  # what the column holds
 
 Never edit, rename or reorder a migration that has shipped: databases record the names they have applied, and a
@@ -293,3 +294,20 @@ def m0008_run_owner(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN owner_host TEXT")
     db.execute("ALTER TABLE runs ADD COLUMN owner_started TEXT")  # boot id / start tick of that process
     db.execute("ALTER TABLE runs ADD COLUMN imported TEXT")       # when `llamalab import` brought it (never resumed)
+
+
+@migration
+def m0009_not_applicable(db: sqlite3.Connection) -> None:
+    """No column changes: builds.status and configs.status may now be 'not-applicable' (an arm the rig cannot run,
+    with llama.cpp's reason or llamalab's min_devices in `reason`), which is no failure. The name is what counts:
+    an older llamalab, which would count such a run as failed or refuse to report it, refuses this database (and
+    its exports) as one from a newer llamalab instead."""
+
+
+@migration
+def m0010_tunes(db: sqlite3.Connection) -> None:
+    db.execute("""
+        CREATE TABLE tunes (
+            run_id TEXT PRIMARY KEY REFERENCES runs(id),
+            result_json TEXT NOT NULL           -- `llamalab tune`: the search, its dry runs, the front (tune.py)
+        )""")
