@@ -623,11 +623,12 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
             with device_setup(prep, art, log_dir) as dev:
                 env = {**art.env(), **dev.env}
                 args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+                probe_args = maxctx.probe_args(args, n)
                 try:
-                    with launch(art.binary("llama-server"), prep.model_path, args=maxctx.probe_args(args, n),
+                    with launch(art.binary("llama-server"), prep.model_path, args=probe_args,
                                 log_path=log_dir / "llama-server.log", env=env, host=prep.study.server.host,
                                 ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
-                        led = ledger.parse(srv.log_lines())
+                        led = ledger.parse(srv.log_lines(), tensor_split=argvmod.tensor_split(probe_args))
                 except LaunchError as e:
                     return {"loaded": False, "reason": e.message.splitlines()[0]}
             names = report_device_names(led)
