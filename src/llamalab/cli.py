@@ -370,12 +370,14 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
       llamalab report --format html -o run.html --plots plots/
     """
     from .paths import default_db
-    from .report import data as rdata, formats
-    from .write import atomic_write
+    from .report import data as rdata
     from .store.db import Store
 
     with Store(db or default_db(), readonly=True) as store:
         data = rdata.load(store, run_id)
+    from .report import formats  # the renderers (scipy, matplotlib) load once there is a run to render
+    from .write import atomic_write
+
     if output:
         for path, text in formats.files(data, fmt, output).items():
             atomic_write(path, text)
@@ -440,11 +442,12 @@ def compare(run_a, run_b, db, threshold, as_json) -> None:
       llamalab compare RUN_A RUN_B --json
     """
     from .paths import default_db
-    from .report import compare as cmp, data as rdata
+    from .report import data as rdata
     from .store.db import Store
 
     with Store(db or default_db(), readonly=True) as store:
         a, b = rdata.load(store, run_a), rdata.load(store, run_b)
+    from .report import compare as cmp  # its statistics (scipy) load once both runs are found
     from .safetext import plain
 
     result = cmp.compare(a, b, threshold)
