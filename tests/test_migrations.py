@@ -2,7 +2,8 @@
 recognised by the names they recorded and only what they lack is applied; the schema the functions build is the one
 that runner built; registration refuses a migration out of order; a failing migration leaves nothing behind.
 
-The databases in tests/fixtures/databases were made by the store code of commit 07bba02 (make.py there)."""
+The databases in tests/fixtures/databases were made by the store code of commits 07bba02 and ba736bf (make.py
+there)."""
 
 from __future__ import annotations
 
@@ -100,6 +101,20 @@ def test_the_functions_build_the_schema_the_old_runner_built(tmp_path):
     old = schema(OLD / "v0008.db")
     assert {k: new[k] for k in old} == old
     assert "cell_prompt_tokens INTEGER, -- prompt tokens each request asked for" in old["trials"]
+
+
+def test_the_schema_of_the_last_sql_text_runner_is_rebuilt_exactly(tmp_path):
+    """v0010.db: a new database made by the last llamalab whose migrations were SQL text (ten of them). A new one
+    made now has every table it has, with the same CREATE text; opening it changes nothing."""
+    fresh = tmp_path / "fresh.db"
+    Store(fresh).close()
+    old, new = schema(OLD / "v0010.db"), schema(fresh)
+    assert {k: new[k] for k in old} == old and "tunes" in old
+    db = copy("v0010.db", tmp_path)
+    before = recorded(db)
+    Store(db).close()
+    assert recorded(db)[:10] == before and [n for n, _ in before] == [*NAMES_0008, "0009_not_applicable",
+                                                                      "0010_tunes"]
 
 
 def test_a_read_only_open_of_an_old_database_migrates_a_copy_in_memory(tmp_path):
