@@ -24,16 +24,18 @@ test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 # The fast suite: no llama.cpp and no network (it passes inside `unshare -n` once `make setup` has installed
-# everything), under a minute on two cores. Its
-# tests are independent of each other, so they run on one pytest-xdist worker per core (at most 8). `make test`
-# runs everything in one process: the llama.cpp tests share one build and time real servers.
+# everything), under a minute on two cores. Its tests are independent of each other, so they run on one
+# pytest-xdist worker per core (at most 8; an idle worker takes tests queued for a busy one). `make test` runs
+# everything in one process: the llama.cpp tests share one build and time real servers.
+FAST = -m "not llama and not slow and not network" -n auto --maxprocesses 8 --dist worksteal
+
 test-fast: setup
-	$(BIN)/python -m pytest -m "not llama and not slow and not network" -n auto --maxprocesses 8 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)
 
 # The fast suite with the network really off (as root): a private network namespace with only its loopback up.
 # A bare `unshare -n make test-fast` works too; the few tests that need 127.0.0.1 then say so and skip.
 test-offline: setup
-	unshare -n sh -c 'ip link set lo up && exec $(BIN)/python -m pytest -m "not llama and not slow and not network" -n auto --maxprocesses 8 $(PYTEST_ARGS)'
+	unshare -n sh -c 'ip link set lo up && exec $(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)'
 
 docs: setup
 	$(BIN)/python scripts/gen_cli_docs.py
