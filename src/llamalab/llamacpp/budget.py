@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from . import argv
+from . import argv, ledger
 from ..errors import ConfigError
 
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's default -fitt (common_params.fit_params_target)
@@ -77,9 +77,6 @@ class DeviceMemory:
     free_mib: int
 
 
-# linear in the line: the description is at most 512 characters (and stripped), the name at most 128
-_LIST_LINE = re.compile(r"\s*+(?:-\s+)?(?P<name>[A-Za-z][\w.\-]{0,127})\s*:\s*+(?P<desc>.{0,512}?)"
-                        r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
 _NOT_MODEL_DEVICES = ("CPU", "BLAS", "AMX", "ACCEL")
 
 
@@ -89,16 +86,10 @@ def parse_devices(lines: Iterable[str]) -> list[DeviceMemory]:
     Only devices a model's layers can go to are kept: the CPU and accelerator-only backends (BLAS) are not."""
     out: dict[str, DeviceMemory] = {}
     for raw in lines:
-        line = str(raw)
-        if "MiB free)" not in line:
+        found = ledger.device_line(str(raw))
+        if not found or found[0].upper().startswith(_NOT_MODEL_DEVICES):
             continue
-        if (i := line.find("common_param:")) >= 0:
-            line = line[i + len("common_param:"):]
-        m = _LIST_LINE.match(line)
-        if not m or m.group("name").upper().startswith(_NOT_MODEL_DEVICES):
-            continue
-        out.setdefault(m.group("name"), DeviceMemory(m.group("name"), m.group("desc").strip(), int(m.group("total")),
-                                                     int(m.group("free"))))
+        out.setdefault(found[0], DeviceMemory(*found))
     return list(out.values())
 
 

@@ -373,8 +373,9 @@ _FIT_END = re.compile(r"fitting params to free memory took|params_fit: (?:succes
 _FIT_FAILED = re.compile(r"failed to fit (?:params|CLI arguments)")
 _FIT_ARGS_HEAD = re.compile(r"(?:printing|Printing) fitted CLI arguments")
 _BREAKDOWN_HEAD = re.compile(r"memory breakdown \[MiB\]")
-_DEVICE_MEM_HEAD = re.compile(r"-\s+(?P<name>[^\s:]+)\s+:\s+")
-_DEVICE_MEM_TAIL = re.compile(r"\((\d+) MiB,\s*(\d+) MiB free\)")
+# linear in the line: the description is at most 512 characters (and stripped), the name at most 128
+_DEVICE_LINE = re.compile(r"\s*+(?:-\s+)?(?P<name>[A-Za-z][\w.\-]{0,127})\s*:\s*+(?P<desc>.{0,512}?)"
+                          r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
 _BUILD = re.compile(r"\bbuild(?:\s*=|:)?\s*(\d+)\s*\((\w{1,64})\)")
 _DRAFT = re.compile(r"draft (?:model|context)|mtp draft")  # on the lower-cased line
 _META_DEVICE = re.compile(r"creating a Meta device (?:for tensor parallelism )?(?:from|with) (\d+) devices")
@@ -471,15 +472,17 @@ def _kv_sum_match(line: str) -> re.Match | None:
     return None
 
 
-def _device_mem(line: str) -> tuple[str, int, int] | None:
-    """`- NAME : … (TOTAL MiB, FREE MiB free)`: the last such memory figure, and the first `- NAME :` before it."""
-    tail = None
-    for tail in _DEVICE_MEM_TAIL.finditer(line):
-        pass
-    if tail is None:
+def device_line(line: str) -> tuple[str, str, int, int] | None:
+    """(name, description, total MiB, free MiB) of a device line, the one parser of the two forms llama.cpp prints:
+    `  NAME: DESC (T MiB, F MiB free)` (`--list-devices`, an rpc-server's start-up) and the log's
+    `common_param:   - NAME    : DESC (T MiB, F MiB free)` (verbosity 4 and up; the part before `common_param:`,
+    a time stamp or a JSON log record's head, is skipped)."""
+    if "MiB free)" not in line:
         return None
-    head = _DEVICE_MEM_HEAD.search(line, 0, tail.start())
-    return (head.group("name"), int(tail.group(1)), int(tail.group(2))) if head else None
+    if (i := line.find("common_param:")) >= 0:
+        line = line[i + len("common_param:"):]
+    m = _DEVICE_LINE.match(line)
+    return (m.group("name"), m.group("desc").strip(), int(m.group("total")), int(m.group("free"))) if m else None
 
 
 @dataclass
@@ -804,8 +807,8 @@ def _line(st: _State, line: str, low: str) -> None:
             st.fit_phase = False
         if _FIT_ARGS_HEAD.search(line):
             st.fit_args_next = True
-    if "MiB free)" in line and (dm := _device_mem(line)):
-        led.device_memory[dm[0]] = (dm[1], dm[2])
+    if "MiB free)" in line and (dm := device_line(line)):
+        led.device_memory[dm[0]] = (dm[2], dm[3])
     if led.build is None and "build" in line and (m := _BUILD.search(line)):
         led.build = f"b{m.group(1)}-{m.group(2)}"
 

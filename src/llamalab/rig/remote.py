@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import net, proc
+from ..llamacpp import ledger
 from ..errors import ConfigError, LaunchError
 from ..study.endpoints import is_ipv4, parse_endpoint
 
@@ -140,11 +141,6 @@ class RemoteDevice:
                 "description": self.description, "backend_source": self.backend_source}
 
 
-# linear in the line: the description is at most 512 characters (and stripped), the name at most 128
-_LISTED = re.compile(r"\s*+(?P<name>[A-Za-z][\w.-]{0,127}):\s(?P<desc>.{0,512}?)\s"
-                     r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)\s*$")
-
-
 def list_devices_argv(llama_server: Path | str, endpoints: Sequence[str]) -> list[str]:
     """llama-server's device listing with the RPC endpoints added. `--rpc` must come first: `--list-devices` prints
     and exits as soon as it is parsed."""
@@ -154,11 +150,7 @@ def list_devices_argv(llama_server: Path | str, endpoints: Sequence[str]) -> lis
 def parse_device_lines(lines: Iterable[str]) -> list[tuple[str, str, int, int]]:
     """(name, description, total MiB, free MiB) from `--list-devices` output or an rpc-server's start-up lines
     (`  CPU: AMD EPYC (24105 MiB, 24105 MiB free)`)."""
-    out = []
-    for line in lines:
-        if "MiB free)" in line and (m := _LISTED.match(line)):
-            out.append((m.group("name"), m.group("desc").strip(), int(m.group("total")), int(m.group("free"))))
-    return out
+    return [found for line in lines if (found := ledger.device_line(line))]
 
 
 def backend_of(device_name: str) -> str:

@@ -119,8 +119,6 @@ class DryRun:
 
 # Linear in the line, like ledger's patterns: what follows a keyword is bounded or cannot contain the keyword.
 # A device description is at most 512 characters (and stripped); it may hold `:` (an endpoint) but the name not.
-_DEVICE_INFO = re.compile(r"common_param:\s+-\s+(?P<name>[^\s:]{1,128})\s*:\s*+(?P<desc>.{0,512}?)"
-                          r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
 _USING = re.compile(r"using device (?P<name>\S{1,128}) \(")
 _KV_LAYER = re.compile(r"llama_kv_cache: layer\s+\d+: dev = (?P<dev>\S+)")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
@@ -175,8 +173,8 @@ class _DryState:
 
 def _dry_run_line(st: _DryState, line: str) -> None:
     out, seg = st.out, st.seg
-    if "MiB free)" in line and (m := _DEVICE_INFO.search(line)):
-        st.info.setdefault(m.group("name"), (m.group("desc").strip(), int(m.group("total")), int(m.group("free"))))
+    if "common_param:" in line and (dev := ledger.device_line(line)):
+        st.info.setdefault(dev[0], dev[1:])
         return
     if "llama_model_loader: loaded meta data" in line:
         st.seg = _new_segment()
