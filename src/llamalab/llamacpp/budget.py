@@ -147,13 +147,6 @@ def emulate(budgets_mib: Sequence[int], devices: Sequence[DeviceMemory], *, marg
                 f"{dev.free_mib} MiB free of {dev.total_mib} MiB. A device can stand for a smaller one, not a larger one.",
                 tip="lower the budget, free memory on that device, or plan on a machine with larger devices.")
         targets.append(dev.free_mib - b + m)
-    own_split = any(a in ("-ts", "--tensor-split") for a in user_args)
+    own_split = argv.has(user_args, *argv.TENSOR_SPLIT)
     return Emulation(budgets_mib=tuple(budgets), margins_mib=tuple(margins), fit_targets_mib=tuple(targets),
                      tensor_split=None if own_split or n == 1 else tuple(budgets), devices=tuple(devices))
-
-
-def with_args(args: Sequence[str], extra: Sequence[str]) -> list[str]:
-    """`args` with each option in `extra` (`-fitt`, `-ts` …) replaced, or appended where absent."""
-    aliases = {"-fitt": ("-fitt", "--fit-target"), "-ts": ("-ts", "--tensor-split")}
-    drop = {name for i in range(0, len(extra), 2) for name in aliases.get(extra[i], (extra[i],))}
-    return argv.without(args, with_value=drop) + list(extra)

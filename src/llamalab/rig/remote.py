@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import net, proc
-from ..llamacpp import ledger
+from ..llamacpp import argv, ledger
 from ..errors import ConfigError, LaunchError
 from ..study.endpoints import is_ipv4, parse_endpoint
 
@@ -430,20 +430,17 @@ def merge_setup(dev: "DeviceSetup", endpoints: Sequence[str],
                 found: Mapping[str, Sequence[RemoteDevice]]) -> "DeviceSetup":
     """The local setup with the remote endpoints added to its `--rpc` list (local rpc-servers first)."""
     args = list(dev.server_args)
-    local: list[str] = []
-    if "--rpc" in args:
-        i = args.index("--rpc")
-        local = args[i + 1].split(",")
-        del args[i:i + 2]
+    rpc = argv.value(args, "--rpc")
+    local: list[str] = rpc.split(",") if rpc is not None else []
+    args = argv.without(args, with_value={"--rpc"})
     all_eps = local + [e for e in endpoints if e not in local]
     n_remote = sum(len(found.get(e, ())) for e in endpoints)
     def backends(ep: str) -> str:
         return ", ".join(sorted({d.backend.upper() if d.backend != "unknown" else "?" for d in found.get(ep, ())})) or "?"
 
-    if "-dev" in args:  # named local devices (two Vulkan devices on one GPU): name the remote ones too, first,
-        i = args.index("-dev")  # where llama.cpp puts RPC devices by default
-        names = [d.key for e in endpoints for d in found.get(e, ())]
-        args[i + 1] = ",".join([*names, args[i + 1]])
+    if (named := argv.value(args, "-dev")) is not None:  # named local devices (two Vulkan devices on one GPU):
+        names = [d.key for e in endpoints for d in found.get(e, ())]  # name the remote ones too, first, where
+        args = argv.put(args, "-dev", ",".join([*names, named]))  # llama.cpp puts RPC devices by default
 
     remote_desc = "; ".join(f"{e} ({backends(e)})" for e in endpoints)
     desc = (f"{dev.description} + " if dev.description and dev.count else "") + f"remote rpc-servers {remote_desc}"

@@ -344,15 +344,6 @@ class Expectation:
     reason: str
 
 
-def _flag(args: Sequence[str], *names: str) -> str | None:
-    val = None
-    for i, a in enumerate(args):
-        key, _, inline = a.partition("=")
-        if key in names:
-            val = inline or (args[i + 1] if i + 1 < len(args) else "")
-    return val
-
-
 def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, options: dict[str, str]) -> Expectation:
     """Pipeline parallelism and scheduler copies by llama-cpp-facts.md §1's rules, before anything runs."""
     copies = int(options.get(buildmod.COPIES, buildmod.DEFAULT_COPIES))
@@ -360,14 +351,14 @@ def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, 
         return Expectation(False, 1, "one device")
     if str(options.get("GGML_BLAS", "")).upper() in ("ON", "1", "TRUE"):
         return Expectation(False, 1, "the BLAS backend has no async compute or events")
-    sm = _flag(args, "-sm", "--split-mode")
+    sm = argv.value(args, *argv.SPLIT_MODE)
     if sm not in (None, "layer"):
         return Expectation(False, 1, f"-sm {sm}")
-    if any(a in ("-nkvo", "--no-kv-offload") for a in args):
+    if argv.has(args, "-nkvo", "--no-kv-offload"):
         return Expectation(False, 1, "-nkvo keeps the KV cache on the host")
-    if any(a.split("=")[0] in ("-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe") for a in args):
+    if argv.has(args, "-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe"):
         return Expectation(False, 1, "tensor overrides (-ot, --cpu-moe)")
-    ngl = _flag(args, "-ngl", "--gpu-layers", "--n-gpu-layers")
+    ngl = argv.value(args, "-ngl", "--gpu-layers", "--n-gpu-layers")
     if ngl not in (None, "all", "auto", "-1") and n_layer is not None:
         try:
             if int(ngl) <= n_layer:
@@ -508,8 +499,8 @@ def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, st
     """Start llama-server with `args`, stop it when its memory fit ends, and read the figures."""
     from ..llamacpp.server import server_argv
 
-    argv = server_argv(binary, model, host="127.0.0.1", port=net.free_port("127.0.0.1"), args=args)
-    argv[argv.index("-lv") + 1] = "5"  # debug: 0.01 MiB buffer sizes and the KV layer placement
+    cmd = argv.put(server_argv(binary, model, host="127.0.0.1", port=net.free_port("127.0.0.1"), args=args),
+                      "-lv", "5")  # debug: 0.01 MiB buffer sizes and the KV layer placement
     loading: list[str] = []
 
     def until(line: str) -> bool:
@@ -518,7 +509,7 @@ def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, st
             return True
         return END_OF_FIT in line
 
-    done, stopped = proc.run_until(argv, log_path=log_path, env=env, timeout_s=timeout_s, until=until)
+    done, stopped = proc.run_until(cmd, log_path=log_path, env=env, timeout_s=timeout_s, until=until)
     dr = parse_dry_run(log_path.read_text(errors="replace").splitlines())
     if loading and not dr.finished:
         dr.error = ("llama-server began loading the weights without a memory fit: is the fit off (--fit off, or "
@@ -624,7 +615,7 @@ def _mkdir(path: Path) -> Path:
 
 def _check_fit_on(study: Study) -> None:
     for args in [study.server.args, *(b.args for b in study.builds), *(s.args for s in study.settings)]:
-        if _flag(args, "-fit", "--fit") in ("off", "0", "false"):
+        if argv.value(args, "-fit", "--fit") in ("off", "0", "false"):
             raise ConfigError("this study turns llama.cpp's memory fit off (--fit off), and the fit is the dry run "
                               "`llamalab plan` reads.", tip="drop --fit off for planning (--set server.args=[...]).")
 
@@ -656,7 +647,7 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
     study = prep.study
     args = runner.server_args(study, cfg, dev)
     if emu is not None:
-        args = budget.with_args(args, emu.args())
+        args = argv.replaced(args, emu.args())
     args = [*args, *extra_args]
     t0 = time.monotonic()
     stem = f"{cfg.build.name}-{cfg.setting.name}{''.join(extra_args)}".replace("/", "_")
@@ -669,7 +660,7 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
     cp.logs.append(str(logs / f"{stem}.log"))
     cp.dry_runs = 1
     final = first
-    if first.error is None and first.fit_ctx_to is not None and "-c" not in args:
+    if first.error is None and first.fit_ctx_to is not None and not argv.has(args, *argv.CTX_SIZE):
         # the fit shrank the context: measure what the server would load at that context
         final = dry_run(binary, model, [*args, "-c", str(first.fit_ctx_to)], env=env,
                         log_path=logs / f"{stem}-c{first.fit_ctx_to}.log", timeout_s=timeout_s)

@@ -117,13 +117,13 @@ def study_hash(study: Study, model_path: Path) -> str:
 def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str]:
     """llama-server arguments for one configuration (pure)."""
     args = [*study.server.args, *cfg.build.args, *cfg.setting.args, *dev.server_args]
-    if not any(a.partition("=")[0] in ("-np", "--parallel") for a in args):  # a setting may choose its own slots
+    if not argvmod.has(args, *argvmod.PARALLEL):  # a setting may choose its own slots
         args += ["-np", str(study.server.parallel or max(4, max(study.workload.concurrency)))]
     args += ["-kvu"]
     # No host-RAM prompt cache: with it, each new request first copies the idle slots' KV state to host memory
     # (measured on an H200: ~750 ms before the first token after a 4-request level), which is neither prompt
     # nor generation time and not what a study of build options measures. Requests use cache_prompt: false anyway.
-    if not any(a in ("-cram", "--cache-ram") for a in args):
+    if not argvmod.has(args, *argvmod.CACHE_RAM):
         args += ["-cram", "0"]
     if study.server.ctx:
         args += ["-c", str(study.server.ctx)]
@@ -374,20 +374,12 @@ def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, 
                     args: list[str]) -> tuple[list[str], dict | None]:
     """The server arguments with the budgets' -fitt (and -ts) in place, and the emulation as stored."""
     emu = budget_emulation(study, art, dev, env, args)
-    return (args, None) if emu is None else (budget.with_args(args, emu.args()), emu.as_dict())
+    return (args, None) if emu is None else (argvmod.replaced(args, emu.args()), emu.as_dict())
 
 
 def n_slots(args: list[str]) -> int:
-    """The -np the server runs with: the last one given, as llama-server reads it (its own default, 4, where the
-    arguments do not say; the study checked each is a whole number)."""
-    slots = 4
-    for i, a in enumerate(args):
-        name, eq, inline = a.partition("=")
-        if name in ("-np", "--parallel"):
-            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if value.isdecimal():
-                slots = int(value)
-    return slots
+    """The -np the server runs with (`llamacpp.argv.n_slots`)."""
+    return argvmod.n_slots(args)
 
 
 def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger) -> tuple[list[int], list[int]]:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..llamacpp import budget
+from ..llamacpp import argv, budget
 from . import endpoints
 from ..errors import ConfigError
 
@@ -30,16 +30,13 @@ class _Strict(BaseModel):
 def check_server_args(args: list[str]) -> list[str]:
     """llama-server flags llamalab owns or reads: --host and --port are llamalab's ([server] host; it picks the
     port), -np/--parallel must be a whole number ≥ 1."""
-    for i, a in enumerate(args):
-        name, eq, inline = a.partition("=")
-        if name in ("--host", "--port", "--reuse-port"):
+    for name, value in argv.occurrences(args, "--host", "--port", "--reuse-port", *argv.PARALLEL):
+        if name not in argv.PARALLEL:
             raise ValueError(f"{name}: llamalab sets where llama-server listens; use [server] host "
                              "(it picks a free port itself)")
-        if name in ("-np", "--parallel"):
-            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if not value.isdecimal() or int(value) < 1:
-                raise ValueError(f"{name} {value!r}: the number of server slots is a whole number ≥ 1 "
-                                 "(or set [server] parallel)")
+        if not value.isdecimal() or int(value) < 1:
+            raise ValueError(f"{name} {value!r}: the number of server slots is a whole number ≥ 1 "
+                             "(or set [server] parallel)")
     return args
 
 
