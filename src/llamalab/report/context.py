@@ -16,8 +16,8 @@ not hidden.
 
 from __future__ import annotations
 
-import json
 
+from ..store import jsoncol
 from ..llamacpp import memory
 from .data import RunData, compute_by_label, device_labels, device_names
 from .verdict import study_builds, study_settings
@@ -30,10 +30,7 @@ def _kv_by_label(ledger: dict) -> dict[str, float]:
 
 
 def _budgets(config: dict) -> list[int] | None:
-    try:
-        dev = json.loads(config.get("devices_json") or "null") or {}
-    except ValueError:
-        return None
+    dev = jsoncol.decode(config.get("devices_json")) or {}
     emu = dev.get("emulation") or {}
     return emu.get("budgets_mib")
 

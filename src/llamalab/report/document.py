@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 
+from ..store import jsoncol
 from . import context, grid, recommend, speed, summary, tables, verdict
 from .data import RunData
 
@@ -24,13 +25,7 @@ SUFFIX = "_json"
 
 def readable(row: dict) -> dict:
     """A stored row with `x_json` text decoded under the key `x`."""
-    out = {}
-    for k, v in row.items():
-        if k.endswith(SUFFIX):
-            out[k[: -len(SUFFIX)]] = json.loads(v) if isinstance(v, str) else v
-        else:
-            out[k] = v
-    return out
+    return jsoncol.columns(row)
 
 
 def stored(row: dict, columns: list[str]) -> dict:

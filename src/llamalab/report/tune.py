@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..llamacpp import argv
 from ..run import tunespace as ts
+from ..store import jsoncol
 from . import stats
 from .data import RunData
 from .tables import markdown_table
@@ -168,14 +169,7 @@ def doc_of(data: RunData) -> dict | None:
     rows = data.tables.get("tunes") or []
     if not rows:
         return None
-    raw = rows[0].get("result_json")
-    if isinstance(raw, str):
-        import json
-
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return None
+    raw = jsoncol.decode(rows[0].get("result_json"))
     return raw if isinstance(raw, dict) else None
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, StoreError
 from ..llamacpp import memory
-from . import owner as ownermod, runids
+from . import jsoncol, owner as ownermod, runids
 from ..llamacpp.ledger import Ledger
 from ..records import ConfigOutcome, Trial
 
@@ -591,7 +591,7 @@ class Store:
     def tune(self, run_id: str) -> dict | None:
         """What `llamalab tune` stored with the run (None for other runs)."""
         row = self.db.execute("SELECT result_json FROM tunes WHERE run_id=?", (run_id,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return jsoncol.decode(row[0]) if row else None
 
     def save_crosscheck(self, run_id: str, build: str, setting: str, result: dict, error: str | None) -> None:
         with self.tx() as db:
@@ -606,7 +606,7 @@ class Store:
         for r in self.db.execute(sql, params):
             d = dict(r)
             raw = d.pop(column)
-            d[column.removesuffix("_json")] = json.loads(raw) if raw else None
+            d[column.removesuffix(jsoncol.SUFFIX)] = jsoncol.decode(raw)
             out.append(d)
         return out
 
@@ -663,7 +663,7 @@ class Store:
 
     def system(self, run_id: str) -> dict | None:
         row = self.db.execute("SELECT info_json FROM system_info WHERE run_id=?", (run_id,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return jsoncol.decode(row[0]) if row else None
 
     def done_trials(self, run_id: str) -> set[tuple[str, str, int, int, int | None, int | None]]:
         """The keys (`Trial.key`) of the run's clean trials: build, setting, trial, concurrency and the workload
@@ -787,5 +787,4 @@ def _insert(db: sqlite3.Connection, table: str, row: dict) -> int:
     return int(cur.lastrowid)
 
 
-def _j(v) -> str | None:
-    return None if v is None else json.dumps(v, sort_keys=True, default=str)
+_j = jsoncol.encode
