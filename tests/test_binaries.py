@@ -194,6 +194,7 @@ def test_study_hash_unchanged_without_source(tmp_path):
     for table in ("builds", "settings"):
         for entry in before[table]:
             del entry["min_devices"]
+    before["workload"]["seed"] = 42  # a key that was dropped, hashed as it was
     assert runner.study_hash(st, model) == hashlib.sha256(
         (json.dumps(before, separators=(",", ":"), ensure_ascii=False) + "|" + str(model)).encode()).hexdigest()[:16]
 
@@ -220,3 +221,19 @@ def test_mixed_binaries_are_named():
     assert not arts["copies4"].made and arts["copies1"].made
     assert arts["copies4"].binary("llama-server") == Path("/opt/llama-b11312/llama-server")
     assert os.fspath(arts["copies1"].binary("ggml-rpc-server")) == "/b/ggml-rpc-server"
+
+
+def test_study_hash_survives_the_dropped_seed_key():
+    """`workload.seed` was never read and is gone; a study file that still sets it loads, and a study hashes as it
+    did while the key existed (figures from the code before it was dropped), so unfinished runs still resume."""
+    from pathlib import Path
+
+    model = Path("/m/demo.gguf")
+    st, _ = studymod.load("demo")
+    assert "seed" not in st.workload.model_dump()
+    assert runner.study_hash(st, model) == "8326b361a62611c9"
+    old, _ = studymod.load("demo", ["workload.seed=7"])
+    assert old.workload.model_dump() == st.workload.model_dump()
+    assert runner.study_hash(old, model) == "c6712725090baea5"
+    with pytest.raises(Exception, match="whole number"):
+        studymod.load("demo", ["workload.seed=\"x\""])

@@ -150,10 +150,6 @@ class Ledger:
     n_loads: int = 0  # model loads seen; the ledger describes the last
     errors: list[str] = field(default_factory=list)
 
-    def compute(self, name: str) -> float | None:
-        b = self.devices.get(name) or self.host.get(name)
-        return b.compute_mib if b else None
-
     def compute_host_mib(self) -> float | None:
         vals = [b.compute_mib for b in self.host.values() if b.compute_mib is not None]
         return round(sum(vals), 2) if vals else None

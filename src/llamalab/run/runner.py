@@ -8,6 +8,7 @@ stored before the next starts; a configuration that fails is recorded with its r
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import tomllib
@@ -110,7 +111,10 @@ def study_hash(study: Study, model_path: Path) -> str:
             exclude[table] = unset
     if study.tune is None:
         exclude["tune"] = True
-    blob = study.model_dump_json(exclude=exclude or None) + "|" + str(model_path)
+    # the study as it dumped while `workload.seed` was a field (its last): the key is gone, its value stays hashed
+    dump = json.loads(study.model_dump_json(exclude=exclude or None))
+    dump["workload"]["seed"] = study.workload.legacy_seed
+    blob = json.dumps(dump, separators=(",", ":"), ensure_ascii=False) + "|" + str(model_path)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

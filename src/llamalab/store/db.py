@@ -491,13 +491,6 @@ class Store:
             db.execute("UPDATE runs SET status=?, finished=? WHERE id=?",
                        (status, _now() if status != "running" else None, run_id))
 
-    def update_run(self, run_id: str, *, model: dict | None = None, devices: dict | None = None) -> None:
-        with self.tx() as db:
-            if model is not None:
-                db.execute("UPDATE runs SET model_json=? WHERE id=?", (_j(model), run_id))
-            if devices is not None:
-                db.execute("UPDATE runs SET devices_json=? WHERE id=?", (_j(devices), run_id))
-
     def save_system(self, run_id: str, info: dict) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO system_info VALUES (?, ?)", (run_id, _j(info)))

@@ -14,7 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_validator)
 
 from ..llamacpp import argv, budget
 from . import endpoints
@@ -238,6 +239,9 @@ class SourceSpec(_Strict):
 Tokens = Annotated[int, Field(ge=1)]
 
 
+LEGACY_SEED = 42  # what `workload.seed` defaulted to while the key existed
+
+
 class WorkloadSpec(_Strict):
     prompt_tokens: Tokens | list[Tokens] = 256  # a list makes a grid: every length × every concurrency level
     output_tokens: Tokens | list[Tokens] = 32
@@ -248,7 +252,26 @@ class WorkloadSpec(_Strict):
     order: Literal["grouped", "interleaved"] = "grouped"
     threshold: Annotated[float, Field(gt=0, lt=1)] = 0.02
     request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
-    seed: int = 42
+    # `seed` was a key that nothing read (requests always use seed 42): older study files that set it still
+    # load, and the value is kept only so that their unfinished runs hash, and so resume, as before
+    _legacy_seed: int = PrivateAttr(default=LEGACY_SEED)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _old_seed(cls, data: Any, handler: Any) -> "WorkloadSpec":
+        seed = LEGACY_SEED
+        if isinstance(data, dict) and "seed" in data:
+            data = dict(data)
+            seed = data.pop("seed")
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                raise ValueError(f"seed {seed!r}: a whole number (the key is no longer used; it can be dropped)")
+        model = handler(data)
+        model._legacy_seed = seed
+        return model
+
+    @property
+    def legacy_seed(self) -> int:
+        return self._legacy_seed
 
     @field_validator("prompt_tokens", "output_tokens", "concurrency")
     @classmethod
