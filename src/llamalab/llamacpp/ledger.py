@@ -361,9 +361,9 @@ _KV_SIZE = re.compile(r"\bkv_size\s*=\s*(\d+)")
 _KV_TYPES = re.compile(r"type_k\s*=\s*'(\w{1,32})'\s*,\s*type_v\s*=\s*'(\w{1,32})'")
 _KV_NLAYER = re.compile(r"n_layer\s*=\s*(\d+)")
 _ISWA = re.compile(r"creating\s+(non-SWA|SWA)\s+KV cache")
-_FIT_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
+FIT_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
 _FIT_START = re.compile(r"fitting params to (?:device|free) memory|getting device memory data|params_fit_impl")
-_FIT_OK = re.compile(r"successfully fit params")
+FIT_OK = re.compile(r"successfully fit params")
 _FIT_END = re.compile(r"fitting params to free memory took|params_fit: (?:successfully|failed)"
                       r"|fit_params: (?:successfully|failed)")
 _FIT_FAILED = re.compile(r"failed to fit (?:params|CLI arguments)")
@@ -386,7 +386,7 @@ MAX_DRAFTS = 256  # draft contexts kept (older llama-server made one per slot)
 MAX_ERRORS = 100
 
 
-def _buffers(line: str) -> Iterable[tuple[str, str, float]]:
+def buffers(line: str) -> Iterable[tuple[str, str, float]]:
     """(name, kind, MiB) of each `NAME [KIND] buffer size = X MiB` in a line (at most 16).
 
     NAME is the word before KIND (or before `buffer size`): the run of characters other than blanks, `=` and `|`
@@ -426,7 +426,7 @@ def _buffer_name(head: str) -> tuple[str, str] | None:
 
 
 def _name_word(word: str) -> str | None:
-    """The buffer name at the end of a blank-free word (see _buffers)."""
+    """The buffer name at the end of a blank-free word (see buffers)."""
     cut = max(word.rfind("="), word.rfind("|"))
     name = word[cut + 1:]
     if cut >= 0 and word[cut] == "=":  # a name never starts right after `=`; after a `:` inside the word it may
@@ -435,7 +435,7 @@ def _name_word(word: str) -> str | None:
     return name if name and not name.endswith(":") else None
 
 
-def _breakdown_match(line: str) -> tuple[str, str] | None:
+def breakdown_row(line: str) -> tuple[str, str] | None:
     """(name, numbers) of a memory-breakdown row `… | - NAME | NUMBERS [|]`: NAME between the last two `|`
     (after a `-`), NUMBERS after the last one; a closing `|` and blanks at the end are dropped."""
     body = line.rstrip()
@@ -644,7 +644,7 @@ def _line(st: _State, line: str, low: str) -> None:
         return
     # memory breakdown tables: a header, then "| - NAME | numbers |" rows
     if st.breakdown is not None:
-        row = _breakdown_match(line) if "-" in line else None
+        row = breakdown_row(line) if "-" in line else None
         if row and "memory breakdown [MiB]" not in line:
             if len(st.breakdown) < MAX_TABLE_ROWS:
                 st.breakdown.append(_breakdown_row(*row))
@@ -686,7 +686,7 @@ def _line(st: _State, line: str, low: str) -> None:
 
     if "buffer size" in line:
         found = False
-        for name, kind, mib in _buffers(line):
+        for name, kind, mib in buffers(line):
             found = True
             _buffer(st, line, name, kind, mib)
         if found:
@@ -790,12 +790,12 @@ def _line(st: _State, line: str, low: str) -> None:
         if not st.draft_mode:
             _maybe_new_load(st)
             led.layers_offloaded, led.layers_total = int(m.group(1)), int(m.group(2))
-    if "context size reduced" in line and (m := _FIT_REDUCED.search(line)):
+    if "context size reduced" in line and (m := FIT_REDUCED.search(line)):
         if led.fit_ctx_from is None:
             led.fit_ctx_from = int(m.group(1))
         led.fit_ctx_to = int(m.group(2))
     if fit:
-        if _FIT_OK.search(line):
+        if FIT_OK.search(line):
             led.fit_status = "ok"
         elif _FIT_FAILED.search(line):
             led.fit_status = "failed"

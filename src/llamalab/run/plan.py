@@ -122,15 +122,10 @@ class DryRun:
 _USING = re.compile(r"using device (?P<name>\S{1,128}) \(")
 _KV_LAYER = re.compile(r"llama_kv_cache: layer\s+\d+: dev = (?P<dev>\S+)")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
-_COMPUTE = re.compile(r"sched_reserve:\s*(?P<buf>\S{1,256}?)\s+compute buffer size =\s*(?P<mib>[\d.]+) MiB")
-# descriptions may nest parentheses: `CUDA0 (H200 (dev p0/v0))` with GGML_CUDA_DEVICES; the row's numbers run
-# to the last `|` of the line (_table_row)
-_TABLE_ROW = re.compile(r"memory_breakdown_print: \|\s+-\s+(?P<name>\S{1,128}?)(?:\s+\((?P<desc>[^|]{0,512})\))?\s*\|")
 _INT = re.compile(r"-?\d+")
 _CTX = re.compile(r"llama_context: (n_ctx|n_seq_max|n_ubatch|kv_unified)\s*=\s*(\S+)")
 _TRAIN = re.compile(r"print_info: n_ctx_train\s*=\s*(\d+)")
 _EMBD = re.compile(r"print_info: n_embd\s*=\s*(\d+)")
-_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
 _FIT_FAIL = re.compile(r"failed to fit params to free device memory: (.*)"
                        r"|encountered an error while trying to fit params[^:]{0,256}: (.*)")
 _COPIES = re.compile(r"sched copies = (\d+)")
@@ -147,14 +142,17 @@ def _using(line: str) -> tuple[str, str] | None:
 
 
 def _table_row(line: str) -> tuple[str, str, str] | None:
-    """(name, description, numbers) of a `memory_breakdown_print: | - NAME (DESC) | NUMBERS |` row."""
-    m = _TABLE_ROW.search(line)
-    if not m:
+    """(name, description, numbers) of a `memory_breakdown_print: | - NAME (DESC) | NUMBERS |` row (the ledger's
+    reader of breakdown rows; descriptions may nest parentheses: `CUDA0 (H200 (dev p0/v0))` with
+    GGML_CUDA_DEVICES)."""
+    row = ledger.breakdown_row(line)
+    if not row or not line.rstrip().endswith("|"):
         return None
-    body = line.rstrip()
-    if not body.endswith("|") or len(body) - 1 < m.end():
+    name, _, desc = row[0].partition(" ")
+    desc = desc.strip()
+    if desc and not (desc.startswith("(") and desc.endswith(")")):
         return None
-    return m.group("name"), m.group("desc") or "", body[m.end():-1]
+    return name, desc[1:-1], row[1]
 
 
 def _endpoint(buf: str) -> str | None:
@@ -187,10 +185,10 @@ def _dry_run_line(st: _DryState, line: str) -> None:
     elif m := _KV_SIZE.search(line):
         if len(seg["kv_sizes"]) < 64:
             seg["kv_sizes"].append((float(m.group(1)), int(m.group(3))))
-    elif m := _COMPUTE.search(line):
-        buf, mib = m.group("buf"), float(m.group("mib"))
-        if buf in seg["compute"] or len(seg["compute"]) < ledger.MAX_TABLE_ROWS:
-            seg["compute"][buf] = max(mib, seg["compute"].get(buf, 0.0))
+    elif "sched_reserve:" in line and "compute buffer size" in line:
+        for buf, kind, mib in ledger.buffers(line):
+            if kind == "compute" and (buf in seg["compute"] or len(seg["compute"]) < ledger.MAX_TABLE_ROWS):
+                seg["compute"][buf] = max(mib, seg["compute"].get(buf, 0.0))
     elif "memory_breakdown_print" in line and (row := _table_row(line)):
         if len(seg["table"]) < ledger.MAX_TABLE_ROWS:
             seg["table"].append((row[0], row[1], [int(x) for x in _INT.findall(row[2])[:16]]))
@@ -208,11 +206,11 @@ def _dry_run_line(st: _DryState, line: str) -> None:
         out.n_ctx_train = int(m.group(1))
     elif m := _EMBD.search(line):
         out.n_embd = int(m.group(1))
-    elif m := _REDUCED.search(line):
+    elif m := ledger.FIT_REDUCED.search(line):
         out.fit_ctx_from, out.fit_ctx_to = int(m.group(1)), int(m.group(2))
     elif m := _FIT_FAIL.search(line):
         out.fit_ok, out.fit_message = False, (m.group(1) or m.group(2) or "").strip()
-    elif "successfully fit params" in line:
+    elif ledger.FIT_OK.search(line):
         out.fit_ok = True
     elif END_OF_FIT in line:
         out.finished = True
