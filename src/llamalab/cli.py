@@ -107,7 +107,7 @@ def _study_options(f):
 
 def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
                host, trust, model=None) -> None:
-    from .run import runner
+    from .run import runner, session
     from .study import spec as studymod
     from .paths import default_db
     from .run.progress import RichProgress, StderrProgress
@@ -119,7 +119,7 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
     if host:
         overrides += _host_overrides(host)
     st, text = _load_study(ref, overrides, trust)
-    opts = runner.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
+    opts = session.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
                           crosscheck=crosscheck, max_context=max_context)
     if resume:
         runids.check_ref(resume, "--resume")
@@ -132,7 +132,7 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
             store.resumable(resume)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
-        prep = runner.prepare(st, opts, progress)
+        prep = session.prepare(st, opts, progress)
         run_id = runner.execute(prep, text, opts, progress)
     finally:
         progress.close()
@@ -322,14 +322,14 @@ def build_cmd(study, overrides, llama_cpp, llama_bin, as_json, trust) -> None:
       llamalab build pipeline-parallel
       llamalab build my-study.toml --llama-cpp ~/src/llama.cpp
     """
-    from .run import runner
+    from .run import session
     from .study import spec as studymod
     from .run.progress import RichProgress, StderrProgress
 
     st, _ = _load_study(study, [*overrides, *_bin_override(llama_bin)], trust)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
-        prep = runner.prepare(st, runner.Options(llama_cpp=llama_cpp), progress)
+        prep = session.prepare(st, session.Options(llama_cpp=llama_cpp), progress)
     finally:
         progress.close()
     items = [{"build": name, **art.as_dict()} for name, art in prep.artifacts.items()]

@@ -37,7 +37,7 @@ from pathlib import Path
 from ..llamacpp import applicability, argv, budget, build as buildmod, ledger, models, standin
 from ..llamacpp.applicability import NOT_APPLICABLE
 from .. import net, proc
-from . import runner
+from . import session
 from ..llamacpp.build import BuildArtifact
 from ..errors import ConfigError
 from ..paths import cache_home
@@ -535,7 +535,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
     budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
         budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
     model_path, made = _model(study, opts, progress)
-    prep = runner.prepare(study, runner.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=model_path,
+    prep = session.prepare(study, session.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=model_path,
                                                 jobs=opts.jobs), progress)
     logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-plan-"))
     plans: list[ConfigPlan] = []
@@ -545,9 +545,9 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
             if art is None:
                 continue
             cfgs = [c for c in configs(study) if c.build.name == bspec.name]
-            with runner.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
+            with session.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
                 env = {**art.env(), **dev.env}
-                emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
                 for cfg in cfgs:
                     why = prep.inapplicable(cfg)
                     if why:
@@ -577,7 +577,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                 seconds=round(time.monotonic() - t0, 2), notes=notes)
 
 
-def _baselines_at_ctx(prep: runner.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
+def _baselines_at_ctx(prep: session.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
                       timeout_s: float, progress: Progress) -> dict[tuple[str, str, int], ConfigPlan]:
     """Where a copies-1 baseline fitted another context than the build it is compared with, measure the
     baseline again at that build's context, so that the copies' cost is not mixed with the context's."""
@@ -595,9 +595,9 @@ def _baselines_at_ctx(prep: runner.Prepared, plans: list[ConfigPlan], budgets: l
     for bname, wanted in need.items():
         art = prep.artifacts[bname]
         bspec = next(b for b in study.builds if b.name == bname)
-        with runner.device_setup(prep, art, _mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
+        with session.device_setup(prep, art, _mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
             env = {**art.env(), **dev.env}
-            emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
             for setting, n_ctx in sorted(wanted):
                 cfg = next(c for c in configs(study) if c.build.name == bname and c.setting.name == setting)
                 progress.message(f"dry run: {bname} × {setting} at n_ctx {n_ctx} (for the copies' cost)")
@@ -638,12 +638,12 @@ def _model(study: Study, opts: PlanOptions, progress: Progress) -> tuple[Path, b
     return path, made
 
 
-def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str],
+def plan_config(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str],
                  emu: budget.Emulation | None, logs: Path, timeout_s: float,
                  extra_args: Sequence[str] = ()) -> ConfigPlan:
     """One configuration's dry run(s): the study's llama-server arguments, with the budgets' -fitt/-ts."""
     study = prep.study
-    args = runner.server_args(study, cfg, dev)
+    args = session.server_args(study, cfg, dev)
     if emu is not None:
         args = argv.replaced(args, emu.args())
     args = [*args, *extra_args]
