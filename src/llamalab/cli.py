@@ -604,7 +604,9 @@ def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir
     if as_json:
         click.echo(planmod.dumps(result))
         return
-    Console(width=200 if not sys.stdout.isatty() else None).print(planmod.render(result))
+    from .report import plan_view
+
+    Console(width=200 if not sys.stdout.isatty() else None).print(plan_view.render(result))
 
 
 @cli.command(context_settings=CONTEXT)
