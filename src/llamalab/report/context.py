@@ -85,12 +85,7 @@ def _checks(data: RunData) -> dict[tuple[str, str], dict]:
 def _first_probe_reason(chk: dict | None) -> str | None:
     """Why the verifying reload did not count as loaded: the server did not start, or it started and its buffers
     went over a budget (then it did load, just not within what the emulated cards hold)."""
-    steps = (chk or {}).get("steps_json")
-    if isinstance(steps, str):
-        try:
-            steps = json.loads(steps)
-        except ValueError:
-            return None
+    steps = jsoncol.decode((chk or {}).get("steps_json"))
     if not isinstance(steps, list) or not steps or not isinstance(steps[0], dict) or steps[0].get("loaded"):
         return None
     return steps[0].get("reason") or None
