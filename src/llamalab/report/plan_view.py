@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..llamacpp import ledger
 from ..llamacpp.applicability import NOT_APPLICABLE
 from ..run.plan import BASIS_APPROX, Plan, input_copies_mib
+from ..safetext import rich_text as Text  # never markup, no control sequences: names and reasons come from logs
 
 
 def _mib(v: float | None, approx: bool = False) -> str:
@@ -18,9 +19,13 @@ def _mib(v: float | None, approx: bool = False) -> str:
 def render(plan: Plan, width: int | None = None):
     """A rich renderable: the table, the copies' cost and the notes."""
     from rich.console import Group
-    from rich.table import Table
 
-    from ..safetext import rich_text as Text  # never markup, no control sequences: names and reasons come from logs
+    return Group(_table(plan), *_notes(plan))
+
+
+def _table(plan: Plan):
+    """One row per configuration: PP, n_ctx, and model / context / compute MiB per device and host buffer type."""
+    from rich.table import Table
 
     basis = plan.basis()
     approx = {k: v == BASIS_APPROX for k, v in basis.items()}
@@ -66,7 +71,12 @@ def render(plan: Plan, width: int | None = None):
             h = next((x for x in c.host_buffers if x.name == n), None)
             cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib)}" if h else "")
         t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
-    parts: list = [t]
+    return t
+
+
+def _notes(plan: Plan) -> list:
+    """What the table cannot say: skipped builds, failed fits, budgets overrun, the copies' cost, the basis."""
+    parts: list = []
     for b, why in plan.not_applicable.items():
         parts.append(Text(f"build {b} does not apply to this rig: {why}", style="yellow"))
     for b, why in plan.skipped.items():
@@ -121,4 +131,4 @@ def render(plan: Plan, width: int | None = None):
     for n in plan.notes:
         parts.append(Text(n, style="dim"))
     parts.append(Text(f"{sum(c.dry_runs for c in plan.configs)} dry runs in {plan.seconds:.1f} s", style="dim"))
-    return Group(*parts)
+    return parts
