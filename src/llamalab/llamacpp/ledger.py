@@ -637,18 +637,27 @@ def _ollama_finish(st: _State) -> None:
 
 
 def _line(st: _State, line: str, low: str) -> None:
-    """One cleaned line; `low` is it lower-cased. Each pattern runs only where its keyword is in the line."""
+    """One cleaned line; `low` is it lower-cased. Each pattern runs only where its keyword is in the line; each
+    reader below returns True where the line is taken and nothing after it may read it."""
+    if (_structure_line(st, line, low) or _buffer_line(st, line) or _context_line(st, line)
+            or _pipeline_line(st, line, low)):
+        return
+    _fit_line(st, line)
+
+
+def _structure_line(st: _State, line: str, low: str) -> bool:
+    """ollama records, breakdown tables, echoed metadata, the fit's start and printed arguments, draft models and `-sm tensor`'s Meta() device."""
     led = st.led
     if line.startswith(OLLAMA_RECORD):
         _ollama_record(st, line)
-        return
+        return True
     # memory breakdown tables: a header, then "| - NAME | numbers |" rows
     if st.breakdown is not None:
         row = breakdown_row(line) if "-" in line else None
         if row and "memory breakdown [MiB]" not in line:
             if len(st.breakdown) < MAX_TABLE_ROWS:
                 st.breakdown.append(_breakdown_row(*row))
-            return
+            return True
         st.breakdown = None
     if "memory breakdown [MiB]" in line:
         table: list[BreakdownRow] = []
@@ -657,17 +666,17 @@ def _line(st: _State, line: str, low: str) -> None:
         elif len(led.breakdown_projected_tables) < MAX_TABLES:
             led.breakdown_projected_tables.append(table)
         st.breakdown = table
-        return
+        return True
     if line.startswith(_METADATA):
         _metadata_line(st, line)
-        return
+        return True
     if st.fit_args_next:
         st.fit_args_next = False
         if line.startswith("-"):
             led.fit_args = line
             if m := re.search(r"(?:^|\s)-c\s+(\d+)", line):
                 led.fit_ctx_to = int(m.group(1))
-            return
+            return True
     fit = "fit" in line
     if (fit or "getting device memory" in line) and _FIT_START.search(line) and not st.fit_phase:
         st.fit_phase = True
@@ -678,28 +687,32 @@ def _line(st: _State, line: str, low: str) -> None:
         st.draft_mode = True
     if "Meta device" in line and (m := _META_DEVICE.search(line)):
         st.meta_expect, st.meta_members = min(int(m.group(1)), MAX_TABLE_ROWS), []
-        return
+        return True
     if st.meta_expect and "- device" in line and (m := _META_MEMBER.search(line)):
         st.meta_expect -= 1
         st.meta_members.append(_member_name(m.group("name"), m.group("desc")))
-        return
+        return True
+    return False
 
+
+def _buffer_line(st: _State, line: str) -> bool:
+    """Buffer sizes (and older llama.cpp's VRAM lines), KV summaries, the KV cache's size and kind."""
     if "buffer size" in line:
         found = False
         for name, kind, mib in buffers(line):
             found = True
             _buffer(st, line, name, kind, mib)
         if found:
-            return
+            return True
     if "VRAM" in line or "mem required" in line:
         for pat, name, kind in _LEGACY:
             if m := pat.search(line):
                 _add_buffer(st, line, name, kind, float(m.group(1)))
-                return
+                return True
 
     if "size" in line:
         if (m := _kv_sum_match(line)) and _kv_summary(st, line, m):
-            return
+            return True
         if m := _KV_SIZE.search(line):
             c = st.ctx_for_context_line()
             types = _KV_TYPES.search(line)
@@ -708,7 +721,12 @@ def _line(st: _State, line: str, low: str) -> None:
                          int(nl.group(1)) if nl else None)
     if "KV cache" in line and (m := _ISWA.search(line)):
         st.ctx_for_context_line().pending_swa = m.group(1) == "SWA"
+    return False
 
+
+def _context_line(st: _State, line: str) -> bool:
+    """A context's scalars (n_ctx, n_seq_max, flash attention, …) and the model's (n_embd, n_layer, n_ctx_train)."""
+    led = st.led
     if ("llama_context" in line or "llama_new_context" in line or "llama_init_from_model" in line) \
             and (m := _CTX_KEY.search(line)):
         key, val = m.group(1), m.group(2)
@@ -721,21 +739,25 @@ def _line(st: _State, line: str, low: str) -> None:
             c.scalars[key] = _boolish(val)
         elif val.isdecimal():
             c.scalars["n_ctx_seq" if key == "n_ctx_per_seq" else key] = int(val)
-        return
+        return True
     if "Flash Attention" in line and (m := _FA_AUTO.search(line)):
         st.ctx().scalars["flash_attn"] = m.group(1) == "enabled"
     if ("print_info" in line or "llm_load_print_meta" in line) and (m := _META.search(line)):  # behind a prefix
         key, val = m.group(1), int(m.group(2))
         if not st.draft_mode:
             setattr(led, key, val)
-        return
+        return True
+    return False
 
+
+def _pipeline_line(st: _State, line: str, low: str) -> bool:
+    """Pipeline parallelism (enabled, retried without), allocation failures, graph nodes and splits, scheduler copies."""
     if "pipeline parallelism enabled" in line and (m := _PP.search(line)):
         c = st.ctx()
         c.scalars["pp_enabled_line"] = True
         if m.group(1):
             c.scalars["pp_enabled_copies"] = int(m.group(1))
-        return
+        return True
     retry = "retrying" in line and bool(_PP_RETRY.search(line))
     if retry:
         c = st.ctx()
@@ -785,7 +807,13 @@ def _line(st: _State, line: str, low: str) -> None:
             st.draft_mode = False
     elif st.ctxs and st.ctx().draft and st.ctx().ended and "graph" in line:
         st.draft_mode = False
+    return False
 
+
+def _fit_line(st: _State, line: str) -> None:
+    """Layers offloaded, the fit's context and outcome, device memory, the build."""
+    led = st.led
+    fit = "fit" in line
     if "offloaded" in line and (m := _OFFLOADED.search(line)):
         if not st.draft_mode:
             _maybe_new_load(st)
