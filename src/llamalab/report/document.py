@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from . import context, grid, recommend, speed, tables, verdict
+from . import context, grid, recommend, speed, tables, verdict, versions
 from .data import RunData
 
 FORMAT = "llamalab-report"
@@ -104,6 +104,7 @@ def document(data: RunData, *, seed: int = 0) -> dict:
         "comparisons": speed.comparisons(data, seed=seed),
         "memory": verdict.memory_comparisons(data),
         "context": context.rows(data),
+        "versions": versions.rows(data) if versions.applies(data) else [],
         "decision_table": {s: [r.as_json() for r in recommend.decision_table(data, s)]
                            for s in verdict.study_settings(data)},
         "pp_gain": _pp_gain(data, seed),
