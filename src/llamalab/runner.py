@@ -177,8 +177,9 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
                          tip="pass --llama-cpp DIR to build them from a source, or give the study a build without "
                              "cmake options to run the binaries" if study.source.bin else
                              "run `llamalab doctor` to see what this machine lacks.")
-    for line in mixed_binaries(artifacts):
-        progress.warn(line)
+    if not all(b.source for b in study.builds if b.name in artifacts):  # unless comparing sources is the study
+        for line in mixed_binaries(artifacts):
+            progress.warn(line)
     first = next(iter(artifacts.values()))
     vk_devices: list = []
     local_gpus = 0

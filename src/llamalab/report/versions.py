@@ -125,6 +125,11 @@ def _delta(new: float | None, old: float | None, unit: str) -> str | None:
     return f"{num} {unit}{pct}"
 
 
+def _name(row: dict) -> str:
+    """`b11434`, or `b11434 (new)` where the build is named otherwise."""
+    return row["version"] if row["build"] == row["version"] else f"{row['version']} ({row['build']})"
+
+
 def sentences(rows_: list[dict]) -> list[str]:
     """Each later version against the first, per setting: memory and context (pure). Speed verdicts with their
     intervals are the report's speed section's."""
@@ -145,6 +150,5 @@ def sentences(rows_: list[dict]) -> list[str]:
             if r["copies"] != base["copies"]:
                 parts.append(f"sched copies {base['copies']} → {r['copies']}")
             if parts:
-                out.append(f"{r['version']} ({r['build']}) against {base['version']} ({base['build']}), "
-                           f"{setting}: " + "; ".join(parts) + ".")
+                out.append(f"{_name(r)} against {_name(base)}, {setting}: " + "; ".join(parts) + ".")
     return out
