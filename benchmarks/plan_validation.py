@@ -21,9 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from llamalab import budget, models, plancheck, runner, study as studymod
+from llamalab.llamacpp import budget, models
+from llamalab.run import plancheck, runner
+from llamalab.study import spec as studymod
 from llamalab.paths import cache_home
-from llamalab.progress import StderrProgress
+from llamalab.run.progress import StderrProgress
 
 HERE = Path(__file__).resolve().parent
 

@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.output} is stale: run `make docs` (or python scripts/gen_cli_docs.py).", file=sys.stderr)
             return 1
         return 0
-    from llamalab.report.write import atomic_write
+    from llamalab.write import atomic_write
 
     atomic_write(args.output, text)
     print(f"wrote {args.output}", file=sys.stderr)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import runner, study as studymod
+from llamalab.run import runner
+from llamalab.study import spec as studymod
 from llamalab.paths import cache_home
-from llamalab.progress import Progress, StderrProgress
+from llamalab.run.progress import Progress, StderrProgress
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -8,9 +8,10 @@ import struct
 import time
 from pathlib import Path
 
-from llamalab import runner, study as studymod
-from llamalab.progress import Progress
-from llamalab.store import Store
+from llamalab.run import runner
+from llamalab.study import spec as studymod
+from llamalab.run.progress import Progress
+from llamalab.store.db import Store
 
 # Two builds, one setting, tiny workload: a few seconds per configuration on 2 cores.
 FAST = [

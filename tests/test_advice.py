@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import exchange
+from llamalab.store import exchange
 from llamalab.report import context, data as rdata, markdown, recommend, speed
-from llamalab.store import Store
+from llamalab.store.db import Store
 from runfixtures import BUDGET, CONCURRENCY, DEMO, GRID, VERSIONS, fill
 
 H200 = Path(__file__).parent.parent / "benchmarks" / "h200" / "export.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import models
+from llamalab.llamacpp import models
 
 SMALL = models.ModelShape("t", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=600, n_ctx_train=512)
 
@@ -63,7 +63,7 @@ def test_bad_input(files, args, words, code):
 def test_database_from_a_newer_llamalab(files):
     db = files / "r.db"
     assert llamalab("runs", "--db", str(db)).returncode != 0  # no database yet: refused, not created
-    from llamalab.store import Store
+    from llamalab.store.db import Store
 
     Store(db).close()
     con = sqlite3.connect(db)

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import binaries, runner, study as studymod
-from llamalab.build import BuildArtifact
+from llamalab.llamacpp import binaries
+from llamalab.run import runner
+from llamalab.study import spec as studymod
+from llamalab.llamacpp.build import BuildArtifact
 from llamalab.errors import ConfigError, SourceError
-from llamalab.source import Source
+from llamalab.llamacpp.source import Source
 
 from test_bad_input_cli import assert_clean_error, llamalab
 

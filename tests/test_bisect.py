@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import bisect, plan
-from llamalab.bisect import Step
+from llamalab.run import bisect, plan
+from llamalab.run.bisect import Step
 
 
 def commits(n):
@@ -150,7 +150,7 @@ def test_render_names_the_commit_the_change_and_the_time():
 
 
 def test_pick_config(tmp_path):
-    from llamalab import study
+    from llamalab.study import spec as study
     from llamalab.errors import ConfigError
 
     st, _ = study.load("demo")

@@ -9,7 +9,8 @@ import re
 import httpx
 import pytest
 
-from llamalab import packaged, server, standin, workload
+from llamalab.llamacpp import packaged, server, standin
+from llamalab.run import workload
 
 pytestmark = pytest.mark.llama
 

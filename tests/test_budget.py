@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import budget
-from llamalab.budget import DeviceMemory
+from llamalab.llamacpp import budget
+from llamalab.llamacpp.budget import DeviceMemory
 from llamalab.errors import ConfigError
 
 FIX = Path(__file__).parent / "fixtures" / "fitparams"

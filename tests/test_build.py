@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import build
+from llamalab.llamacpp import build
 from llamalab.errors import BuildError
 
 
@@ -63,14 +63,14 @@ def test_ninja_progress(line, want):
 
 
 def test_unknown_backend_is_a_clear_error(tmp_path):
-    from llamalab.source import Source
+    from llamalab.llamacpp.source import Source
 
     with pytest.raises(BuildError, match="unknown backend"):
         build.Builder(source=Source(tmp_path, "dir:x", None, None), backend="quantum", home=tmp_path)
 
 
 def test_artifact_env_puts_variant_library_first(tmp_path, monkeypatch):
-    from llamalab.source import Source
+    from llamalab.llamacpp.source import Source
 
     monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/other")
     art = build.BuildArtifact(name="copies1", key="k", source=Source(tmp_path, "dir:x", None, None),
@@ -83,7 +83,7 @@ def test_artifact_env_puts_variant_library_first(tmp_path, monkeypatch):
 
 def test_failed_build_names_the_log_and_shows_its_last_lines(tmp_path):
     """A real CMake failure: a source tree whose CMakeLists.txt is broken."""
-    from llamalab.source import Source
+    from llamalab.llamacpp.source import Source
 
     src = tmp_path / "src"
     src.mkdir()

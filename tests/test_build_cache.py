@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import fakellama
-from llamalab import build, proc, source
+from llamalab.llamacpp import build, source
+from llamalab import proc
 from llamalab.errors import LaunchError
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,

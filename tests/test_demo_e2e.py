@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from llamalab import build as buildmod
+from llamalab.llamacpp import build as buildmod
 
 pytestmark = pytest.mark.llama
 

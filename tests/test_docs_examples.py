@@ -1,5 +1,6 @@
-"""The docs cannot rot: every ```toml block in docs/ loads as a study, docs/study-files.md names every key of
-study.py with its true default, and every `llamalab …` command shown in docs/ names a real command and options."""
+"""The docs cannot rot: every ```toml block in docs/, README.md and the benchmarks' READMEs loads as a study, so does
+every study file under benchmarks/, docs/study-files.md names every key of study/spec.py with its true default, and
+every `llamalab …` command shown in those pages parses as a real command with its options and arguments."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from llamalab import study
+from llamalab.study import spec as study
 from llamalab.cli import cli
 from llamalab.errors import LlamalabError
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 STUDY_DOC = DOCS / "study-files.md"
+# the pages a user reads: docs/, the README and each benchmark's README (cli.md is generated from the CLI itself)
+PAGES = sorted([*DOCS.glob("*.md"), ROOT / "README.md", *ROOT.glob("benchmarks/*/README.md")])
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
 
 
@@ -29,23 +33,35 @@ def blocks(path: Path, *langs: str) -> list[tuple[int, str]]:
     return [(text[: m.start()].count("\n") + 1, m.group(2)) for m in FENCE.finditer(text) if m.group(1) in langs]
 
 
-TOML_BLOCKS = [(p, line, text) for p in sorted(DOCS.glob("*.md")) for line, text in blocks(p, "toml")]
+TOML_BLOCKS = [(p, line, text) for p in PAGES for line, text in blocks(p, "toml")]
+STUDY_FILES = sorted(ROOT.glob("benchmarks/**/*.toml"))
 
 
 def test_study_doc_has_toml_examples():
     assert sum(1 for p, _, _ in TOML_BLOCKS if p == STUDY_DOC) >= 2
 
 
-@pytest.mark.parametrize("path, line, text", TOML_BLOCKS, ids=[f"{p.name}:{n}" for p, n, _ in TOML_BLOCKS])
+@pytest.mark.parametrize("path, line, text", TOML_BLOCKS, ids=[f"{p.relative_to(ROOT)}:{n}" for p, n, _ in TOML_BLOCKS])
 def test_toml_block_loads_as_a_study(path, line, text, tmp_path):
     f = tmp_path / "example.toml"
     f.write_text(text)
     try:
         st, _ = study.load(str(f))
     except LlamalabError as e:
-        pytest.fail(f"docs/{path.name}, the ```toml block at line {line}, is not a study llamalab loads:\n{e}\n"
+        pytest.fail(f"{path.relative_to(ROOT)}, the ```toml block at line {line}, is not a study llamalab loads:\n{e}\n"
                     "Fix the block (Python's TOML reader is TOML 1.0: inline tables on one line), or fence a "
                     "fragment as ```text.", pytrace=False)
+    assert st.builds and study.expand(st)
+
+
+def test_benchmark_study_files_exist():
+    assert len(STUDY_FILES) >= 3
+
+
+@pytest.mark.parametrize("path", STUDY_FILES, ids=[str(p.relative_to(ROOT)) for p in STUDY_FILES])
+def test_benchmark_study_file_loads(path):
+    """A committed benchmark's study file is what `llamalab run FILE` reads: it must load and expand as it is."""
+    st, _ = study.load(str(path))
     assert st.builds and study.expand(st)
 
 
@@ -134,10 +150,10 @@ def _commands(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-DOC_COMMANDS = [(p, n, c) for p in sorted(DOCS.glob("*.md")) if p.name != "cli.md" for n, c in _commands(p)]
+DOC_COMMANDS = [(p, n, c) for p in PAGES if p.name != "cli.md" for n, c in _commands(p)]
 
 
-@pytest.mark.parametrize("path, line, command", DOC_COMMANDS, ids=[f"{p.name}:{n}" for p, n, _ in DOC_COMMANDS])
+@pytest.mark.parametrize("path, line, command", DOC_COMMANDS, ids=[f"{p.relative_to(ROOT)}:{n}" for p, n, _ in DOC_COMMANDS])
 def test_documented_command_exists(path, line, command):
     words = shlex.split(command)[1:]
     ctx = click.Context(cli, info_name="llamalab")
@@ -151,3 +167,14 @@ def test_documented_command_exists(path, line, command):
     for w in words:
         if w.startswith("-") and w != "-":
             assert w.split("=", 1)[0] in known, f"{path.name}:{line}: {w} is not an option of {command.split()[:2]}"
+    # click's own parser: an option missing its value, or a flag given one, fails here; every required argument
+    # must be given and nothing may be left over (values are not checked: paths in docs need not exist)
+    try:
+        values, rest, _ = cmd.make_parser(ctx).parse_args(list(words))
+    except click.UsageError as e:
+        pytest.fail(f"{path.name}:{line}: `{command}` does not parse: {e.format_message()}", pytrace=False)
+    assert not rest, f"{path.name}:{line}: `{command}`: unexpected extra argument(s) {rest}"
+    # a given argument parses to its word (or a tuple of words); a missing one to None or click's "unset" marker
+    missing = [p.name for p in cmd.params if isinstance(p, click.Argument) and p.required
+               and not (isinstance(values.get(p.name), str) or (isinstance(values.get(p.name), tuple) and values[p.name]))]
+    assert not missing, f"{path.name}:{line}: `{command}` lacks the argument(s) {missing}"

@@ -8,9 +8,9 @@ from pathlib import PurePosixPath
 import pytest
 from click.testing import CliRunner
 
-from llamalab import doctor
+from llamalab.machine import doctor
 from llamalab.cli import cli
-from llamalab.gpu import Gpu
+from llamalab.machine.gpu import Gpu
 
 DEBIAN12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
 UBUNTU2404 = 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\nID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n'

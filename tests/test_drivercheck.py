@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import devices, drivercheck, rocm, vulkan as vk
+from llamalab.rig import devices
+from llamalab.run import drivercheck
+from llamalab.machine import rocm
+from llamalab.llamacpp import vulkan as vk
 from llamalab.errors import LaunchError
 
 F = Path(__file__).parent / "fixtures"
@@ -35,7 +38,7 @@ def test_vulkan_setup_on_one_gpu_and_none():
 
 
 def test_remote_devices_join_named_vulkan_devices():
-    from llamalab import remote
+    from llamalab.rig import remote
 
     dev = devices.DeviceSetup(backend="vulkan", count=2, server_args=("-dev", "Vulkan0,Vulkan1"),
                               env={"GGML_VK_VISIBLE_DEVICES": "0,0"})

@@ -9,10 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 import runfixtures
-from llamalab import crosscheck, exchange
+from llamalab.llamacpp import crosscheck
+from llamalab.store import exchange
 from llamalab.cli import cli
 from llamalab.errors import ConfigError, StoreError
-from llamalab.store import LOCAL_RUN_COLUMNS, MIGRATIONS, Store
+from llamalab.store.db import LOCAL_RUN_COLUMNS, MIGRATIONS, Store
 
 
 @pytest.fixture

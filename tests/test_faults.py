@@ -10,7 +10,7 @@ import pytest
 
 from llamahelp import FAST, run_study
 from llamalab import net, proc
-from llamalab.progress import Progress
+from llamalab.run.progress import Progress
 
 pytestmark = pytest.mark.llama
 

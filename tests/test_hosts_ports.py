@@ -14,7 +14,7 @@ import pytest
 import netns
 from llamahelp import FAST, children_of
 from llamalab import net
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 pytestmark = pytest.mark.llama
 

@@ -24,8 +24,8 @@ import pytest
 import runfixtures
 from llamalab.report import data as rdata, html
 from llamalab.report.plots import COLORS
-from llamalab.report.write import atomic_write
-from llamalab.store import Store
+from llamalab.write import atomic_write
+from llamalab.store.db import Store
 
 
 def _chromium() -> str | None:

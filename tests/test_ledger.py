@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import ledger
-from llamalab.ledger import Buffers, is_host, parse
+from llamalab.llamacpp import ledger
+from llamalab.llamacpp.ledger import Buffers, is_host, parse
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 FIXTURES = sorted(p.name[: -len(".expected.json")] for p in LOGS.glob("*.expected.json"))

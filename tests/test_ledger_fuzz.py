@@ -19,7 +19,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llamalab import budget, inspect_view, ledger, memory, plan, remote
+from llamalab.llamacpp import budget, ledger, memory
+from llamalab.report import inspect_view
+from llamalab.run import plan
+from llamalab.rig import remote
 
 settings.register_profile("ledger-fuzz", deadline=None, derandomize=True, database=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

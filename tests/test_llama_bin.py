@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import binaries, runner, source, study as studymod
-from llamalab.build import Builder
+from llamalab.llamacpp import binaries, source
+from llamalab.run import runner
+from llamalab.study import spec as studymod
+from llamalab.llamacpp.build import Builder
 from llamalab.errors import ConfigError, SourceError
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 import llamahelp
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from llamalab import maxctx
+from llamalab.llamacpp import maxctx
 
 
 def _probe(limit):

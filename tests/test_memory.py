@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import ledger, memory
+from llamalab.llamacpp import ledger, memory
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 RPC1, RPC2 = "RPC0[127.0.0.1:51711]", "RPC0[127.0.0.1:51712]"

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from llamahelp import run_study
-from llamalab import packaged
-from llamalab.progress import Progress
+from llamalab.llamacpp import packaged
+from llamalab.run.progress import Progress
 from llamalab.report import data as rdata, verdict
 from llamalab.report.data import device_labels, device_names
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import packaged
+from llamalab.llamacpp import packaged
 from llamalab.errors import ModelError
 
 CHUNKS = [os.urandom(300_000), os.urandom(123_457)]

@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 
 from hostile_lines import RUNS, hostile_log, issue_cases
-from llamalab import budget, inspect_view, ledger, plan, remote
+from llamalab.llamacpp import budget, ledger
+from llamalab.report import inspect_view
+from llamalab.run import plan
+from llamalab.rig import remote
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

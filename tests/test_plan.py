@@ -5,8 +5,10 @@ import time
 
 import pytest
 
-from llamalab import budget, models, plan, plancheck, runner, standin, study as studymod
-from llamalab.progress import Progress
+from llamalab.llamacpp import budget, models, standin
+from llamalab.run import plan, plancheck, runner
+from llamalab.study import spec as studymod
+from llamalab.run.progress import Progress
 
 pytestmark = pytest.mark.llama
 

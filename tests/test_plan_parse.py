@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llamalab import models, plan, plancheck, standin
-from llamalab.build import BuildArtifact
+from llamalab.llamacpp import models, standin
+from llamalab.run import plan, plancheck
+from llamalab.llamacpp.build import BuildArtifact
 from llamalab.errors import ModelError
-from llamalab.source import Source
+from llamalab.llamacpp.source import Source
 
 FIX = Path(__file__).parent / "fixtures" / "fitparams"
 

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import devices, ledger, remote, runner, study as studymod
+from llamalab.rig import devices, remote
+from llamalab.llamacpp import ledger
+from llamalab.run import runner
+from llamalab.study import endpoints, spec as studymod
 from llamalab.errors import ConfigError, LaunchError
 
 # ---------------------------------------------------------------- endpoints
@@ -23,7 +26,7 @@ from llamalab.errors import ConfigError, LaunchError
     pytest.param("localhost:65535", "localhost", 65535, id="localhost"),
 ])
 def test_parse_endpoint(text, host, port):
-    ep = remote.parse_endpoint(text)
+    ep = endpoints.parse_endpoint(text)
     assert (ep.host, ep.port) == (host, port) and str(ep) == f"{host}:{port}"
 
 
@@ -40,7 +43,7 @@ def test_parse_endpoint(text, host, port):
 ])
 def test_parse_endpoint_rejects(text, says):
     with pytest.raises(ValueError, match=says):
-        remote.parse_endpoint(text)
+        endpoints.parse_endpoint(text)
 
 
 def _study(devs: dict) -> studymod.Study:

@@ -8,7 +8,7 @@ import pytest
 
 import runfixtures
 from llamalab.report import compare as cmp, data as rdata
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 
 def load(tmp_path, name: str, document: dict | None = None) -> rdata.RunData:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from llamalab.report import context, data as rdata, document, recommend
-from llamalab.store import Store
+from llamalab.store.db import Store
 from runfixtures import BUDGET, DEMO, fill
 
 

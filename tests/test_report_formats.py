@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 import runfixtures
-from llamalab import crosscheck
+from llamalab.llamacpp import crosscheck
 from llamalab.cli import cli
-from llamalab.exchange import decode_tables
+from llamalab.store.exchange import decode_tables
 from llamalab.report import csvfile, data as rdata, document, formats, markdown
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 
 @pytest.fixture

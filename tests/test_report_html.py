@@ -10,7 +10,7 @@ import pytest
 
 import runfixtures
 from llamalab.report import data as rdata, html
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 import runfixtures
 from llamalab.report import data as rdata, plots
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 import runfixtures
 from llamalab.report import data as rdata, document, html, markdown, speed, versions
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 VERSIONS = runfixtures.VERSIONS
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import rocm
+from llamalab.machine import rocm
 
 F = Path(__file__).parent / "fixtures" / "rocm-smi"
 

@@ -22,10 +22,13 @@ from pathlib import Path
 import pytest
 
 import netns
-from llamalab import net, proc, remote, runner, study as studymod
-from llamalab.progress import Progress, StderrProgress
+from llamalab import net, proc
+from llamalab.rig import remote
+from llamalab.run import runner
+from llamalab.study import spec as studymod
+from llamalab.run.progress import Progress, StderrProgress
 from llamalab.report import data as rdata, network
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 pytestmark = pytest.mark.llama
 

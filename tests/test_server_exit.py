@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import server, workload
+from llamalab.llamacpp import server
+from llamalab.run import workload
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

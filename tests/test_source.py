@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from llamalab import source
+from llamalab.llamacpp import source
 from llamalab.errors import SourceError
 
 

@@ -6,9 +6,10 @@ import subprocess
 
 import pytest
 
-from llamalab import source, sourceref, study
+from llamalab.llamacpp import source, sourceref
+from llamalab.study import spec as study
 from llamalab.errors import ConfigError, SourceError
-from llamalab.sourceref import RefError, parse
+from llamalab.llamacpp.sourceref import RefError, parse
 
 
 @pytest.mark.parametrize("text,kind,fields", [
@@ -185,7 +186,7 @@ def test_a_build_with_its_own_source_is_built_even_in_a_study_of_given_binaries(
 
 
 def test_trust_local_sources_in_a_study_file_but_not_pinned_releases():
-    from llamalab import trust
+    from llamalab.study import trust
 
     st = study.parse({"name": "v", "builds": [{"name": "a", "source": "b11434"},
                                               {"name": "b", "source": "pypi:llama-cpp-python==0.3.36"},

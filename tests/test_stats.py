@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from llamalab import stats
-from llamalab.stats import Ratio
+from llamalab.report import stats
+from llamalab.report.stats import Ratio
 
 # ---- summarize ---------------------------------------------------------------------------------------------------
 

@@ -4,9 +4,9 @@ import sqlite3
 
 import pytest
 
-from llamalab import store as storemod
+from llamalab.store import db as storemod
 from llamalab.errors import StoreError
-from llamalab.ledger import parse
+from llamalab.llamacpp.ledger import parse
 from llamalab.records import ConfigOutcome, RequestResult, Trial
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from llamalab import study
+from llamalab.study import spec as study
 from llamalab.errors import ConfigError
 
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from llamalab import sysload
+from llamalab.machine import sysload
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -11,10 +11,11 @@ import pytest
 from rich.console import Console
 
 import runfixtures
-from llamalab import cli, progress
+from llamalab import cli
+from llamalab.run import progress
 from llamalab.report import data as rdata, html, markdown, summary
 from llamalab.safetext import markup, one_line, plain
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 OSC_TITLE = "\x1b]0;pwned\x07"  # sets the terminal's window title
 OSC_LINK = "\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\"  # a hyperlink, ST-terminated

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from llamahelp import env_for
-from llamalab.store import Store
+from llamalab.store.db import Store
 
 pytestmark = pytest.mark.llama
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import build, detect, runner, toolchain
+from llamalab.llamacpp import build, toolchain
+from llamalab.machine import detect
+from llamalab.run import runner
 
 SCRIPT = Path(__file__).parent.parent / "scripts" / "vulkan-toolchain.sh"
 
@@ -82,7 +84,7 @@ def test_rocm_cmake_and_environment():
 
 def test_builder_passes_the_build_environment(tmp_path, monkeypatch):
     """HIP's HIPCXX/HIP_PATH reach CMake: a fake `cmake` on PATH records its environment."""
-    from llamalab.source import Source
+    from llamalab.llamacpp.source import Source
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

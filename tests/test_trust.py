@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import fakellama
-from llamalab import study as studymod, trust
+from llamalab.study import spec as studymod, trust
 from llamalab.errors import ConfigError
 
 
@@ -165,7 +165,8 @@ def test_flags_llamalab_owns_are_checked_with_the_study(tmp_path, override, word
 
 
 def test_a_settings_own_slots_are_honoured():
-    from llamalab import devices, runner
+    from llamalab.rig import devices
+    from llamalab.run import runner
 
     st, _ = studymod.load("demo", ['settings=[{name="a",args=["-np","2"]},{name="b"}]', "workload.concurrency=[1,8]"])
     dev = devices.DeviceSetup(backend="cpu", count=1)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from llamalab import source
+from llamalab.llamacpp import source
 
 pytestmark = pytest.mark.llama
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab import nvmlcheck, vulkan as vk
+from llamalab.run import nvmlcheck
+from llamalab.llamacpp import vulkan as vk
 
 F = Path(__file__).parent / "fixtures" / "vulkaninfo"
 

@@ -14,9 +14,12 @@ import time
 
 import pytest
 
-from llamalab import detect, runner, study as studymod, vulkan as vk
+from llamalab.machine import detect
+from llamalab.run import runner
+from llamalab.study import spec as studymod
+from llamalab.llamacpp import vulkan as vk
 from llamalab.paths import cache_home
-from llamalab.progress import Progress
+from llamalab.run.progress import Progress
 
 from llamahelp import run_study
 
@@ -121,7 +124,7 @@ def test_kv_types_at_one_context_q8_0_question():
     larger context it makes room for (each copy of the inputs grows with it), not a CPU fallback."""
     if _missing():
         pytest.skip(_missing())
-    from llamalab import plan
+    from llamalab.run import plan
 
     st, _ = studymod.load("demo", [
         'devices.backend="vulkan"', "devices.count=2", 'devices.vram=["1500MiB","1500MiB"]', "server.ctx=16384",

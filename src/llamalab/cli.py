@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from . import __version__, proc, runids
+from . import __version__, proc
+from .store import runids
 from .errors import ConfigError, Interrupted, LlamalabError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -51,7 +52,7 @@ TRUST_HELP = ("Run a study file that asks for what can run code or open this mac
 def _load_study(ref: str, overrides, trust: bool):
     """A study, refused when its file asks for what only the user can allow (trust.risks): the file cannot vouch for
     itself, so the word is a flag on the command line. Presets and the user's own --set/--host are trusted."""
-    from . import study as studymod, trust as trustmod
+    from .study import spec as studymod, trust as trustmod
 
     st, text = studymod.load(ref, overrides)
     found = [] if studymod.is_preset(ref) else trustmod.from_file(trustmod.risks(st), overrides)
@@ -107,12 +108,13 @@ def _study_options(f):
 
 def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
                host, trust, model=None) -> None:
-    from . import runner, study as studymod
+    from .run import runner
+    from .study import spec as studymod
     from .paths import default_db
-    from .progress import RichProgress, StderrProgress
+    from .run.progress import RichProgress, StderrProgress
     from .report import data as rdata, markdown, tables
-    from .report.write import atomic_write
-    from .store import Store
+    from .write import atomic_write
+    from .store.db import Store
 
     overrides = list(overrides) + _bin_override(llama_bin)
     if host:
@@ -216,10 +218,11 @@ def _print_table(data) -> None:
 def _host_overrides(host: str) -> list[str]:
     """`--host ADDR`: llama-server listens on ADDR; local rpc-servers too where ADDR is IPv4 (rpc-server binds IPv4
     only), else on 127.0.0.1 for a loopback name (::1, localhost). Any other IPv6 address or name is refused."""
-    from . import net, remote, trust
+    from . import net
+    from .study import endpoints, trust
 
     out = [f"server.host={json.dumps(host)}"]
-    if remote.is_ipv4(host):
+    if endpoints.is_ipv4(host):
         out.append(f"devices.host={json.dumps(host)}")
     elif not trust.is_loopback(host):
         raise ConfigError(f"--host {host}: local rpc-servers listen on an IPv4 address only, and {host} is not one.",
@@ -307,8 +310,9 @@ def build_cmd(study, overrides, llama_cpp, llama_bin, as_json, trust) -> None:
       llamalab build pipeline-parallel
       llamalab build my-study.toml --llama-cpp ~/src/llama.cpp
     """
-    from . import runner, study as studymod
-    from .progress import RichProgress, StderrProgress
+    from .run import runner
+    from .study import spec as studymod
+    from .run.progress import RichProgress, StderrProgress
 
     st, _ = _load_study(study, [*overrides, *_bin_override(llama_bin)], trust)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
@@ -353,8 +357,8 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
     """
     from .paths import default_db
     from .report import data as rdata, formats
-    from .report.write import atomic_write
-    from .store import Store
+    from .write import atomic_write
+    from .store.db import Store
 
     with Store(db or default_db(), readonly=True) as store:
         data = rdata.load(store, run_id)
@@ -388,7 +392,7 @@ def runs(db, as_json) -> None:
       llamalab runs --json
     """
     from .paths import default_db
-    from .store import Store
+    from .store.db import Store
 
     with Store(db or default_db(), readonly=True) as store:
         items = store.runs()
@@ -423,7 +427,7 @@ def compare(run_a, run_b, db, threshold, as_json) -> None:
     """
     from .paths import default_db
     from .report import compare as cmp, data as rdata
-    from .store import Store
+    from .store.db import Store
 
     with Store(db or default_db(), readonly=True) as store:
         a, b = rdata.load(store, run_a), rdata.load(store, run_b)
@@ -446,10 +450,10 @@ def export_cmd(run_id, db, output) -> None:
     Examples:
       llamalab export 20261129-101500-ab12cd -o rig1.json
     """
-    from . import exchange
+    from .store import exchange
     from .paths import default_db
-    from .report.write import atomic_write
-    from .store import Store
+    from .write import atomic_write
+    from .store.db import Store
 
     with Store(db or default_db(), readonly=True) as store:
         text = exchange.dumps(exchange.export_run(store, run_id))
@@ -472,9 +476,9 @@ def import_cmd(file, db) -> None:
       llamalab import rig1.json
       llamalab compare RIG1_RUN LOCAL_RUN
     """
-    from . import exchange
+    from .store import exchange
     from .paths import default_db
-    from .store import Store
+    from .store.db import Store
 
     doc = exchange.loads(file.read_text(encoding="utf-8", errors="replace"), name=str(file))
     with Store(db or default_db()) as store:
@@ -498,7 +502,8 @@ def inspect(log, as_json) -> None:
       llama-server ... -lv 4 2>&1 | tee server.log; llamalab inspect --json server.log
       pbpaste | llamalab inspect -
     """
-    from . import inspect_view, ledger
+    from .report import inspect_view
+    from .llamacpp import ledger
 
     led = ledger.parse(log.read().splitlines())
     if as_json:
@@ -519,7 +524,7 @@ def doctor(as_json) -> None:
       llamalab doctor
       llamalab doctor --json
     """
-    from . import doctor as doctormod
+    from .machine import doctor as doctormod
 
     rep = doctormod.examine()
     click.echo(json.dumps(rep.to_json(), indent=2) if as_json else doctormod.render(rep), nl=as_json)
@@ -559,8 +564,9 @@ def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir
     """
     from rich.console import Console
 
-    from . import plan as planmod, study as studymod
-    from .progress import RichProgress, StderrProgress
+    from .run import plan as planmod
+    from .study import spec as studymod
+    from .run.progress import RichProgress, StderrProgress
 
     st, _ = _load_study(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)], trust)
     opts = planmod.PlanOptions(llama_cpp=llama_cpp, model=model, budgets=[budget] if budget else None,
@@ -615,7 +621,7 @@ def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides,
       llamalab bisect b11312 b11434 --repo ~/src/llama.cpp
       llamalab bisect v1 HEAD --metric kv_mib --config pipeline-parallel --model m.gguf --budget 16GiB,16GiB
     """
-    from . import bisect as bisectmod
+    from .run import bisect as bisectmod
     from .progress import RichProgress, StderrProgress
 
     st, _ = _load_study(config, overrides, trust)
@@ -647,7 +653,7 @@ def stub(model, output) -> None:
     Examples:
       llamalab stub ~/models/llama-70b-q4_k_m.gguf -o llama-70b.stub.gguf
     """
-    from . import standin
+    from .llamacpp import standin
 
     out = standin.write(model, output)
     st = out.stat()

@@ -1,1 +1,1 @@
-"""Reports: pure renderers over a `RunData` loaded from the store; `write.py` is the one place that writes files."""
+"""Reports: pure renderers over a `RunData` loaded from the store; the CLI writes what they return (write.py)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from .. import stats
+from . import stats
 from . import speed, tables
 from .data import RunData, compute_by_label, host_compute
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from .. import memory
+from ..llamacpp import memory
 from .data import RunData, compute_by_label, device_labels, device_names
 from .verdict import study_builds, study_settings
 

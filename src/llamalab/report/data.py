@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..errors import StoreError
-from ..store import Store
+from ..llamacpp.ledger import device_names
+from ..store.db import Store
 
 
 @dataclass
@@ -58,7 +59,7 @@ class RunData:
     @cached_property
     def default_cell(self) -> tuple[int, int]:
         """The workload cell of trials that carry none (runs from before the grid, RunData made by hand)."""
-        from ..store import legacy_cell
+        from ..store.db import legacy_cell
 
         return legacy_cell(self.study_toml)
 
@@ -99,7 +100,7 @@ class RunData:
 def load(store: Store, run_id: str | None = None) -> RunData:
     """One stored run, checked (`runrows`) before any renderer sees it: a database that an older llamalab filled
     from an unchecked import may hold values of the wrong type, and that is an error with a tip, not a crash."""
-    from .. import exchange, runrows
+    from ..store import exchange, runrows
 
     run = dict(store.run(run_id))
     rid = run["id"]
@@ -128,40 +129,6 @@ def device_labels(names: list[str]) -> list[str]:
         return bases
     stems = [re.sub(r"\d+$", "", b) for b in bases]
     return [f"{s}{i}" for i, s in enumerate(stems)]
-
-
-_NAME = re.compile(r"^(?P<base>[^\[\s(]+)\s*(?:[\[(](?P<inner>[^\])]*)[\])])?")
-
-
-def _natural(s: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
-
-
-def device_names(ledger: dict) -> list[str]:
-    """The ledger's device buffer names in llama.cpp's device order. Ledgers stored by older llamalab versions have
-    sorted keys, so the order is taken from the memory breakdown table where it lists the devices
-    (`RPC1 (127.0.0.1:50052)`, `CUDA0 (NVIDIA …)`; an rpc device matches by its endpoint, since every local
-    rpc-server's device prints as RPC0[host:port]); names it does not list go by their number, then their stored order (the
-    log's order in current ledgers)."""
-    names = list(ledger.get("devices", {}))
-    rows = [r.get("name") or "" for r in (ledger.get("breakdown_final") or ledger.get("breakdown_projected") or [])]
-    parsed = [_NAME.match(r.strip().lstrip("- ").strip()) for r in rows]
-
-    def rank(name: str) -> int:
-        m = _NAME.match(name)
-        base, inner = (m.group("base"), m.group("inner")) if m else (name, None)
-        for i, p in enumerate(parsed):
-            if p is None:
-                continue
-            if inner and "[" in name:
-                if p.group("inner") == inner:
-                    return i
-            elif p.group("base") == base:
-                return i
-        return 1 << 30
-
-    # unlisted: llama.cpp numbers devices in order (CUDA0 < CUDA2 < CUDA10); equal bases keep the stored order
-    return sorted(names, key=lambda n: (rank(n), _natural(_ENDPOINT.sub("", n)), names.index(n)))
 
 
 def compute_by_label(ledger: dict) -> dict[str, float | None]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import runids
+from ..store import runids
 from ..errors import ConfigError
 from . import csvfile, document, html, markdown, plots
 from .data import RunData, dumps

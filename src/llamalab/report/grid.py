@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import stats
+from . import stats
 from . import speed
 from .data import RunData
 from .summary import _study_cmake

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from .. import remote, stats
+from ..rig import remote
+from . import stats
 from . import compare, speed, tables
 from .data import RunData
 

@@ -237,7 +237,8 @@ def binary_notes(data: RunData) -> list[str]:
 def fidelity_lines(data: RunData) -> list[str]:
     """How far the figures can be trusted: llama-bench and client-vs-server timing crosschecks, and NVML's view of
     each GPU next to the ledger (the difference is shown as unaccounted, never hidden)."""
-    from .. import crosscheck, nvmlcheck
+    from ..llamacpp import crosscheck
+    from ..run import nvmlcheck
 
     out = []
     for row in data.tables.get("crosschecks", []):

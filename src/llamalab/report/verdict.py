@@ -3,7 +3,7 @@ setting's baseline, the weights any configuration moved, and the context differe
 
 from __future__ import annotations
 
-from ..ledger import pp_label_of
+from ..llamacpp.ledger import pp_label_of
 from .data import RunData, compute_by_label, device_labels, device_names, host_compute
 
 MOVED_MIB = 0.01  # model buffers print to 0.01 MiB: any larger difference means weights moved

@@ -1,0 +1,362 @@
+"""Header-only stand-ins for GGUF models: plan a 70B model from the first few MiB of its file.
+
+llama.cpp's memory fit (the no-alloc dry run `llamalab plan` uses) reads a GGUF's header — metadata and the
+table of tensors — and never a tensor's data. It does check that every tensor lies inside the file, so a plain
+cut of the first MiB is refused ("data is not within the file bounds"). A stand-in is the real header followed by
+a hole up to the size the header says the file has: a sparse file that takes a few MiB of disk whatever its size.
+
+    head -c 64M Llama-3.3-70B-Q4_K_M.gguf > head.gguf     # on the machine that has the model
+    llamalab plan pipeline-parallel --model head.gguf      # anywhere: the stand-in is made on the fly
+    llamalab stub head.gguf -o llama70b-standin.gguf       # or explicitly
+
+`layout` is pure (bytes in); `write` and `ensure` do the file work.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import os
+import stat
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import ModelError
+from ..write import check_target, current_umask, output_error
+
+MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+# What a sane header holds. llama.cpp itself takes any length that fits the file; these bounds only refuse files no
+# converter writes, so that a damaged or hostile header costs neither memory nor time.
+MAX_HEADER = 1 << 30  # bytes of metadata and tensor table (a 256k-token vocabulary with merges: ~20 MB)
+MAX_STRING = 64 << 20  # one string (chat templates: ~100 KB)
+MAX_STRINGS = 1 << 22  # strings in one array (vocabularies: ~260k tokens)
+MAX_KV = 1 << 16  # metadata keys (models have ~50)
+MAX_TENSORS = 1 << 20  # tensors (models have ~300 to ~3,000)
+MAX_MODEL = 1 << 50  # bytes of tensor data (1 PiB)
+GGML_MAX_DIMS = 4
+GGML_MAX_NAME = 64
+
+
+class HeaderIncomplete(ModelError):
+    """The bytes end inside the GGUF header."""
+
+    def __init__(self, have: int, need_more_than: int):
+        super().__init__(f"the GGUF header continues past the {have:,} bytes available.",
+                         tip=f"copy more of the file's beginning (at least {need_more_than // 2**20 + 1} MiB), "
+                             "e.g. head -c 64M model.gguf > head.gguf.")
+        self.have = have
+
+
+def _damaged(what: str) -> ModelError:
+    return ModelError(f"the GGUF header is damaged: {what}.",
+                      tip="the file is not a model any converter writes; download or convert it again.")
+
+
+@dataclass(frozen=True)
+class Layout:
+    version: int
+    n_tensors: int
+    n_kv: int
+    alignment: int
+    data_offset: int  # where tensor data starts: the header is bytes [0, data_offset)
+    data_size: int  # bytes of tensor data the header describes
+    split_count: int = 1
+
+    @property
+    def file_size(self) -> int:
+        return self.data_offset + self.data_size
+
+
+class _Reader:
+    """Reads a header from a file object, `avail` bytes long, in small pieces: what it skips (token lists, score
+    arrays) is seeked over, never held in memory."""
+
+    def __init__(self, f: BinaryIO, avail: int):
+        self.f, self.avail, self.pos = f, avail, 0
+
+    def _need(self, n: int) -> None:
+        if self.pos + n > min(self.avail, MAX_HEADER):
+            if self.pos + n > MAX_HEADER:
+                raise _damaged(f"it runs past {MAX_HEADER >> 20} MiB")
+            raise HeaderIncomplete(self.avail, self.pos + n)
+
+    def take(self, n: int) -> bytes:
+        self._need(n)
+        out = self.f.read(n)
+        if len(out) < n:  # the file shrank while being read
+            raise HeaderIncomplete(self.pos + len(out), self.pos + n)
+        self.pos += n
+        return out
+
+    def skip(self, n: int) -> None:
+        self._need(n)
+        self.f.seek(n, os.SEEK_CUR)
+        self.pos += n
+
+    def u(self, fmt: str):
+        return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt)))[0]
+
+    def length(self, what: str, limit: int) -> int:
+        n = self.u("Q")
+        if n > limit:
+            raise _damaged(f"{what} claims {n:,} (more than {limit:,})")
+        return n
+
+    def string(self, what: str = "a string's length") -> bytes:
+        return self.take(self.length(what, MAX_STRING))
+
+
+# GGUF value types → struct format (8: string, 9: array)
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+LIST_MAX = 4096  # arrays of numbers up to this length are read (per-layer values); longer ones only counted
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """A long array in the header (token lists, scores, merges): its element type and length, not its items."""
+
+    item_type: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+
+def _value(r: _Reader, vtype: int, key: str):
+    if vtype in _SCALARS:
+        return r.u(_SCALARS[vtype])
+    if vtype == 8:
+        return r.string()
+    if vtype == 9:
+        itype, n = r.u("I"), r.u("Q")
+        if itype in _SCALARS:
+            size = struct.calcsize("<" + _SCALARS[itype])
+            if n > MAX_HEADER // size:
+                raise _damaged(f"the array {key!r} claims {n:,} items")
+            if n > LIST_MAX:  # token score arrays hold 100k+ floats: skipped, only counted
+                r.skip(size * n)
+                return ArrayInfo(itype, n)
+            return list(struct.unpack(f"<{n}{_SCALARS[itype]}", r.take(size * n)))
+        if itype == 8:
+            if n > MAX_STRINGS:
+                raise _damaged(f"the array {key!r} claims {n:,} strings")
+            for _ in range(n):
+                r.skip(r.length("a string's length", MAX_STRING))
+            return ArrayInfo(itype, n)
+        if itype == 9:  # llama.cpp refuses arrays of arrays too
+            raise _damaged(f"{key!r} is an array of arrays")
+    raise ModelError(f"unknown GGUF value type {vtype} in the header (key {key!r}).",
+                     tip="the file may be damaged, or newer than this llamalab's GGUF reader.")
+
+
+def _nbytes(name: str, ggml_type: int, ne: list[int]) -> int:
+    """Bytes of one tensor, checked as llama.cpp checks them (gguf.cpp): row length a multiple of the block size."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    except (ValueError, KeyError):
+        raise ModelError(f"tensor {name!r} has type {ggml_type}, unknown to the installed gguf package.",
+                         tip="upgrade it (pip install -U gguf), or check the file: it may be damaged.") from None
+    if ne[0] % block:
+        raise _damaged(f"tensor {name!r} has rows of {ne[0]} elements, not a multiple of its block size {block}")
+    n = 1
+    for d in ne[1:]:
+        n *= d
+    return ne[0] // block * size * n
+
+
+@dataclass(frozen=True)
+class Header:
+    layout: Layout
+    kv: dict[str, object]  # strings decoded; long arrays as ArrayInfo
+    tensors: tuple[tuple[str, int, int], ...]  # (name, data offset from the data start, bytes)
+
+
+def layout(head: bytes) -> Layout:
+    """The layout of a GGUF file from its first bytes (at least the whole header). Pure."""
+    return header(head).layout
+
+
+def header(head: bytes) -> Header:
+    """Metadata, tensor table and layout of a GGUF file from its first bytes. Pure; fast on 150k-token
+    vocabularies (token lists are counted, not read into Python objects)."""
+    return _header(_Reader(io.BytesIO(head), len(head)))
+
+
+def _header(r: _Reader) -> Header:
+    """What `header` says, read as llama.cpp's gguf.cpp reads it, with its checks: a damaged or hostile header is
+    a ModelError, never a crash, a hang or a large allocation."""
+    if r.take(4) != MAGIC:
+        raise ModelError("this is not a GGUF file (it does not start with b'GGUF').",
+                         tip="llama.cpp loads GGUF models only.")
+    version = r.u("I")
+    if version not in (2, 3):
+        raise ModelError(f"GGUF version {version} is not supported here (2 and 3 are; a huge number means a "
+                         "big-endian file).", tip="convert the model with a current llama.cpp.")
+    n_tensors, n_kv = r.u("Q"), r.u("Q")
+    if n_kv > MAX_KV:
+        raise _damaged(f"it claims {n_kv:,} metadata keys")
+    if n_tensors > MAX_TENSORS:
+        raise _damaged(f"it claims {n_tensors:,} tensors")
+    kv: dict[str, object] = {}
+    for _ in range(n_kv):
+        key = r.string("a key's length").decode("utf-8", "replace")
+        if key in kv:
+            raise _damaged(f"the key {key!r} appears twice")
+        value = _value(r, r.u("I"), key)
+        kv[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    alignment = kv.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
+        raise _damaged(f"general.alignment is {alignment!r}, not a power of 2")
+    split_count = kv.get("split.count") if isinstance(kv.get("split.count"), int) else 1
+    tensors = []
+    names: set[str] = set()
+    expected = 0  # llama.cpp wants each tensor right after the one before, padded to the alignment
+    for _ in range(n_tensors):
+        name = r.string("a tensor name's length").decode("utf-8", "replace")
+        if len(name) >= GGML_MAX_NAME or name in names:
+            raise _damaged(f"the tensor name {name[:80]!r} is too long or appears twice")
+        names.add(name)
+        n_dims = r.u("I")
+        if n_dims > GGML_MAX_DIMS:
+            raise _damaged(f"tensor {name!r} has {n_dims} dimensions (at most {GGML_MAX_DIMS})")
+        ne = [r.u("q") for _ in range(n_dims)] + [1] * (GGML_MAX_DIMS - n_dims)  # 0 dimensions: one element
+        if any(d < 0 for d in ne):
+            raise _damaged(f"tensor {name!r} has a negative dimension {ne}")
+        ggml_type, offset = r.u("I"), r.u("Q")
+        nbytes = _nbytes(name, ggml_type, ne)
+        if offset != expected:
+            raise _damaged(f"tensor {name!r} has its data at offset {offset:,}, llama.cpp expects {expected:,}")
+        expected = offset + nbytes + (-nbytes) % alignment
+        if expected > MAX_MODEL:
+            raise _damaged(f"its tensors would take {expected:,} bytes")
+        tensors.append((name, offset, nbytes))
+    data_offset = r.pos + (-r.pos) % alignment
+    lay = Layout(version=version, n_tensors=n_tensors, n_kv=n_kv, alignment=alignment, data_offset=data_offset,
+                 data_size=expected, split_count=split_count)
+    return Header(layout=lay, kv=kv, tensors=tuple(tensors))
+
+
+# ---------------------------------------------------------------- files
+
+
+def check_file(path: Path, what: str = "model file") -> os.stat_result:
+    """The stat of a regular file, or a ModelError that says what `path` is instead: missing, a symlink loop, a
+    directory, a FIFO, a device, unreadable. A FIFO is never opened (opening it would wait for a writer)."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ModelError(f"{what} {path} is a symlink loop (a link that leads back to itself).",
+                             tip="point it at the real .gguf file (readlink -f shows where it leads).") from None
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise ModelError(f"{what} {path} does not exist.",
+                             tip="check the path, or leave --model out to use llamalab's synthetic model.") from None
+        raise ModelError(f"{what} {path} cannot be read: {e.strerror}.", tip="check the path and its permissions.") \
+            from None
+    if stat.S_ISREG(st.st_mode):
+        return st
+    kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
+            else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+            or stat.S_ISBLK(st.st_mode) else "not a regular file")
+    raise ModelError(f"{what} {path} is {kind}, not a GGUF file.",
+                     tip="pass the .gguf file itself (llamalab reads a model's header before llama.cpp loads it).")
+
+
+def open_file(path: Path, what: str = "model file") -> BinaryIO:
+    """A regular file opened for reading; anything else is refused before it can block (see check_file)."""
+    check_file(path, what)
+    try:  # O_NONBLOCK: if the path became a FIFO since the check, opening it does not wait
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ModelError(f"{what} {path} cannot be opened: {e.strerror}.", tip="check its permissions.") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        check_file(path, what)  # says what it is now
+        raise ModelError(f"{what} {path} is not a regular file.", tip="pass the .gguf file itself.")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb", buffering=1 << 20)
+
+
+def read_layout(path: Path) -> Layout:
+    return read_header(path).layout
+
+
+def read_header(path: Path) -> Header:
+    """The header of a GGUF file, read in small pieces: memory holds what the header says, never the file."""
+    with open_file(path) as f:
+        return _header(_Reader(f, os.fstat(f.fileno()).st_size))
+
+
+def is_complete(path: Path) -> bool:
+    """Whether the file is as long as its header says (a full model, or already a stand-in)."""
+    return path.stat().st_size >= read_layout(path).file_size
+
+
+def _copy_head(src: BinaryIO, n: int, dest: BinaryIO | None = None, digest=None) -> None:
+    """The first n bytes of src (fewer where it ends in the padding after its header) into dest and/or a hash,
+    1 MiB at a time."""
+    src.seek(0)
+    while n > 0:
+        chunk = src.read(min(n, 1 << 20))
+        if not chunk:
+            return
+        n -= len(chunk)
+        if dest is not None:
+            dest.write(chunk)
+        if digest is not None:
+            digest.update(chunk)
+
+
+def write(src: Path, dest: Path) -> Path:
+    """Write a sparse stand-in of `src` (a full model or any prefix of one holding its header) to `dest`."""
+    lay = read_layout(src)
+    if lay.split_count > 1:
+        raise ModelError(f"{src} is one part of a {lay.split_count}-part split model; stand-ins of split models "
+                         "are not supported.", tip="merge it first with llama-gguf-split --merge, then copy its head.")
+    check_target(dest)  # a link, FIFO, device or directory at `dest` is refused, never replaced
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="." + dest.name + ".", dir=dest.parent)
+    except OSError as e:
+        raise output_error(dest, e) from e
+    try:
+        with open_file(src) as f, os.fdopen(fd, "wb") as out:
+            _copy_head(f, lay.data_offset, out)
+            out.truncate(lay.file_size)
+        os.chmod(tmp, 0o666 & ~current_umask())
+        check_target(dest)
+        os.replace(tmp, dest)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if not isinstance(e, OSError):
+            raise
+        if e.errno == errno.EFBIG:
+            raise ModelError(f"the stand-in would be {lay.file_size:,} bytes, more than the file system at {dest.parent} "
+                             "allows in one file.", tip="write it to another file system (ext4, xfs), e.g. -o /tmp/x.gguf.") \
+                from None
+        raise output_error(dest, e) from e
+    return dest
+
+
+def ensure(path: Path, home: Path) -> tuple[Path, bool]:
+    """`path` itself when it is complete, else its stand-in (cached under `home/models`). Returns (path, made)."""
+    path = Path(path).expanduser()
+    size = check_file(path).st_size
+    lay = read_layout(path)
+    if size >= lay.file_size:
+        return path, False
+    digest = hashlib.sha256()
+    with open_file(path) as f:
+        _copy_head(f, lay.data_offset, digest=digest)
+    dest = home / "models" / f"standin-{path.stem}-{digest.hexdigest()[:12]}.gguf"
+    if not dest.is_file():
+        write(path, dest)
+    return dest, True

@@ -1,0 +1,815 @@
+"""`llamalab plan`: a study's memory answers from llama.cpp's no-alloc dry run, without loading weights.
+
+For every build × setting, llama-server is started with exactly the arguments the study would use (`-np N -kvu`
+included) and stopped as soon as its memory fit (`--fit`, on by default) has run: the fit is a no-alloc dry run
+(weights and KV cache get dummy buffers, compute buffers are only measured) and it runs before a single weight is
+read. Its log, at verbosity 5, holds per device the model / context / compute MiB it projects, the context the fit
+chooses, and the scheduler's copies. Where the fit shrank the context, a second dry run at that context gives the
+figures the server would load with. (A study that leaves -ngl to the fit lets it also try layer layouts; the
+figures are then those of its last measurement.)
+
+Why not `llama-fit-params -fitp on`: it cannot take `-kvu`, and it reserves logits for a whole batch
+(n_outputs_max = n_batch) where llama-server reserves one per slot (n_outputs_max = -np). On the tiny model that
+is 51 MiB more compute on the last device; on an 8B-shape model ~300 MiB. Its figures are not what the server
+loads (benchmarks/plan-validation.md has both).
+
+Accuracy (measured on CPU-RPC, b11312; benchmarks/plan-validation.md): against a full load of the same
+configuration, model and context MiB per device, host compute and the first device's compute are identical; the
+dry run's compute on the next devices is off by up to n_copies × n_ubatch × n_embd × 4 bytes (the pipeline's
+input copies; +32 MiB on an 8B shape with 4 copies), while the rpc-server's own allocation log
+(GGML_RPC_DEBUG=1) confirms the full load's figure. Across backends, weights and KV cache per device depend only
+on the layer split, cache types and context, so a CPU-RPC plan predicts them for a CUDA rig; compute buffers
+depend on each backend's kernels (flash attention, matmul scratch), so CPU-RPC compute is an approximation of
+another backend's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..llamacpp import argv, budget, build as buildmod, ledger, models, standin
+from .. import net, proc
+from . import runner
+from ..llamacpp.build import BuildArtifact
+from ..errors import ConfigError
+from ..paths import cache_home
+from .progress import Progress
+from ..study.spec import Config, Study, configs
+
+END_OF_FIT = "common_fit_params: fitting params to free memory took"
+# Lines that only a real load prints: a dry run that got here went too far (the fit was off).
+_LOAD_MODE = re.compile(r"load_mode = (?!none)")
+
+
+def _real_load(line: str) -> bool:
+    """A line only a real load prints (`loading model tensors … load_mode = X` with X not none, `model loaded`,
+    `listening on http`)."""
+    if "llama_server: model loaded" in line or "listening on http" in line:
+        return True
+    i = line.find("loading model tensors")
+    return i >= 0 and bool(_LOAD_MODE.search(line, i))
+
+BASIS_TARGET = "target"  # a dry run on the backend the figure is for
+BASIS_PORTABLE = "portable"  # backend-independent: the same on any backend for the same split, cache types, context
+BASIS_APPROX = "approx"  # a CPU-RPC estimate of another backend's figure
+
+ACCURACY = {
+    "model": "weights per device: the same on every backend for the same layer split (exact on CPU-RPC vs full load)",
+    "context": "KV cache per device: layers on the device × cells × cache types; backend-independent "
+               "(exact on CPU-RPC vs full load)",
+    "compute": "compute buffers: llama.cpp's own projection; on the backend it is for, the first device and the "
+               "host are exact and later devices may differ by n_copies × n_ubatch × n_embd × 4 B (pipeline input "
+               "copies); from CPU-RPC for another backend an approximation (kernels and scratch differ)",
+    "n_ctx": "the context llama.cpp's fit picks from those figures and the budgets",
+}
+
+
+# ---------------------------------------------------------------- dry-run log → figures (pure)
+
+
+@dataclass
+class DeviceFigures:
+    name: str  # llama.cpp's device name: RPC0, CUDA1, Vulkan0 …
+    description: str = ""  # endpoint for RPC, card name otherwise
+    total_mib: int | None = None
+    free_mib: int | None = None
+    model_mib: float | None = None
+    context_mib: float | None = None
+    compute_mib: float | None = None
+    kv_layers: int = 0
+
+    @property
+    def used_mib(self) -> float | None:
+        parts = [self.model_mib, self.context_mib, self.compute_mib]
+        return round(sum(p for p in parts if p is not None), 2) if any(p is not None for p in parts) else None
+
+
+@dataclass
+class DryRun:
+    devices: list[DeviceFigures] = field(default_factory=list)
+    host: DeviceFigures = field(default_factory=lambda: DeviceFigures(name="Host"))
+    n_ctx: int | None = None
+    n_ctx_train: int | None = None
+    n_seq_max: int | None = None
+    n_ubatch: int | None = None
+    n_embd: int | None = None
+    kv_unified: bool | None = None
+    fit_ctx_from: int | None = None
+    fit_ctx_to: int | None = None
+    fit_ok: bool | None = None
+    fit_message: str | None = None
+    pipeline_parallel: bool | None = None  # "pipeline parallelism enabled" printed (also with 1 copy)
+    sched_copies: int | None = None  # the effective number of scheduler copies
+    graph_splits: int | None = None
+    measurements: int = 0  # how many dry measurements the fit made
+    finished: bool = False  # the fit's closing line was seen
+    error: str | None = None
+
+
+# Linear in the line, like ledger's patterns: what follows a keyword is bounded or cannot contain the keyword.
+# A device description is at most 512 characters (and stripped); it may hold `:` (an endpoint) but the name not.
+_DEVICE_INFO = re.compile(r"common_param:\s+-\s+(?P<name>[^\s:]{1,128})\s*:\s*+(?P<desc>.{0,512}?)"
+                          r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
+_USING = re.compile(r"using device (?P<name>\S{1,128}) \(")
+_KV_LAYER = re.compile(r"llama_kv_cache: layer\s+\d+: dev = (?P<dev>\S+)")
+_KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
+_COMPUTE = re.compile(r"sched_reserve:\s*(?P<buf>\S{1,256}?)\s+compute buffer size =\s*(?P<mib>[\d.]+) MiB")
+# descriptions may nest parentheses: `CUDA0 (H200 (dev p0/v0))` with GGML_CUDA_DEVICES; the row's numbers run
+# to the last `|` of the line (_table_row)
+_TABLE_ROW = re.compile(r"memory_breakdown_print: \|\s+-\s+(?P<name>\S{1,128}?)(?:\s+\((?P<desc>[^|]{0,512})\))?\s*\|")
+_INT = re.compile(r"-?\d+")
+_CTX = re.compile(r"llama_context: (n_ctx|n_seq_max|n_ubatch|kv_unified)\s*=\s*(\S+)")
+_TRAIN = re.compile(r"print_info: n_ctx_train\s*=\s*(\d+)")
+_EMBD = re.compile(r"print_info: n_embd\s*=\s*(\d+)")
+_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
+_FIT_FAIL = re.compile(r"failed to fit params to free device memory: (.*)"
+                       r"|encountered an error while trying to fit params[^:]{0,256}: (.*)")
+_COPIES = re.compile(r"sched copies = (\d+)")
+_SPLITS = re.compile(r"graph(?: \([^)]{0,256}\))?: nodes = [\d /]+, splits = (\d+)")
+
+
+def _using(line: str) -> tuple[str, str] | None:
+    """`using device NAME (DESCRIPTION)`: the description runs to the last `)` of the line."""
+    m = _USING.search(line)
+    if not m:
+        return None
+    end = line.rfind(")")
+    return (m.group("name"), line[m.end():end]) if end >= m.end() else None
+
+
+def _table_row(line: str) -> tuple[str, str, str] | None:
+    """(name, description, numbers) of a `memory_breakdown_print: | - NAME (DESC) | NUMBERS |` row."""
+    m = _TABLE_ROW.search(line)
+    if not m:
+        return None
+    body = line.rstrip()
+    if not body.endswith("|") or len(body) - 1 < m.end():
+        return None
+    return m.group("name"), m.group("desc") or "", body[m.end():-1]
+
+
+def _endpoint(buf: str) -> str | None:
+    """`RPC0[10.0.0.2:50052]` → `10.0.0.2:50052` (`RPC1[[::1]:50052]` → `[::1]:50052`)."""
+    i = buf.find("[")
+    return buf[i + 1:-1] if i >= 0 and buf.endswith("]") and len(buf) > i + 2 else None
+
+
+@dataclass
+class _DryState:
+    out: DryRun
+    info: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # device → (description, total, free)
+    seg: dict = field(default_factory=lambda: _new_segment())  # what this model load printed so far
+    last: dict | None = None  # the segment whose breakdown table ended (its Host row) last
+
+
+def _dry_run_line(st: _DryState, line: str) -> None:
+    out, seg = st.out, st.seg
+    if "MiB free)" in line and (m := _DEVICE_INFO.search(line)):
+        st.info.setdefault(m.group("name"), (m.group("desc").strip(), int(m.group("total")), int(m.group("free"))))
+        return
+    if "llama_model_loader: loaded meta data" in line:
+        st.seg = _new_segment()
+        return
+    if "using device" in line and (u := _using(line)):
+        seg["using"].setdefault(u[0], u[1])
+    elif m := _KV_LAYER.search(line):
+        if m.group("dev") in seg["kv_layers"] or len(seg["kv_layers"]) < ledger.MAX_TABLE_ROWS:
+            seg["kv_layers"][m.group("dev")] = seg["kv_layers"].get(m.group("dev"), 0) + 1
+    elif m := _KV_SIZE.search(line):
+        if len(seg["kv_sizes"]) < 64:
+            seg["kv_sizes"].append((float(m.group(1)), int(m.group(3))))
+    elif m := _COMPUTE.search(line):
+        buf, mib = m.group("buf"), float(m.group("mib"))
+        if buf in seg["compute"] or len(seg["compute"]) < ledger.MAX_TABLE_ROWS:
+            seg["compute"][buf] = max(mib, seg["compute"].get(buf, 0.0))
+    elif "memory_breakdown_print" in line and (row := _table_row(line)):
+        if len(seg["table"]) < ledger.MAX_TABLE_ROWS:
+            seg["table"].append((row[0], row[1], [int(x) for x in _INT.findall(row[2])[:16]]))
+        if row[0] == "Host":
+            st.last = seg
+    elif m := _CTX.search(line):
+        seg[m.group(1)] = m.group(2)
+    elif "pipeline parallelism enabled" in line:
+        seg["pp_line"] = True
+    elif m := _COPIES.search(line):
+        seg["copies"] = int(m.group(1))
+    elif m := _SPLITS.search(line):
+        seg["splits"] = int(m.group(1))
+    elif m := _TRAIN.search(line):
+        out.n_ctx_train = int(m.group(1))
+    elif m := _EMBD.search(line):
+        out.n_embd = int(m.group(1))
+    elif m := _REDUCED.search(line):
+        out.fit_ctx_from, out.fit_ctx_to = int(m.group(1)), int(m.group(2))
+    elif m := _FIT_FAIL.search(line):
+        out.fit_ok, out.fit_message = False, (m.group(1) or m.group(2) or "").strip()
+    elif "successfully fit params" in line:
+        out.fit_ok = True
+    elif END_OF_FIT in line:
+        out.finished = True
+
+
+def parse_dry_run(lines: Iterable[str]) -> DryRun:
+    """Figures from a llama-server log stopped after its memory fit (verbosity 5). Pure; never raises.
+
+    A fit makes one or more measurements (initial parameters; for a shrunk context also the smallest one); the
+    figures are those of the last complete measurement, its breakdown table and the buffer lines before it."""
+    out = DryRun()
+    st = _DryState(out)
+    raw_lines = [ledger.clean(str(x)) for x in lines]
+    for line in raw_lines:
+        try:
+            if line:
+                _dry_run_line(st, line)
+        except Exception:  # a malformed line (`size = 1.2.3 MiB`) never costs the rest of the log
+            continue
+    out.measurements = sum(1 for ln in raw_lines if "memory breakdown [MiB]" in ln)
+    if st.last is None:
+        out.error = ledger.failure_reason(raw_lines) or ("the fit printed no memory breakdown" if out.finished else
+                                                         "llama-server stopped before its memory fit finished")
+        return out
+    try:
+        _figures(out, st.last, st.info)
+    except Exception as e:  # figures of a damaged log: none rather than a traceback
+        out.error = f"the log's figures could not be read ({type(e).__name__}: {e})"
+    return out
+
+
+def _new_segment() -> dict:
+    return {"using": {}, "kv_layers": {}, "kv_sizes": [], "compute": {}, "table": [], "copies": None,
+            "pp_line": False, "splits": None}
+
+
+def _figures(out: DryRun, seg: dict, info: dict[str, tuple[str, int, int]]) -> None:
+    by_endpoint = {desc: name for name, (desc, _, _) in info.items()}
+    devices: dict[str, DeviceFigures] = {}
+    for name, desc, nums in seg["table"]:
+        if name == "Host":
+            if len(nums) >= 4:
+                out.host.model_mib, out.host.context_mib, out.host.compute_mib = map(float, nums[1:4])
+            continue
+        d = DeviceFigures(name=name, description=desc)
+        if len(nums) >= 7:
+            d.total_mib, d.free_mib = nums[0], nums[1]
+            d.model_mib, d.context_mib, d.compute_mib = float(nums[3]), float(nums[4]), float(nums[5])
+        if name in info:  # free memory before anything was loaded (the table's "free" is read later)
+            d.description = d.description or info[name][0]
+            d.total_mib, d.free_mib = info[name][1], info[name][2]
+        devices[name] = d
+    # compute buffers to 0.01 MiB; both RPC devices print as RPC0[endpoint]: key by endpoint. A buffer type
+    # printed twice in one dry run is one buffer: two backends sharing a buffer type (CPU and BLAS both use the
+    # CPU's) share one compute buffer in a real load, which prints it once; the dry run prints it per backend.
+    per_buf: dict[str, float] = seg["compute"]  # the largest figure printed for each buffer
+    host_compute = 0.0
+    seen_host = False
+    for buf, mib in per_buf.items():
+        if ledger.is_host(buf):
+            host_compute += mib
+            seen_host = True
+            continue
+        ep = _endpoint(buf)
+        name = by_endpoint.get(ep) if ep else buf
+        if name in devices:
+            devices[name].compute_mib = mib
+    if seen_host:
+        out.host.compute_mib = round(host_compute, 2)
+    # KV cache to 0.01 MiB: layers per device × bytes per layer, where every layer's cache has the same size
+    if len(seg["kv_sizes"]) == 1:
+        total, layers = seg["kv_sizes"][0]
+        counted = sum(seg["kv_layers"].values())
+        if layers and counted == layers:
+            for dev, n in seg["kv_layers"].items():
+                if dev in devices:
+                    devices[dev].context_mib = round(total * n / layers, 2)
+                    devices[dev].kv_layers = n
+    out.devices = list(devices.values())
+    out.n_ctx = int(seg["n_ctx"]) if seg.get("n_ctx", "").isdecimal() else None
+    out.n_seq_max = int(seg["n_seq_max"]) if seg.get("n_seq_max", "").isdecimal() else None
+    out.n_ubatch = int(seg["n_ubatch"]) if seg.get("n_ubatch", "").isdecimal() else None
+    out.kv_unified = {"true": True, "false": False}.get(seg.get("kv_unified", ""))
+    out.sched_copies = seg["copies"]
+    out.graph_splits = seg["splits"]
+    # llama.cpp's flag (its "enabled" line prints with 1 copy too); the copies say whether anything is pipelined
+    out.pipeline_parallel = bool(seg["pp_line"])
+
+
+_FITP_ROW = re.compile(r"^(?P<name>[A-Za-z][\w.\-]*)\s+(?P<model>\d+)\s+(?P<context>\d+)\s+(?P<compute>\d+)\s*$")
+
+
+def parse_fit_print(lines: Iterable[str]) -> dict[str, tuple[int, int, int]]:
+    """`llama-fit-params … -fitp on` output: device (or Host) → (model, context, compute) MiB, rounded down."""
+    out = {}
+    for raw in lines:
+        m = _FITP_ROW.match(str(raw).strip())
+        if m:
+            out[m.group("name")] = (int(m.group("model")), int(m.group("context")), int(m.group("compute")))
+    return out
+
+
+# Arguments llama-fit-params does not take (server-only), and whether each has a value.
+SERVER_ONLY = {"-kvu": False, "--kv-unified": False, "-no-kvu": False, "--no-kv-unified": False, "--metrics": False,
+               "--host": True, "--port": True, "-cram": True, "--cache-ram": True, "--slot-save-path": True}
+
+
+def fit_params_args(server_args: Sequence[str]) -> list[str]:
+    """A study's llama-server arguments as llama-fit-params takes them (pure): server-only flags dropped. What
+    cannot be carried over changes the figures: without -kvu the KV cache is split into -np streams, and
+    fit-params reserves logits for a whole batch where the server reserves one row per slot."""
+    return argv.without(server_args, with_value={k for k, v in SERVER_ONLY.items() if v},
+                        bare={k for k, v in SERVER_ONLY.items() if not v})
+
+
+# ---------------------------------------------------------------- what llama-cpp-facts.md §1 predicts (pure)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    pipeline_parallel: bool
+    copies: int
+    reason: str
+
+
+def _flag(args: Sequence[str], *names: str) -> str | None:
+    val = None
+    for i, a in enumerate(args):
+        key, _, inline = a.partition("=")
+        if key in names:
+            val = inline or (args[i + 1] if i + 1 < len(args) else "")
+    return val
+
+
+def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, options: dict[str, str]) -> Expectation:
+    """Pipeline parallelism and scheduler copies by llama-cpp-facts.md §1's rules, before anything runs."""
+    copies = int(options.get(buildmod.COPIES, buildmod.DEFAULT_COPIES))
+    if n_devices <= 1:
+        return Expectation(False, 1, "one device")
+    if str(options.get("GGML_BLAS", "")).upper() in ("ON", "1", "TRUE"):
+        return Expectation(False, 1, "the BLAS backend has no async compute or events")
+    sm = _flag(args, "-sm", "--split-mode")
+    if sm not in (None, "layer"):
+        return Expectation(False, 1, f"-sm {sm}")
+    if any(a in ("-nkvo", "--no-kv-offload") for a in args):
+        return Expectation(False, 1, "-nkvo keeps the KV cache on the host")
+    if any(a.split("=")[0] in ("-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe") for a in args):
+        return Expectation(False, 1, "tensor overrides (-ot, --cpu-moe)")
+    ngl = _flag(args, "-ngl", "--gpu-layers", "--n-gpu-layers")
+    if ngl not in (None, "all", "auto", "-1") and n_layer is not None:
+        try:
+            if int(ngl) <= n_layer:
+                return Expectation(False, 1, f"-ngl {ngl} leaves the output layer on the host")
+        except ValueError:
+            pass
+    why = f"{n_devices} devices, all layers offloaded, -sm layer"
+    return Expectation(True, copies, why + (f", GGML_SCHED_MAX_COPIES={copies}" if copies != 4 else ""))
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass
+class ConfigPlan:
+    build: str
+    setting: str
+    status: str  # ok | failed
+    reason: str | None = None
+    n_ctx: int | None = None
+    n_ctx_train: int | None = None
+    ctx_reduced_from: int | None = None
+    fit_ok: bool | None = None
+    fit_message: str | None = None
+    pipeline_parallel: bool | None = None
+    sched_copies: int | None = None
+    graph_splits: int | None = None  # the dry run's split count (hand-offs between devices and to the CPU)
+    expected: Expectation | None = None
+    copies_mismatch: str | None = None
+    devices: list[DeviceFigures] = field(default_factory=list)
+    host: DeviceFigures | None = None
+    budgets_mib: list[int] | None = None
+    margins_mib: list[int] | None = None
+    fit_targets_mib: list[int] | None = None
+    over_budget: dict[str, float] = field(default_factory=dict)  # device → MiB used beyond budget − margin
+    n_ubatch: int | None = None
+    n_embd: int | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    dry_runs: int = 0
+    seconds: float = 0.0
+    logs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CopiesCost:
+    setting: str
+    build: str  # with copies > 1
+    baseline: str  # the same build with GGML_SCHED_MAX_COPIES=1
+    copies: int
+    devices_mib: dict[str, float]
+    host_mib: float | None
+    total_mib: float
+    n_ctx_delta: int | None  # baseline's fitted context − build's
+    at_n_ctx: int | None = None  # the context both compute figures are measured at
+
+
+@dataclass
+class Plan:
+    study: str
+    backend: str  # where the dry runs ran
+    target: str  # the backend the figures are for
+    model: dict
+    model_standin: bool
+    llama_cpp: str
+    configs: list[ConfigPlan]
+    skipped: dict[str, str]
+    copies_costs: list[CopiesCost]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def basis(self) -> dict[str, str]:
+        same = self.target == self.backend
+        return {"model": BASIS_TARGET if same else BASIS_PORTABLE,
+                "context": BASIS_TARGET if same else BASIS_PORTABLE,
+                "compute": BASIS_TARGET if same else BASIS_APPROX,
+                "n_ctx": BASIS_TARGET if same else BASIS_APPROX}
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["basis"] = self.basis()
+        d["accuracy"] = ACCURACY
+        for c, cp in zip(d["configs"], self.configs, strict=True):
+            for dev, fig in zip(c["devices"], cp.devices, strict=True):
+                dev["used_mib"] = fig.used_mib
+            if cp.host:
+                c["host"]["used_mib"] = cp.host.used_mib
+        return d
+
+
+def copies_costs(plans: Sequence[ConfigPlan], artifacts: dict[str, BuildArtifact],
+                 build_args: dict[str, Sequence[str]] | None = None,
+                 at_ctx: dict[tuple[str, str, int], ConfigPlan] | None = None) -> list[CopiesCost]:
+    """Per setting, each configuration that ran with more than one scheduler copy against the same build and
+    arguments with GGML_SCHED_MAX_COPIES=1 (pure). Compute buffers grow with the context, so the compute delta
+    compares both at the same context: `at_ctx[(baseline, setting, n_ctx)]` is the baseline measured at the
+    other's context where their fitted contexts differ."""
+    out = []
+    by = {(p.build, p.setting): p for p in plans if p.status == "ok"}
+    build_args = build_args or {}
+    at_ctx = at_ctx or {}
+
+    def base(name: str) -> tuple:
+        return (tuple(sorted(buildmod.split_copies(artifacts[name].options)[0].items())),
+                tuple(build_args.get(name, ())))
+
+    for (bname, setting), p in by.items():
+        if bname not in artifacts or not p.sched_copies or p.sched_copies <= 1:
+            continue
+        for oname, oart in artifacts.items():
+            q = by.get((oname, setting))
+            if q is None or oart.expected_copies != 1 or base(oname) != base(bname):
+                continue
+            ctx = q.n_ctx - p.n_ctx if p.n_ctx is not None and q.n_ctx is not None else None
+            if ctx and p.n_ctx is not None:
+                q = at_ctx.get((oname, setting, p.n_ctx))
+                if q is None or q.status != "ok":
+                    continue
+            devs = {d.name: round((d.compute_mib or 0) - (e.compute_mib or 0), 2)
+                    for d, e in zip(p.devices, q.devices, strict=False) if d.name == e.name}
+            host = (round((p.host.compute_mib or 0) - (q.host.compute_mib or 0), 2)
+                    if p.host and q.host else None)
+            out.append(CopiesCost(setting=setting, build=bname, baseline=oname, copies=p.sched_copies,
+                                  devices_mib=devs, host_mib=host, total_mib=round(sum(devs.values()) + (host or 0), 2),
+                                  n_ctx_delta=ctx, at_n_ctx=p.n_ctx))
+    return out
+
+
+# ---------------------------------------------------------------- side effects
+
+
+def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, str], log_path: Path,
+            timeout_s: float = 300.0) -> DryRun:
+    """Start llama-server with `args`, stop it when its memory fit ends, and read the figures."""
+    from ..llamacpp.server import server_argv
+
+    argv = server_argv(binary, model, host="127.0.0.1", port=net.free_port("127.0.0.1"), args=args)
+    argv[argv.index("-lv") + 1] = "5"  # debug: 0.01 MiB buffer sizes and the KV layer placement
+    loading: list[str] = []
+
+    def until(line: str) -> bool:
+        if _real_load(line):
+            loading.append(line)
+            return True
+        return END_OF_FIT in line
+
+    done, stopped = proc.run_until(argv, log_path=log_path, env=env, timeout_s=timeout_s, until=until)
+    dr = parse_dry_run(log_path.read_text(errors="replace").splitlines())
+    if loading and not dr.finished:
+        dr.error = ("llama-server began loading the weights without a memory fit: is the fit off (--fit off, or "
+                    "LLAMA_ARG_FIT=off in the environment)?")
+    elif not dr.finished and not stopped and done.returncode == -9:
+        dr.error = f"llama-server ran {timeout_s:.0f} s without finishing its memory fit"
+    return dr
+
+
+@dataclass
+class PlanOptions:
+    home: Path = field(default_factory=cache_home)
+    llama_cpp: Path | None = None
+    model: Path | None = None
+    budgets: list[str] | None = None  # overrides [devices] vram
+    target: str | None = None  # backend the figures are for (default: the one the dry runs use)
+    logs_dir: Path | None = None  # keep the dry-run logs here (default: a temporary folder, removed)
+    jobs: int | None = None
+    timeout_s: float = 300.0
+
+
+def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
+    t0 = time.monotonic()
+    _check_fit_on(study)
+    budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
+        budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
+    model_path, made = _model(study, opts, progress)
+    prep = runner.prepare(study, runner.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=model_path,
+                                                jobs=opts.jobs), progress)
+    logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-plan-"))
+    plans: list[ConfigPlan] = []
+    try:
+        for bspec in study.builds:
+            art = prep.artifacts.get(bspec.name)
+            if art is None:
+                continue
+            cfgs = [c for c in configs(study) if c.build.name == bspec.name]
+            with runner.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
+                env = {**art.env(), **dev.env}
+                emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+                for cfg in cfgs:
+                    progress.message(f"dry run: {cfg.build.name} × {cfg.setting.name}")
+                    plans.append(plan_config(prep, cfg, art, dev, env, emu, logs, opts.timeout_s))
+        at_ctx = _baselines_at_ctx(prep, plans, budgets, logs, opts.timeout_s, progress)
+    finally:
+        if opts.logs_dir is None:
+            shutil.rmtree(logs, ignore_errors=True)
+            for cp in plans:
+                cp.logs = []
+    notes = []
+    if made:
+        notes.append(f"planned from a header-only stand-in of {opts.model or study.model.path} ({model_path})")
+    if not budgets and prep.backend == "cpu-rpc":
+        notes.append("no memory budgets: the context is fitted to this machine's RAM, which every local rpc-server "
+                     "reports as its own; pass --budget 16GiB,12GiB to plan for particular cards")
+    return Plan(study=study.name, backend=prep.backend, target=opts.target or prep.backend,
+                model=prep.model_info.as_dict(), model_standin=made or _is_standin(model_path),
+                llama_cpp=", ".join(dict.fromkeys(f"{a.source.version} ({a.source.short_commit})"
+                                                  for a in prep.artifacts.values() if a.made)
+                                    or [f"{prep.source.version} ({prep.source.short_commit})"])
+                + "".join(f"; binaries in {d}" for d in prep.binaries), configs=plans,
+                skipped=dict(prep.skipped),
+                copies_costs=copies_costs(plans, prep.artifacts, {b.name: b.args for b in study.builds}, at_ctx),
+                seconds=round(time.monotonic() - t0, 2), notes=notes)
+
+
+def _baselines_at_ctx(prep: runner.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
+                      timeout_s: float, progress: Progress) -> dict[tuple[str, str, int], ConfigPlan]:
+    """Where a copies-1 baseline fitted another context than the build it is compared with, measure the
+    baseline again at that build's context, so that the copies' cost is not mixed with the context's."""
+    study = prep.study
+    need: dict[str, set[tuple[str, int]]] = {}
+    for cc_plan in plans:
+        if cc_plan.status != "ok" or not cc_plan.sched_copies or cc_plan.sched_copies <= 1 or cc_plan.n_ctx is None:
+            continue
+        for q in plans:
+            art = prep.artifacts.get(q.build)
+            if (q.setting == cc_plan.setting and q.status == "ok" and art is not None and art.expected_copies == 1
+                    and q.n_ctx != cc_plan.n_ctx):
+                need.setdefault(q.build, set()).add((q.setting, cc_plan.n_ctx))
+    out: dict[tuple[str, str, int], ConfigPlan] = {}
+    for bname, wanted in need.items():
+        art = prep.artifacts[bname]
+        bspec = next(b for b in study.builds if b.name == bname)
+        with runner.device_setup(prep, art, _mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
+            env = {**art.env(), **dev.env}
+            emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+            for setting, n_ctx in sorted(wanted):
+                cfg = next(c for c in configs(study) if c.build.name == bname and c.setting.name == setting)
+                progress.message(f"dry run: {bname} × {setting} at n_ctx {n_ctx} (for the copies' cost)")
+                out[(bname, setting, n_ctx)] = plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s,
+                                                           extra_args=["-c", str(n_ctx)])
+    return out
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _check_fit_on(study: Study) -> None:
+    for args in [study.server.args, *(b.args for b in study.builds), *(s.args for s in study.settings)]:
+        if _flag(args, "-fit", "--fit") in ("off", "0", "false"):
+            raise ConfigError("this study turns llama.cpp's memory fit off (--fit off), and the fit is the dry run "
+                              "`llamalab plan` reads.", tip="drop --fit off for planning (--set server.args=[...]).")
+
+
+def _is_standin(path: Path) -> bool:
+    try:
+        return path.stat().st_blocks * 512 < path.stat().st_size // 4
+    except OSError:
+        return False
+
+
+def _model(study: Study, opts: PlanOptions, progress: Progress) -> tuple[Path, bool]:
+    """The model to plan with: the user's file (or a stand-in made from its header), else the study's synthetic
+    model written header-only (a dry run never reads tensor data)."""
+    ref = opts.model or (Path(study.model.path) if study.model.path else None)
+    if ref is None:
+        shape = models.preset(study.model.preset or "tiny")
+        return models.synthetic(shape, opts.home, data=False), False
+    path, made = standin.ensure(Path(ref), opts.home)
+    if made:
+        progress.message(f"{ref} holds only the start of its model: planning from a sparse stand-in {path}")
+    return path, made
+
+
+def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str],
+                 emu: budget.Emulation | None, logs: Path, timeout_s: float,
+                 extra_args: Sequence[str] = ()) -> ConfigPlan:
+    """One configuration's dry run(s): the study's llama-server arguments, with the budgets' -fitt/-ts."""
+    study = prep.study
+    args = runner.server_args(study, cfg, dev)
+    if emu is not None:
+        args = budget.with_args(args, emu.args())
+    args = [*args, *extra_args]
+    t0 = time.monotonic()
+    stem = f"{cfg.build.name}-{cfg.setting.name}{''.join(extra_args)}".replace("/", "_")
+    cp = ConfigPlan(build=cfg.build.name, setting=cfg.setting.name, status="ok", args=args, env=env,
+                    budgets_mib=list(emu.budgets_mib) if emu else None,
+                    margins_mib=list(emu.margins_mib) if emu else None,
+                    fit_targets_mib=list(emu.fit_targets_mib) if emu else None)
+    binary, model = art.binary("llama-server"), prep.model_path
+    first = dry_run(binary, model, args, env=env, log_path=logs / f"{stem}.log", timeout_s=timeout_s)
+    cp.logs.append(str(logs / f"{stem}.log"))
+    cp.dry_runs = 1
+    final = first
+    if first.error is None and first.fit_ctx_to is not None and "-c" not in args:
+        # the fit shrank the context: measure what the server would load at that context
+        final = dry_run(binary, model, [*args, "-c", str(first.fit_ctx_to)], env=env,
+                        log_path=logs / f"{stem}-c{first.fit_ctx_to}.log", timeout_s=timeout_s)
+        cp.logs.append(str(logs / f"{stem}-c{first.fit_ctx_to}.log"))
+        cp.dry_runs = 2
+    cp.seconds = round(time.monotonic() - t0, 2)
+    if final.error:
+        cp.status, cp.reason = "failed", final.error
+        return cp
+    cp.n_ctx, cp.n_ctx_train = final.n_ctx, first.n_ctx_train
+    cp.ctx_reduced_from = first.fit_ctx_from
+    cp.fit_ok, cp.fit_message = first.fit_ok, first.fit_message
+    cp.pipeline_parallel, cp.sched_copies = final.pipeline_parallel, final.sched_copies
+    cp.graph_splits = final.graph_splits
+    cp.devices, cp.host = final.devices, final.host
+    cp.n_ubatch, cp.n_embd = final.n_ubatch, first.n_embd
+    cp.expected = expected_pipeline(args, len(final.devices), prep.model_info.n_layer, art.options)
+    got = final.sched_copies if final.sched_copies is not None else None
+    if got is not None and got != cp.expected.copies:
+        cp.copies_mismatch = (f"expected {cp.expected.copies} sched copies ({cp.expected.reason}), the dry run "
+                              f"shows {got}")
+    if emu is not None:
+        for d, b, m in zip(cp.devices, emu.budgets_mib, emu.margins_mib, strict=False):
+            over = (d.used_mib or 0) - (b - m)
+            if over > 0:
+                cp.over_budget[d.name] = round(over, 2)
+    return cp
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def input_copies_mib(cp: ConfigPlan) -> float | None:
+    """n_copies × n_ubatch × n_embd × 4 bytes in MiB: how far a later device's dry-run compute figure was from
+    the full load's on CPU-RPC (the pipeline's copies of a split's f32 input)."""
+    if not (cp.sched_copies and cp.n_ubatch and cp.n_embd):
+        return None
+    return cp.sched_copies * cp.n_ubatch * cp.n_embd * 4 / 2**20
+
+
+def _mib(v: float | None, approx: bool = False) -> str:
+    if v is None:
+        return "–"
+    s = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,.2f}".rstrip("0").rstrip(".")
+    return ("~" if approx else "") + s
+
+
+def render(plan: Plan, width: int | None = None):
+    """A rich renderable: the table, the copies' cost and the notes."""
+    from rich.console import Group
+    from rich.table import Table
+
+    from ..safetext import rich_text as Text  # never markup, no control sequences: names and reasons come from logs
+
+    basis = plan.basis()
+    approx = {k: v == BASIS_APPROX for k, v in basis.items()}
+    names: list[str] = []
+    for c in plan.configs:
+        for d in c.devices:
+            if d.name not in names:
+                names.append(d.name)
+    t = Table(title=Text(f"{plan.study}: memory plan (MiB) — dry runs on {plan.backend}, for {plan.target}"),
+              show_lines=False)
+    for h in ("build", "setting", "PP", "n_ctx"):
+        t.add_column(h, justify="left" if h in ("build", "setting") else "right")
+    for n in [*names, "host"]:
+        t.add_column(Text(f"{n}\nmodel / ctx / compute"), justify="right")
+    for c in plan.configs:
+        if c.status != "ok":
+            t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"failed: {(c.reason or '')[:80]}", style="red"))
+            continue
+        pp = ledger.pp_label(c.pipeline_parallel, c.sched_copies, c.pipeline_parallel)
+        if c.copies_mismatch:
+            pp += " !"
+        ctx = _mib(c.n_ctx, approx["n_ctx"]) if c.n_ctx is not None else "–"
+        if c.fit_ok is False:
+            ctx = Text(ctx.replace(",", "") + " (fit failed)", style="yellow")
+        elif c.ctx_reduced_from:
+            ctx += " (fit)"
+        cells = []
+        for n in names:
+            d = next((x for x in c.devices if x.name == n), None)
+            if d is None:
+                cells.append("")
+                continue
+            cell = f"{_mib(d.model_mib)} / {_mib(d.context_mib)} / {_mib(d.compute_mib, approx['compute'])}"
+            cells.append(Text(cell, style="red") if n in c.over_budget else cell)
+        h = c.host
+        cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx['compute'])}" if h else "")
+        t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
+    parts: list = [t]
+    for b, why in plan.skipped.items():
+        parts.append(Text(f"build {b} not planned: {why}", style="yellow"))
+    failed = [c for c in plan.configs if c.status == "ok" and c.fit_ok is False]
+    for msg in dict.fromkeys(c.fit_message or "no reason printed" for c in failed):
+        these = [c for c in failed if (c.fit_message or "no reason printed") == msg]
+        reduced = any(c.ctx_reduced_from for c in these)
+        parts.append(Text(
+            f"llama.cpp's fit FAILED in {len(these)} configuration(s) ({msg})"
+            + (": it had reduced the context to fit the total memory, then stopped before fitting the layers to "
+               "each device, so the n_ctx shown is the reduced one and a device may hold more than its budget "
+               "(red cells); to let the fit place layers, leave -ngl out of the study's server args"
+               if reduced else ": the server would run with the parameters as given"), style="yellow"))
+    thin: dict[tuple[str, int], list[float]] = {}  # (device, margin) → MiB left free, per configuration
+    for c in plan.configs:
+        if c.copies_mismatch:
+            parts.append(Text(f"{c.build} × {c.setting}: {c.copies_mismatch}", style="yellow"))
+        for n, over in c.over_budget.items():
+            i = next((k for k, d in enumerate(c.devices) if d.name == n), 0)
+            margin = (c.margins_mib or [0])[min(i, len(c.margins_mib or [0]) - 1)]
+            if over > margin:
+                parts.append(Text(f"{c.build} × {c.setting}: {n} needs {over - margin:,.0f} MiB more than its budget: "
+                                  "this configuration would not load on that card", style="red"))
+            else:
+                thin.setdefault((n, margin), []).append(margin - over)
+    for (n, margin), left in thin.items():
+        parts.append(Text(f"{n} keeps less than its {margin} MiB margin free in {len(left)} configuration(s) "
+                          f"({min(left):,.0f}–{max(left):,.0f} MiB): llama.cpp's fit balances the total over the "
+                          "devices, and a fixed -ngl keeps it from moving layers", style="yellow"))
+    for cc in plan.copies_costs:
+        devs = ", ".join(f"{n} {v:+,.2f}" for n, v in cc.devices_mib.items())
+        ctx = f"; context {cc.n_ctx_delta:+,} tokens with {cc.baseline}" if cc.n_ctx_delta else ""
+        at = f" at n_ctx {cc.at_n_ctx}" if cc.at_n_ctx else ""
+        parts.append(Text(f"• {cc.setting}: {cc.build}'s {cc.copies} scheduler copies cost {cc.total_mib:,.2f} MiB "
+                          f"of compute over {cc.baseline}{at} ({devs}; host {cc.host_mib:+,.2f}){ctx}"))
+    if plan.configs and plan.configs[0].budgets_mib:
+        c0 = plan.configs[0]
+        parts.append(Text(f"budgets {', '.join(f'{b:,} MiB' for b in c0.budgets_mib)} free per device, llama.cpp "
+                          f"margin {', '.join(str(m) for m in c0.margins_mib or [])} MiB → -fitt "
+                          f"{','.join(str(x) for x in c0.fit_targets_mib or [])} here", style="dim"))
+    slack = max((input_copies_mib(c) or 0.0 for c in plan.configs if len(c.devices) > 1), default=0.0)
+    if slack:
+        parts.append(Text(f"compute after the first device: a full load may differ by up to the pipeline's input "
+                          f"copies, n_copies × n_ubatch × n_embd × 4 B (here ≤ {slack:,.2f} MiB; measured on "
+                          "CPU-RPC, benchmarks/plan-validation.md)", style="dim"))
+    legend = ("figures from dry runs on the target backend: model and context exact; compute is llama.cpp's "
+              "projection (see --json accuracy)" if plan.target == plan.backend else
+              f"model and context: backend-independent, exact for {plan.target}; ~ marks CPU-RPC approximations "
+              f"of {plan.target}'s compute buffers and context")
+    parts.append(Text(legend, style="dim"))
+    for n in plan.notes:
+        parts.append(Text(n, style="dim"))
+    parts.append(Text(f"{sum(c.dry_runs for c in plan.configs)} dry runs in {plan.seconds:.1f} s", style="dim"))
+    return Group(*parts)
+
+
+def dumps(plan: Plan) -> str:
+    import json
+
+    def default(o):
+        if isinstance(o, Path):
+            return str(o)
+        if isinstance(o, float) and math.isnan(o):
+            return None
+        raise TypeError(type(o).__name__)
+
+    return json.dumps(plan.to_json(), indent=2, default=default)
+

@@ -1,0 +1,732 @@
+"""The run loop: study → source → builds → devices → server → ledger → workload → store.
+
+It drives a run through every stage; `plan.py` and `plancheck.py` reuse its set-up (`prepare`, `device_setup`,
+`budget_emulation`, `server_args`). All builds finish before any timing starts. Each finished trial is
+stored before the next starts; a configuration that fails is recorded with its reason and the study goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import tomllib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__, proc
+from ..llamacpp import (binaries, budget, build as buildmod, crosscheck, ledger, maxctx, models, server as servermod,
+                        source, sourceref, toolchain, vulkan as vulkanmod)
+from ..machine import detect, gpu, sysinfo
+from ..rig import devices, remote
+from . import drivercheck, workload
+from ..llamacpp.build import BuildArtifact, Builder
+from ..errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
+from ..paths import cache_home, data_home, default_db
+from .progress import Progress
+from ..records import ConfigOutcome
+from ..llamacpp.server import launch
+from ..store.db import Store
+from ..study.spec import BuildSpec, Config, Pass, SourceSpec, Study, configs, expand, given_bin, to_toml
+
+
+@dataclass
+class Options:
+    home: Path = field(default_factory=cache_home)
+    db: Path = field(default_factory=default_db)
+    runs_dir: Path = field(default_factory=lambda: data_home() / "runs")
+    llama_cpp: Path | None = None
+    model: Path | None = None
+    resume: str | None = None
+    fresh: bool = False  # never resume automatically
+    jobs: int | None = None
+    crosscheck: bool = False  # after the study: llama-bench on the first configuration, and wall vs server time
+    max_context: str = "off"  # off | verify (load each fitted context again, fit off) | search (bisect -c upwards)
+    max_context_probes: int = 6
+
+
+@dataclass
+class Prepared:
+    """Everything built and resolved before the first timed request."""
+
+    study: Study
+    backend: str
+    source: source.Source
+    model_path: Path
+    model_info: models.ModelInfo
+    artifacts: dict[str, BuildArtifact]
+    skipped: dict[str, str]  # build name → reason
+    topology: dict = field(default_factory=dict)  # local devices and remote endpoints (remote.topology)
+    binaries: dict[str, "binaries.Binaries"] = field(default_factory=dict)  # given binaries, by folder
+    vulkan_devices: list = field(default_factory=list)  # vulkan: every physical device this build sees
+    local_gpus: int = 0  # cuda/rocm: GPUs this build sees
+
+
+def resolve_backend(study: Study, home: Path | None = None, progress: Progress | None = None) -> str:
+    """The study's backend; "auto" is chosen from this machine's GPUs and toolchains (detect.auto_backend)."""
+    b = study.devices.backend
+    if b == "auto":
+        choice, why = detect.auto_backend(detect.facts(home or cache_home()), remotes=bool(study.devices.rpc))
+        if progress:
+            progress.message(f"devices.backend = \"auto\" → {choice}: {why}")
+        return choice
+    return b
+
+
+def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """CMake definitions and build environment a backend needs on this machine: the CUDA architecture, the Vulkan
+    toolchain prefix (scripts/vulkan-toolchain.sh), HIP's compiler and GPU targets."""
+    if backend == "cuda":
+        return {"CMAKE_CUDA_ARCHITECTURES": os.environ.get("LLAMALAB_CUDA_ARCH", "native")}, {}
+    if backend == "vulkan":
+        return toolchain.vulkan_defines(home), {}
+    if backend == "rocm":
+        return toolchain.hip_defines(), toolchain.hip_env()
+    return {}, {}
+
+
+def study_hash(study: Study, model_path: Path) -> str:
+    # a study without [source] hashes as before that table existed, so its unfinished runs still resume
+    # and builds without a source of their own hash as before `builds[].source` existed
+    exclude: dict = {"source": True} if study.source == SourceSpec() else {}
+    if all(b.source is None for b in study.builds):
+        exclude["builds"] = {"__all__": {"source"}}
+    blob = study.model_dump_json(exclude=exclude or None) + "|" + str(model_path)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str]:
+    """llama-server arguments for one configuration (pure)."""
+    args = [*study.server.args, *cfg.build.args, *cfg.setting.args, *dev.server_args]
+    if not any(a.partition("=")[0] in ("-np", "--parallel") for a in args):  # a setting may choose its own slots
+        args += ["-np", str(study.server.parallel or max(4, max(study.workload.concurrency)))]
+    args += ["-kvu"]
+    # No host-RAM prompt cache: with it, each new request first copies the idle slots' KV state to host memory
+    # (measured on an H200: ~750 ms before the first token after a 4-request level), which is neither prompt
+    # nor generation time and not what a study of build options measures. Requests use cache_prompt: false anyway.
+    if not any(a in ("-cram", "--cache-ram") for a in args):
+        args += ["-cram", "0"]
+    if study.server.ctx:
+        args += ["-c", str(study.server.ctx)]
+    if study.server.fit_target_mib:
+        args += ["-fitt", ",".join(str(x) for x in study.server.fit_target_mib)]
+    return args
+
+
+def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
+    backend = resolve_backend(study, opts.home, progress)
+    if study.devices.rpc:  # exposure warnings, reachability and ssh logins before anything is built
+        remote.preflight(study.devices.rpc, progress.warn)
+    user_model = opts.model or study.model.path
+    if user_model:  # the user's model is checked before anything is fetched or built
+        model_path = Path(user_model).expanduser()
+        info = models.read_info(model_path)
+    given = given_binaries(study, backend, progress)
+    src = _source(study, opts, given, progress)
+    own = build_sources(study, opts, given, progress)  # builds with a source of their own (a versions study)
+    if not user_model:
+        shape = models.preset(study.model.preset or "tiny")
+        model_path = models.synthetic(shape, opts.home)
+        info = models.read_info(model_path)
+    extra, build_env = build_setup(backend, opts.home)
+    build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
+    builders: dict[str, Builder] = {}
+
+    def builder_for(s: source.Source | None, *, own_source: bool) -> Builder | None:
+        if s is None:
+            return None
+        if s.key not in builders:
+            # a version's tree builds only what the run starts; the default source's tree keeps every program
+            # (plan, plancheck and the crosscheck use them)
+            targets = needed_targets(study, backend, crosscheck=opts.crosscheck) if own_source else \
+                buildmod.DEFAULT_TARGETS
+            builders[s.key] = Builder(source=s, backend=build_backend, home=opts.home, targets=targets,
+                                      jobs=opts.jobs or (os.cpu_count() or 2), extra_defines=extra,
+                                      build_env=build_env, progress=progress.build, log=progress.message)
+        return builders[s.key]
+
+    artifacts: dict[str, BuildArtifact] = {}
+    skipped: dict[str, str] = {}
+    for spec in study.builds:
+        if spec.name in given:
+            artifacts[spec.name] = binaries.artifact(given[spec.name], spec.name, build_backend)
+            continue
+        builder = builder_for(own.get(spec.name, src), own_source=spec.name in own)
+        if builder is None:
+            skipped[spec.name] = no_source_reason(spec, study.source.bin or "", given)
+            progress.warn(f"skipping build {spec.name}: {skipped[spec.name]}")
+            continue
+        if "openblas" in spec.requires:
+            ok, why = buildmod.openblas_available()
+            if not ok:
+                skipped[spec.name] = why
+                progress.warn(f"skipping build {spec.name}: {why}")
+                continue
+        try:
+            artifacts[spec.name] = builder.build(spec.name, spec.cmake)
+        except BuildError as e:
+            skipped[spec.name] = f"build failed: {e.message}"
+            progress.warn(str(e))
+        finally:
+            progress.build_done()
+    for spec in study.builds:  # unknown llama-server flags are a user mistake: say so before anything runs
+        if spec.name in artifacts:
+            art = artifacts[spec.name]
+            for st in study.settings:
+                args = [*study.server.args, *spec.args, *st.args]
+                servermod.check_flags(art.binary("llama-server"), args, env=art.env())
+    if not artifacts:
+        raise BuildError("no build of this study could be made: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
+                         tip="pass --llama-cpp DIR to build them from a source, or give the study a build without "
+                             "cmake options to run the binaries" if study.source.bin else
+                             "run `llamalab doctor` to see what this machine lacks.")
+    if not all(b.source for b in study.builds if b.name in artifacts):  # unless comparing sources is the study
+        for line in mixed_binaries(artifacts):
+            progress.warn(line)
+    first = next(iter(artifacts.values()))
+    vk_devices: list = []
+    local_gpus = 0
+    if backend == "vulkan":
+        vk_devices = vulkanmod.physical_devices(first.binary("llama-server"), first.env())
+        for d in vk_devices:
+            progress.message(f"Vulkan device #{d.index}: {d.description}, {d.free_mib:,} MiB free"
+                             + (" (a CPU implementation)" if d.software else ""))
+    elif backend == "cuda":
+        local_gpus = len(gpu.probe())
+    elif backend == "rocm":
+        local_gpus = devices.count_named(first.binary("llama-server"), "ROCm", first.env())
+    topology = _topology(study, backend, first, progress)
+    first_given = next((given[b.name] for b in study.builds if b.name in given), None)
+    src = src or next(iter(own.values()), None) or first_given.source()  # type: ignore[union-attr]
+    return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
+                    artifacts=artifacts, skipped=skipped, topology=topology,
+                    binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
+                    local_gpus=local_gpus)
+
+
+def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, binaries.Binaries]:
+    """Build name → the binaries it runs (--llama-bin / [source] bin, or its own bin), each folder probed once
+    and checked against the study's devices before anything else happens."""
+    probed: dict[str, binaries.Binaries] = {}
+    out: dict[str, binaries.Binaries] = {}
+    local_rpc = backend == "cpu-rpc" or any(r.ssh and not r.rpc_server_path for r in study.devices.rpc)
+    for spec in study.builds:
+        folder = given_bin(study, spec)
+        if folder is None:
+            continue
+        where = f"builds[{spec.name}].bin" if spec.bin is not None else "--llama-bin (source.bin)"
+        if folder not in probed:
+            b = binaries.probe(folder, where)
+            binaries.check_devices(b, backend, local_rpc=local_rpc, where=where)
+            progress.message(f"binaries {b.describe()}")
+            probed[folder] = b
+        out[spec.name] = probed[folder]
+    return out
+
+
+def checkout(study: Study, opts: Options) -> Path | None:
+    """The user's llama.cpp folder: --llama-cpp, else [source] llama_cpp (also the repository of `git:REV`)."""
+    return opts.llama_cpp or (Path(study.source.llama_cpp).expanduser() if study.source.llama_cpp else None)
+
+
+def _source(study: Study, opts: Options, given: dict[str, binaries.Binaries], progress: Progress
+            ) -> source.Source | None:
+    """The llama.cpp source to build from, when a build without a source of its own needs one: --llama-cpp, else
+    [source] llama_cpp, else the pinned source — except in a study that gives binaries ([source] bin), which never
+    compiles anything it was not given a source for. None when nothing is to be built from it."""
+    if all(b.name in given or b.source is not None for b in study.builds):
+        return None
+    explicit = checkout(study, opts)
+    if explicit:
+        src = source.from_dir(explicit)
+    elif study.source.bin is None:
+        src = source.pinned(opts.home, log=progress.message)
+    else:
+        return None
+    progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
+    return src
+
+
+def needed_targets(study: Study, backend: str, *, crosscheck: bool = False) -> tuple[str, ...]:
+    """The programs a run (or a dry run) of this study starts (pure): llama-server; the rpc-server where llamalab
+    starts rpc-servers (local ones, or over ssh without a path of their own); llama-bench for the crosscheck."""
+    out = ["llama-server"]
+    if backend == "cpu-rpc" or any(r.ssh and not r.rpc_server_path for r in study.devices.rpc):
+        out.append("ggml-rpc-server")
+    if crosscheck:
+        out.append("llama-bench")
+    return tuple(out)
+
+
+def build_sources(study: Study, opts: Options, given: dict[str, binaries.Binaries], progress: Progress
+                  ) -> dict[str, source.Source]:
+    """Build name → the source of a build that names its own (`builds[].source`), each fetched, exported or
+    checked once, in study order, before anything is built."""
+    out: dict[str, source.Source] = {}
+    seen: dict[str, source.Source] = {}
+    for spec in study.builds:
+        if spec.source is None or spec.name in given:
+            continue
+        if spec.source not in seen:
+            s = source.resolve(sourceref.parse(spec.source), opts.home, checkout=checkout(study, opts),
+                               log=progress.message)
+            progress.message(f"build {spec.name}: llama.cpp {s.version} ({s.short_commit}) from {s.origin}")
+            seen[spec.source] = s
+        out[spec.name] = seen[spec.source]
+    return out
+
+
+def no_source_reason(spec: BuildSpec, folder: str, given: dict[str, binaries.Binaries]) -> str:
+    """Why a build with CMake options is not measured in a study of given binaries without a source (pure)."""
+    opts = buildmod.normalize(spec.cmake)
+    commit = next((b.version.commit for b in given.values() if b.version.commit), None)
+    if set(opts) == {buildmod.COPIES}:
+        what = f"a copies variant ({buildmod.COPIES}={opts[buildmod.COPIES]}) is a rebuild of ggml-base from a llama.cpp source"
+    else:
+        what = f"it needs {' '.join(f'-D{k}={v}' for k, v in opts.items())}, a build from a llama.cpp source"
+    return (f"{what}, and this study has only the binaries in {folder}: add --llama-cpp DIR"
+            + (f" (a checkout of their commit {commit})" if commit else "") + " to build it")
+
+
+def mixed_binaries(artifacts: dict[str, BuildArtifact]) -> list[str]:
+    """A warning when the study's builds run on different llama.cpp binaries (given ones beside built ones, or two
+    folders): their differences then include everything that differs between those binaries (pure)."""
+    where: dict[str, list[str]] = {}
+    for name, art in artifacts.items():
+        if art.given:
+            key = f"binaries {art.given.get('version', '?')} ({(art.given.get('commit') or '?')[:9]}) in {art.bin_dir}"
+        else:
+            key = f"a build of {art.source.version} ({art.source.short_commit}) from {art.source.origin}"
+        where.setdefault(key, []).append(name)
+    if len(where) < 2:
+        return []
+    return ["the builds run on different llama.cpp binaries, so their differences include the binaries' own: "
+            + "; ".join(f"{', '.join(names)} on {k}" for k, names in where.items())]
+
+
+def _topology(study: Study, backend: str, art: BuildArtifact, progress: Progress) -> dict:
+    """The devices before the first run: local count, and what each remote endpoint llamalab does not start
+    offers (those it starts over ssh are asked when they run)."""
+    specs = study.devices.rpc
+    unmanaged = [s.endpoint for s in specs if not s.ssh]
+    found = remote.query_offers(art.binary("llama-server"), unmanaged, env=art.env(),
+                                declared={s.endpoint: s.backend for s in specs})
+    for line in remote.describe(found):
+        progress.message(f"remote device {line}")
+    local = {"rpc": 0, "cpu": 1}.get(backend, study.devices.count)
+    return remote.topology(backend, local, found, specs)
+
+
+@contextmanager
+def device_setup(prep: Prepared, art: BuildArtifact, log_dir: Path):
+    """The study's local devices, with its remote rpc-servers (started over ssh where asked) joined to them."""
+    with _local_devices(prep, art, log_dir) as dev:
+        if prep.study.devices.rpc:
+            with remote.attached(dev, prep.study.devices.rpc, art, log_dir) as joined:
+                yield joined
+        else:
+            yield dev
+
+
+@contextmanager
+def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
+    d = prep.study.devices
+    if prep.backend == "cpu-rpc":
+        with devices.local_rpc(art, d.count, log_dir, host=d.host, threads=d.rpc_threads) as dev:
+            yield dev
+    elif prep.backend == "cuda":
+        with devices.cuda(d.count, prep.local_gpus or len(gpu.probe())) as dev:
+            yield dev
+    elif prep.backend == "vulkan":
+        with devices.vulkan(d.count, prep.vulkan_devices) as dev:
+            yield dev
+    elif prep.backend == "rocm":
+        with devices.rocm(d.count, prep.local_gpus) as dev:
+            yield dev
+    elif prep.backend == "cpu":
+        with devices.cpu() as dev:
+            yield dev
+    elif prep.backend == "rpc":
+        with devices.none() as dev:
+            yield dev
+    else:
+        raise ConfigError(f"backend {prep.backend!r} is not supported by this llamalab yet.",
+                          tip="use cpu-rpc, cuda, vulkan, rocm or cpu.")
+
+
+def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
+                     user_args: list[str], budgets: list[int] | None = None) -> budget.Emulation | None:
+    """With memory budgets (`budgets`, else the study's `[devices] vram`), how these devices stand in for the
+    budgeted ones, computed from what llama.cpp reports free right now (see budget.py); None without budgets. A
+    budget that cannot be emulated here is a ConfigError: the whole study stops, since every configuration would
+    fail the same way."""
+    if budgets is None and study.devices.vram:
+        budgets = budget.parse_budgets(study.devices.vram)
+    if not budgets:
+        return None
+    mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
+    return budget.emulate(budgets, mem, margins_mib=study.server.fit_target_mib, user_args=user_args)
+
+
+def check_budgets(prep: Prepared, progress: Progress) -> None:
+    """With `[devices] vram`: start the devices once and check that they can stand in for the budgeted ones (a
+    ConfigError if not), so that a study that cannot run stops before it writes anything. Each configuration checks
+    again when it starts (free memory may change meanwhile)."""
+    if not prep.study.devices.vram or not prep.artifacts:
+        return
+    art = next(iter(prep.artifacts.values()))
+    progress.message("checking the [devices] vram budgets against what the devices report free")
+    with tempfile.TemporaryDirectory(prefix="llamalab-budgets-") as tmp:
+        with device_setup(prep, art, Path(tmp)) as dev:
+            budget_emulation(prep.study, art, dev, {**art.env(), **dev.env}, [*prep.study.server.args,
+                                                                             *dev.server_args])
+
+
+def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
+                    args: list[str]) -> tuple[list[str], dict | None]:
+    """The server arguments with the budgets' -fitt (and -ts) in place, and the emulation as stored."""
+    emu = budget_emulation(study, art, dev, env, args)
+    return (args, None) if emu is None else (budget.with_args(args, emu.args()), emu.as_dict())
+
+
+def n_slots(args: list[str]) -> int:
+    """The -np the server runs with: the last one given, as llama-server reads it (its own default, 4, where the
+    arguments do not say; the study checked each is a whole number)."""
+    slots = 4
+    for i, a in enumerate(args):
+        name, eq, inline = a.partition("=")
+        if name in ("-np", "--parallel"):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value.isdecimal():
+                slots = int(value)
+    return slots
+
+
+def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger) -> tuple[list[int], list[int]]:
+    """Concurrency levels whose requests fit in the context the server has (unified KV: they share n_ctx), and
+    the ones that do not — those are reported, not run into a wall of 'context size exceeded' errors."""
+    if not led.n_ctx:
+        return list(levels), []
+    need = shape.prompt_tokens + shape.output_tokens
+    per_seq = led.n_ctx_seq or led.n_ctx
+    ok = [c for c in levels if c * need <= led.n_ctx and need <= per_seq]
+    return ok, [c for c in levels if c not in ok]
+
+
+def check_copies(led: ledger.Ledger, art: BuildArtifact) -> str | None:
+    """A copies variant whose log shows another number of copies ran the wrong library: say so. (Given binaries
+    were built with whatever copies their maker chose: the log says which, and the report shows it.)"""
+    if not art.made or led.sched_copies is None or not led.pipeline_parallel and led.sched_copies == 1:
+        return None
+    if led.sched_copies != art.expected_copies:
+        return (f"the log says sched copies = {led.sched_copies}, but build {art.name} was made with "
+                f"GGML_SCHED_MAX_COPIES={art.expected_copies}: the variant library was not the one loaded")
+    return None
+
+
+def llama_cpp_info(prep: Prepared) -> dict:
+    """What the run stores as its llama.cpp: the source it built from (or the given binaries' version), and every
+    folder of given binaries with its --version output, backends and programs."""
+    info = prep.source.as_dict()
+    sources = {a.source.key: a.source for a in prep.artifacts.values() if a.made}
+    if len(sources) > 1:  # a versions study: every source its builds were made from
+        info["sources"] = [s.as_dict() for s in sources.values()]
+    if prep.binaries:
+        info["binaries"] = [b.as_dict() for b in prep.binaries.values()]
+    return info
+
+
+def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress) -> str:
+    """Run every pass of the study into the store; returns the run id. The run records the effective study
+    (file plus overrides) as TOML, whatever `study_toml` held."""
+    study = prep.study
+    study_toml = to_toml(study)
+    shash = study_hash(study, prep.model_path)
+    check_budgets(prep, progress)  # before any row is written: a budget these devices cannot stand for stops here
+    with Store(opts.db) as store:
+        run_id, resumed = store.begin_run(study.name, study_toml, shash, version=__version__, resume=opts.resume,
+                                          fresh=opts.fresh, model=prep.model_info.as_dict(),
+                                          options={"backend": prep.backend, "db": str(opts.db)},
+                                          devices=prep.topology or None)
+        if resumed and not opts.resume:
+            progress.message(f"resuming unfinished run {run_id} of this study (pass --fresh to start anew)")
+        try:
+            if not resumed:
+                store.save_system(run_id, sysinfo.collect(llama_cpp_info(prep)))
+            for spec in study.builds:
+                if spec.name in prep.artifacts:
+                    store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
+                else:
+                    reason = prep.skipped.get(spec.name) or ""
+                    store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
+                                     reason=reason)
+            done = store.done_trials(run_id)
+            levels = study.workload.concurrency
+            passes = expand(study)
+            todo = [(i, p, tuple(t for t in p.trials
+                                 if any((p.config.build.name, p.config.setting.name, t, c) not in done for c in levels)))
+                    for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
+            todo = [(i, p, ts) for i, p, ts in todo if ts]
+            total = sum(len(ts) * len(levels) for _, _, ts in todo)
+            counter = [0]
+            run_dir = opts.runs_dir / run_id
+            for i, p, trials in todo:
+                proc.check_stop()
+                _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
+            if opts.crosscheck:
+                _crosscheck(prep, store, run_id, run_dir / "logs", progress)
+            if opts.max_context != "off":
+                _context_checks(prep, store, run_id, run_dir / "logs", progress, opts.max_context,
+                                opts.max_context_probes)
+            proc.check_stop()
+            # nothing measured (every configuration failed, or none could run) is a failed run, not a finished one
+            store.set_run_status(run_id, "finished" if store.done_trials(run_id) else "failed")
+        except KeyboardInterrupt:
+            proc.terminate_all()
+            _mark_run(store, run_id, "interrupted", progress)
+            raise
+        except BaseException:
+            proc.terminate_all()
+            _mark_run(store, run_id, "failed", progress)
+            raise
+    return run_id
+
+
+def _mark_run(store: Store, run_id: str, status: str, progress: Progress) -> None:
+    """Record how a run ended after an error, without hiding that error: a database that cannot be written (a
+    full disk) leaves the run as it was, and its owner's exit makes it interrupted (resumable) all the same."""
+    try:
+        store.set_run_status(run_id, status)
+    except Exception as e:  # noqa: BLE001 - the error being raised is the one to report
+        progress.warn(f"could not mark run {run_id} {status}: {e}")
+
+
+def _finish_config(store: Store, config_id: int, status: str, reason: str, progress: Progress) -> None:
+    try:
+        store.finish_config(config_id, status, reason=reason)
+    except Exception as e:  # noqa: BLE001
+        progress.warn(f"could not record the configuration's end ({status}: {reason}): {e}")
+
+
+def run_outcome(store: Store, run_id: str) -> tuple[list[str], int, bool]:
+    """How a run's configurations ended: (a line per configuration that failed, the number of configurations
+    the study meant to measure, whether anything was measured). A configuration's last attempt counts (a resumed
+    run may repeat a failed one); a build that failed counts for each of its configurations; a build skipped
+    for a missing optional requirement (OpenBLAS) does not."""
+    run = store.run(run_id)
+    try:
+        settings = [s.get("name") for s in tomllib.loads(run["study_toml"]).get("settings") or []] or ["default"]
+    except tomllib.TOMLDecodeError:
+        settings = []
+    last: dict[tuple[str, str], dict] = {}
+    for c in store.configs(run_id):
+        last[(c["build"], c["setting"])] = c
+    failed = []
+    total = 0
+    for b in store.builds(run_id):
+        if b["status"] == "skipped":
+            continue
+        for st in settings:
+            total += 1
+            if b["status"] == "failed":
+                failed.append(f"{b['name']} × {st}: {(b['reason'] or 'build failed').splitlines()[0]}")
+                continue
+            c = last.get((b["name"], st))
+            if c is not None and c["status"] != "ok":
+                failed.append(f"{b['name']} × {st}: {(c['reason'] or c['status']).splitlines()[0]}")
+    return failed, total, bool(store.done_trials(run_id))
+
+
+def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress) -> None:
+    """llama-bench on the first configuration that ran, with the same binary, devices and settings."""
+    stored = store.trials(run_id)
+    measured = {(t["build"], t["setting"]) for t in stored}
+    cfg = next((c for c in configs(prep.study) if c.build.name in prep.artifacts
+                and (c.build.name, c.setting.name) in measured), None)
+    if cfg is None:
+        progress.warn("crosscheck skipped: no configuration has trials")
+        return
+    art = prep.artifacts[cfg.build.name]
+    if not art.binary("llama-bench").is_file():
+        progress.warn(f"crosscheck skipped: there is no llama-bench in {art.bin_dir}")
+        return
+    wl = prep.study.workload
+    prompt, output = wl.cells()[0]  # the workload's first cell: llama-bench runs one prompt and one output length
+    log_dir = logs / "crosscheck"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    progress.message(f"crosscheck: llama-bench on {cfg.build.name} × {cfg.setting.name}, {prompt}-token prompts")
+    with device_setup(prep, art, log_dir) as dev:
+        argvs, untranslated = crosscheck.bench_argv(art.binary("llama-bench"), prep.model_path,
+                                                    server_args(prep.study, cfg, dev), prompt=prompt,
+                                                    gen=output, reps=max(3, wl.repeats))
+        bench, error = crosscheck.run_bench(argvs, log_dir / "llama-bench.log", {**art.env(), **dev.env})
+    trials = [t for t in stored if t["build"] == cfg.build.name and t["setting"] == cfg.setting.name
+              and (t.get("cell_prompt_tokens"), t.get("cell_output_tokens")) == (prompt, output)]
+    result = crosscheck.compare(bench, trials)
+    result["prompt_tokens"], result["output_tokens"] = prompt, output
+    result["untranslated_server_args"] = untranslated
+    store.save_crosscheck(run_id, cfg.build.name, cfg.setting.name, result, error)
+    for line in crosscheck.sentences(result):
+        progress.message("crosscheck: " + line)
+    if error:
+        progress.warn("crosscheck: " + error)
+
+
+def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress, mode: str,
+                    probes: int) -> None:
+    """For every configuration that ran: load its fitted context again with fit off (verify), and with `search`
+    bisect -c up to the model's training context for the largest that loads (within the budgets, if any)."""
+    budgets = budget.parse_budgets(prep.study.devices.vram) if prep.study.devices.vram else None
+    hi = prep.model_info.n_ctx_train or 0
+    fitted_by = {(c["build"], c["setting"]): (c.get("ledger") or {}).get("n_ctx")
+                 for c in store.configs(run_id) if c["status"] == "ok"}
+    for cfg in configs(prep.study):
+        fitted = fitted_by.get((cfg.build.name, cfg.setting.name))
+        if cfg.build.name not in prep.artifacts or not fitted:
+            continue
+        art = prep.artifacts[cfg.build.name]
+        label = f"{cfg.build.name} × {cfg.setting.name}"
+        count = [0]
+
+        def probe(n: int) -> dict:
+            count[0] += 1
+            log_dir = logs / f"context-{cfg.build.name}-{cfg.setting.name}-{count[0]}".replace("/", "_")
+            log_dir.mkdir(parents=True, exist_ok=True)
+            progress.message(f"context check {label}: loading with -c {n}")
+            with device_setup(prep, art, log_dir) as dev:
+                env = {**art.env(), **dev.env}
+                args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+                try:
+                    with launch(art.binary("llama-server"), prep.model_path, args=maxctx.probe_args(args, n),
+                                log_path=log_dir / "llama-server.log", env=env, host=prep.study.server.host,
+                                ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
+                        led = ledger.parse(srv.log_lines())
+                except LaunchError as e:
+                    return {"loaded": False, "reason": e.message.splitlines()[0]}
+            names = report_device_names(led)
+            totals = [led.devices[name].total() for name in names]
+            ok, why = maxctx.within_budgets(totals, budgets)
+            return {"loaded": ok and led.n_ctx == n, "device_mib": dict(zip(names, totals)), "reason": why,
+                    "n_ctx_loaded": led.n_ctx}
+
+        if mode == "verify":
+            res = maxctx.search(fitted, fitted, probe, max_probes=1)
+        else:
+            res = maxctx.search(fitted, max(fitted, hi), probe, max_probes=probes)
+        verified = bool(res.steps and res.steps[0]["n_ctx"] == fitted // maxctx.STEP * maxctx.STEP
+                        and res.steps[0]["loaded"])
+        store.save_context_check(run_id, cfg.build.name, cfg.setting.name, mode, fitted, verified, res.max_loaded,
+                                 res.steps)
+        progress.message(f"context check {label}: fitted {fitted:,} {'loads' if verified else 'DOES NOT load'}"
+                         + (f"; largest that loads: {res.max_loaded:,}" if mode == "search" and res.max_loaded else ""))
+
+
+def report_device_names(led: ledger.Ledger) -> list[str]:
+    """Device buffer names in llama.cpp's device order (as the reports order them)."""
+    return ledger.device_names(led.to_json())
+
+
+def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
+              logs: Path, index: int, progress: Progress, counter: list[int], total: int) -> None:
+    cfg = p.config
+    art = prep.artifacts[cfg.build.name]
+    wl = prep.study.workload
+    name = f"{index:03d}-{cfg.build.name}-{cfg.setting.name}".replace("/", "_")
+    log_dir = logs / name
+    attempt = 1
+    while log_dir.exists():  # a resumed pass gets fresh logs: a log must describe exactly one server start
+        log_dir = logs / f"{name}-retry{attempt}"
+        attempt += 1
+    log_dir.mkdir(parents=True)
+    label = f"{cfg.build.name} × {cfg.setting.name}"
+    outcome = ConfigOutcome(build=cfg.build.name, setting=cfg.setting.name, status="running",
+                            log_path=str(log_dir / "llama-server.log"))
+    config_id = store.start_config(run_id, outcome, pass_no=index)
+    try:
+        with device_setup(prep, art, log_dir) as dev:
+            env = {**art.env(), **dev.env}
+            args, emulation = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+            # slot actions (erasing the KV cache between levels) need a save path; nothing is saved there
+            (log_dir / "slots").mkdir(exist_ok=True)
+            args += ["--slot-save-path", str(log_dir / "slots")]
+            store.set_config_command(config_id, [str(art.binary("llama-server")), "-m", str(prep.model_path), *args],
+                                     env, {**dev.as_dict(), "emulation": emulation})
+            progress.message(f"starting llama-server for {label} ({dev.description})")
+            checker = drivercheck.for_setup(prep.backend, dev)  # a device-wide source reads its baseline now
+            with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
+                        env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
+                led = ledger.parse(srv.log_lines())
+                store.save_ledger(config_id, led)
+                wrong = check_copies(led, art)
+                if wrong:
+                    raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
+
+                in_pass = [0]
+
+                def on_trial(t) -> None:
+                    proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
+                    in_pass[0] += 1
+                    if t.key in done:
+                        return
+                    store.save_trial(run_id, config_id, t)
+                    done.add(t.key)
+                    counter[0] += 1
+                    if t.errors and srv.ended():  # a dead server fails every request after it: stop here
+                        raise LaunchError(srv.death("during the workload"))
+                    if in_pass[0] < len(trials) * sum(len(lv) for _, lv in grid):  # the next pass announces its own
+                        progress.trial(min(counter[0] + 1, total), total, label)
+                    if t.errors:
+                        progress.warn(f"{label} trial {t.trial} at concurrency {t.concurrency}: "
+                                      f"{t.errors} request(s) failed: {t.requests[0].error}")
+
+                driver_load = checker.read({srv.child.pid}) if checker else None
+                grid = []
+                for prompt, output in wl.cells():
+                    shape = workload.Shape(prompt_tokens=prompt, output_tokens=output,
+                                           natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
+                    levels, too_big = fitting_levels(wl.concurrency, shape, led)
+                    if too_big:
+                        note = (f"concurrency {', '.join(map(str, too_big))} not run: that many requests of "
+                                f"{shape.prompt_tokens}+{shape.output_tokens} tokens do not fit in n_ctx {led.n_ctx}")
+                        progress.warn(f"{label}: {note}")
+                        store.note_config(config_id, note)
+                        # they will never run: count them as done so the progress total stays true
+                        counter[0] += len(trials) * len(too_big)
+                    grid.append((shape, levels))
+                progress.trial(counter[0] + 1, total, label)
+                try:
+                    if any(levels for _, levels in grid):
+                        workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
+                                         cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args))
+                except WorkloadError:
+                    if not srv.ended():
+                        raise
+                if not srv.alive():  # a dead server is the cause, whatever the client saw
+                    raise LaunchError(srv.death("during the workload"))
+                if checker:
+                    driver_run = checker.read({srv.child.pid})
+                    store.save_nvml(config_id, {
+                        "after_load": checker.compare(led.to_json(), driver_load),
+                        "after_workload": checker.compare(led.to_json(), driver_run),
+                        "source": checker.source, "scope": checker.scope,
+                    })
+                # the final ledger (with exit-time breakdown tables) is read after the server stops
+            led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines())
+            store.save_ledger(config_id, led)
+        store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
+    except KeyboardInterrupt:
+        _finish_config(store, config_id, "interrupted", "stopped by SIGINT/SIGTERM", progress)
+        raise
+    except (LaunchError, WorkloadError) as e:
+        progress.warn(f"{label} failed: {e.message}")  # with the server log's last lines where it died
+        store.finish_config(config_id, "failed", reason=e.message)
+        logs_text = (log_dir / "llama-server.log")
+        if logs_text.exists():
+            led = ledger.parse(logs_text.read_text(errors="replace").splitlines())
+            store.save_ledger(config_id, led)
+    except BaseException as e:
+        # any other error stops the study; the configuration does not stay "running"
+        why = e.message if isinstance(e, LlamalabError) else f"{type(e).__name__}: {e}"
+        _finish_config(store, config_id, "failed", f"the study stopped: {why}", progress)
+        raise

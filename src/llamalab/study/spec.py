@@ -1,0 +1,492 @@
+"""Study files: strict models (unknown keys rejected, the bad key named), presets as data, overrides, expansion.
+
+A study is a matrix: builds × settings, each run as one llama-server configuration, with a workload of
+trials against it. `expand()` turns a study into the ordered list of configurations and trial passes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..llamacpp import budget, sourceref
+from . import endpoints
+from ..errors import ConfigError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def check_server_args(args: list[str]) -> list[str]:
+    """llama-server flags llamalab owns or reads: --host and --port are llamalab's ([server] host; it picks the
+    port), -np/--parallel must be a whole number ≥ 1."""
+    for i, a in enumerate(args):
+        name, eq, inline = a.partition("=")
+        if name in ("--host", "--port", "--reuse-port"):
+            raise ValueError(f"{name}: llamalab sets where llama-server listens; use [server] host "
+                             "(it picks a free port itself)")
+        if name in ("-np", "--parallel"):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if not value.isdecimal() or int(value) < 1:
+                raise ValueError(f"{name} {value!r}: the number of server slots is a whole number ≥ 1 "
+                                 "(or set [server] parallel)")
+    return args
+
+
+class ModelSpec(_Strict):
+    preset: str | None = "tiny"
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "ModelSpec":
+        if self.path is not None and self.preset not in (None, "tiny"):
+            raise ValueError("give either model.path or model.preset, not both")
+        return self
+
+
+class RemoteSpec(_Strict):
+    """One remote rpc-server (docs/rpc.md). A bare string in `rpc = [...]` is the endpoint alone."""
+
+    endpoint: str  # host:port that llama-server connects to
+    ssh: str | None = None  # user@host: llamalab starts and stops the rpc-server there
+    rpc_server_path: str | None = None  # an rpc-server already on that host (else llamalab copies its own build)
+    ssh_options: list[str] = Field(default_factory=list)  # -i FILE, -F FILE, -o KEY=VALUE, -J HOST
+    bind: str | None = None  # where a started rpc-server listens (default: the endpoint's address)
+    remote_dir: str | None = None  # its copied binary and pid files there (default ~/.cache/llamalab/rpc-server)
+    threads: Annotated[int, Field(ge=1)] | None = None  # -t for a started rpc-server
+    backend: str | None = None  # what the rpc-server runs (cpu, cuda …), when llamalab does not start it
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str) -> str:
+        return str(endpoints.parse_endpoint(v))
+
+    @field_validator("ssh")
+    @classmethod
+    def _ssh(cls, v: str | None) -> str | None:
+        return None if v is None else endpoints.check_ssh_target(v)
+
+    @field_validator("ssh_options")
+    @classmethod
+    def _ssh_options(cls, v: list[str]) -> list[str]:
+        return endpoints.check_ssh_options(v)
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, v: str | None) -> str | None:
+        if v is not None and not endpoints.is_ipv4(v):
+            raise ValueError(f"{v!r}: rpc-server binds to an IPv4 address")
+        return v
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[a-z][a-z0-9_-]*$", v):
+            raise ValueError(f"{v!r}: a backend name in lower case, e.g. cpu, cuda, vulkan, metal")
+        return v
+
+    @model_validator(mode="after")
+    def _managed(self) -> "RemoteSpec":
+        if not self.ssh:
+            for key in ("rpc_server_path", "ssh_options", "bind", "threads", "remote_dir"):
+                if key in self.model_fields_set:
+                    raise ValueError(f"{key} applies only to an rpc-server llamalab starts: add ssh = \"user@host\"")
+        elif self.backend is not None:
+            raise ValueError("backend: llamalab reads it from the rpc-server it starts over ssh; leave it out")
+        return self
+
+
+class DevicesSpec(_Strict):
+    backend: Literal["auto", "cpu-rpc", "cuda", "vulkan", "rocm", "cpu", "rpc"] = "auto"
+    count: Annotated[int, Field(ge=1, le=16)] = 2
+    host: str = "127.0.0.1"
+    rpc_threads: Annotated[int, Field(ge=1)] | None = None
+    vram: list[str] | None = None  # per-device memory budgets, e.g. ["16GiB", "12GiB"]
+    rpc: list[RemoteSpec] = Field(default_factory=list)  # remote rpc-servers: "host:port" or a table each
+
+    @field_validator("vram")
+    @classmethod
+    def _vram(cls, v: list[str] | None) -> list[str] | None:
+        """Budgets are read when the study is loaded, not when the first configuration starts."""
+        if v:  # [] means no budgets, as it always did
+            try:
+                budget.parse_budgets(v)
+            except ConfigError as e:
+                raise ValueError(f"{e.message} ({e.tip})" if e.tip else e.message) from None
+        return v
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if not endpoints.is_ipv4(v):  # ggml-rpc binds with inet_addr()
+            raise ValueError(f"{v!r}: rpc-server listens on an IPv4 address only (127.0.0.1 for loopback, also "
+                             "when llama-server listens on ::1)")
+        return v
+
+    @field_validator("rpc", mode="before")
+    @classmethod
+    def _rpc_strings(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"endpoint": x} if isinstance(x, str) else x for x in v]
+        return v
+
+    @model_validator(mode="after")
+    def _remotes(self) -> "DevicesSpec":
+        eps = [r.endpoint for r in self.rpc]
+        dup = sorted({e for e in eps if eps.count(e) > 1})
+        if dup:
+            raise ValueError(f"rpc: endpoint(s) listed twice: {', '.join(dup)}")
+        if self.backend == "rpc":
+            if not self.rpc:
+                raise ValueError("backend \"rpc\" needs remote endpoints: rpc = [\"10.0.0.2:50052\", …]")
+            if "count" in self.model_fields_set:
+                raise ValueError("count is the number of local devices, and backend \"rpc\" has none: remove it "
+                                 "(the remotes in rpc = [...] are the devices)")
+        if self.backend == "cpu" and self.rpc:
+            raise ValueError("backend \"cpu\" is built without RPC: use backend = \"rpc\" (remote devices only) or "
+                             "\"cpu-rpc\" (local rpc-servers and the remotes)")
+        return self
+
+
+class ServerSpec(_Strict):
+    args: list[str] = Field(default_factory=lambda: ["-fa", "on", "-ngl", "999", "--no-op-offload"])
+    ctx: Annotated[int, Field(ge=0)] = 0  # 0: let --fit choose (llama.cpp's default)
+    parallel: Annotated[int, Field(ge=1)] | None = None  # -np; default max(4, largest concurrency level)
+    host: str = "127.0.0.1"
+    fit_target_mib: list[int] | None = None  # -fitt per device
+    ready_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_server_args(v)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            if not endpoints.is_hostname(v):
+                raise ValueError(f"{v!r}: an IPv4 or IPv6 address (127.0.0.1, ::1) or a host name") from None
+        return v
+
+
+class _Named(_Strict):
+    """A build or setting: a name that goes into folder names and report columns, a label for people."""
+
+    name: str
+    label: str | None = None
+    args: list[str] = Field(default_factory=list)  # extra llama-server arguments
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError(f"{v!r}: use letters, digits and . _ + / -")
+        return v
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_server_args(v)
+
+
+class BuildSpec(_Named):
+    cmake: dict[str, str | int | bool] = Field(default_factory=dict)
+    requires: list[Literal["openblas"]] = Field(default_factory=list)
+    bin: str | None = None  # a folder of llama.cpp binaries this build runs instead of being built
+    source: str | None = None  # the llama.cpp this build is made from (sourceref): b11434, git:REV, dir:PATH …
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                sourceref.parse(v)
+            except sourceref.RefError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _given(self) -> "BuildSpec":
+        if self.bin is not None:
+            if self.cmake:
+                raise ValueError("bin: a build that runs given binaries cannot also have cmake options (they are "
+                                 "already built); make it a second build without bin")
+            if self.requires:
+                raise ValueError("bin: requires applies to builds llamalab makes; leave it out")
+            if self.source is not None:
+                raise ValueError("bin: a build that runs given binaries is not made from a source; give it either "
+                                 "bin or source")
+        return self
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
+
+
+class SettingSpec(_Named):
+    pass
+
+
+class SourceSpec(_Strict):
+    """Where llama.cpp comes from: a checkout to build from (default: the pinned source), and/or binaries
+    already built (a release archive, a distro package, a build folder) that every build without cmake options
+    runs, with nothing compiled."""
+
+    llama_cpp: str | None = None  # a llama.cpp checkout (--llama-cpp DIR takes precedence)
+    bin: str | None = None  # a folder with llama-server (--llama-bin DIR sets it)
+
+
+Tokens = Annotated[int, Field(ge=1)]
+
+
+class WorkloadSpec(_Strict):
+    prompt_tokens: Tokens | list[Tokens] = 256  # a list makes a grid: every length × every concurrency level
+    output_tokens: Tokens | list[Tokens] = 32
+    output: Literal["fixed", "natural"] = "fixed"
+    repeats: Annotated[int, Field(ge=1)] = 3
+    warmup: Annotated[int, Field(ge=0)] = 1
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1])
+    order: Literal["grouped", "interleaved"] = "grouped"
+    threshold: Annotated[float, Field(gt=0, lt=1)] = 0.02
+    request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    seed: int = 42
+
+    @field_validator("prompt_tokens", "output_tokens", "concurrency")
+    @classmethod
+    def _distinct(cls, v: int | list[int]) -> int | list[int]:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("give at least one value")
+            if len(set(v)) != len(v):
+                raise ValueError(f"{v}: a value is listed twice")
+        return v
+
+    @property
+    def prompt_lengths(self) -> list[int]:
+        return list(self.prompt_tokens) if isinstance(self.prompt_tokens, list) else [self.prompt_tokens]
+
+    @property
+    def output_lengths(self) -> list[int]:
+        return list(self.output_tokens) if isinstance(self.output_tokens, list) else [self.output_tokens]
+
+    def cells(self) -> list[tuple[int, int]]:
+        """The workload grid's cells (prompt tokens, output tokens), in the order the study lists them; each cell
+        runs at every concurrency level that fits the context."""
+        return [(p, o) for p in self.prompt_lengths for o in self.output_lengths]
+
+
+class Study(_Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    source: SourceSpec = Field(default_factory=SourceSpec)
+    devices: DevicesSpec = Field(default_factory=DevicesSpec)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    builds: list[BuildSpec]
+    settings: list[SettingSpec] = Field(default_factory=lambda: [SettingSpec(name="default")])
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "Study":
+        for what, items in (("builds", self.builds), ("settings", self.settings)):
+            names = [i.name for i in items]
+            dup = {n for n in names if names.count(n) > 1}
+            if dup:
+                raise ValueError(f"{what}: duplicate name(s) {', '.join(sorted(dup))}")
+        if not self.builds:
+            raise ValueError("builds: a study needs at least one build")
+        return self
+
+
+# ---------------------------------------------------------------- loading
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name.removesuffix(".toml") for p in resources.files("llamalab.study.presets").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def preset_text(name: str) -> str:
+    f = resources.files("llamalab.study.presets") / f"{name}.toml"
+    if not f.is_file():
+        raise ConfigError(f"unknown study preset {name!r}.",
+                          tip=f"presets: {', '.join(preset_names())}; or pass the path of a .toml study file.")
+    return f.read_text()
+
+
+def is_preset(ref: str) -> bool:
+    """Whether `load(ref)` reads a preset that ships with llamalab (not a file)."""
+    return not (ref.endswith(".toml") or Path(ref).is_file())
+
+
+def load(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Study, str]:
+    """A study from a preset name or a TOML path, with `key.path=value` overrides. Returns (study, its TOML)."""
+    path = Path(ref)
+    if ref.endswith(".toml") or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"study file {ref} does not exist.", tip=f"presets: {', '.join(preset_names())}.")
+        text = path.read_text()
+        origin = str(path)
+    else:
+        text = preset_text(ref)
+        origin = f"preset {ref}"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{origin} is not valid TOML: {e}", tip="check quotes and brackets near that line.") from e
+    for ov in overrides:
+        apply_override(data, ov)
+    return parse(data, origin), text
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """`workload.repeats=5`, `devices.vram=["16GiB","12GiB"]`: the value is read as TOML, else as a string."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} has no '='.", tip="write it as key.path=value, e.g. workload.repeats=5.")
+    key, raw = override.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    parts = key.strip().split(".")
+    node = data
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {override!r}: {p} is not a table.")
+    node[parts[-1]] = value
+
+
+def parse(data: dict[str, Any], origin: str = "study") -> Study:
+    try:
+        return Study.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{origin} has {e.error_count()} problem(s):\n" + describe(e, data),
+                          tip="see docs/study-files.md for every key and its type.") from None
+
+
+def describe(e: ValidationError, data: dict[str, Any] | None = None) -> str:
+    """One line per problem, naming the nested key the way the TOML file spells it."""
+    lines = []
+    for err in e.errors():
+        loc = _loc(err["loc"], data)
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  - unknown key {loc}")
+        elif err["type"] == "missing":
+            lines.append(f"  - missing key {loc}")
+        else:
+            got = err.get("input")
+            shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+            lines.append(f"  - {loc}: {err['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def _loc(loc: tuple, data: dict[str, Any] | None) -> str:
+    out = ""
+    node: Any = data
+    for part in loc:
+        if isinstance(part, int):
+            name = None
+            if isinstance(node, list) and part < len(node) and isinstance(node[part], dict):
+                name = node[part].get("name")
+            out += f"[{part}]" + (f" ({name})" if name else "")
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+        else:
+            out += ("." if out else "") + str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return out or "(top level)"
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def to_toml(study: Study) -> str:
+    """The effective study (file + overrides) as a TOML document that `load` reads back to an equal Study."""
+    data = study.model_dump(exclude_none=True)
+    lines = []
+    for k, v in data.items():
+        if not isinstance(v, (dict, list)) or (isinstance(v, list) and not (v and isinstance(v[0], dict))):
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    for k, v in data.items():
+        if isinstance(v, dict) and v:  # an empty table (no [source] given) is left out
+            lines += ["", f"[{_toml_key(k)}]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items()]
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            for item in v:
+                lines += ["", f"[[{_toml_key(k)}]]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- expansion
+
+
+def given_bin(study: Study, build: BuildSpec) -> str | None:
+    """The binaries folder a build runs (its own `bin`, else `[source] bin` for a build without cmake options or
+    source of its own), or None when llamalab builds it."""
+    if build.bin is not None:
+        return build.bin
+    if study.source.bin is not None and not build.cmake and build.source is None:
+        return study.source.bin
+    return None
+
+
+class Config(_Strict):
+    """One llama-server configuration: a build with a setting."""
+
+    build: BuildSpec
+    setting: SettingSpec
+
+    @property
+    def id(self) -> str:
+        return f"{self.build.name}|{self.setting.name}"
+
+
+class Pass(_Strict):
+    """A server start for `config` that runs `trials` (trial numbers, 1-based) at every concurrency level."""
+
+    config: Config
+    trials: tuple[int, ...]
+
+
+def configs(study: Study) -> list[Config]:
+    return [Config(build=b, setting=s) for b in study.builds for s in study.settings]
+
+
+def expand(study: Study) -> list[Pass]:
+    """Grouped: one server start per configuration for all repeats. Interleaved: one round of every
+    configuration per repeat, so that drift over time spreads over all configurations alike."""
+    cfgs = configs(study)
+    n = study.workload.repeats
+    if study.workload.order == "grouped":
+        return [Pass(config=c, trials=tuple(range(1, n + 1))) for c in cfgs]
+    return [Pass(config=c, trials=(r,)) for r in range(1, n + 1) for c in cfgs]
