@@ -213,3 +213,18 @@ def test_the_tree_checks_commits_out_in_its_own_clone_and_leaves_the_repo_alone(
     assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == \
         "?? untracked\n"
     assert subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout.count("\n") == 1
+
+
+def test_the_command_refuses_what_is_not_a_checkout_before_building_anything(tmp_path, monkeypatch, capsys):
+    """The CLI end to end up to the first git call: a folder that is not a repository, and GOOD after BAD."""
+    from llamalab.cli import entry
+
+    monkeypatch.setenv("LLAMALAB_HOME", str(tmp_path / "home"))
+    assert entry(["bisect", "a", "b", "--repo", str(tmp_path)]) == 1
+    assert "is not a git repository" in capsys.readouterr().err
+    shas, _ = _git_repo(tmp_path / "r", 3)
+    assert entry(["bisect", shas[2], shas[0], "--repo", str(tmp_path / "r")]) == 1
+    assert "is not an ancestor of BAD" in capsys.readouterr().err
+    assert entry(["bisect", shas[0], shas[2], "--repo", str(tmp_path / "r"), "--build", "nope"]) == 2
+    assert "no configuration nope" in capsys.readouterr().err
+    assert not (tmp_path / "home" / "bisect").exists()

@@ -622,7 +622,7 @@ def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides,
       llamalab bisect v1 HEAD --metric kv_mib --config pipeline-parallel --model m.gguf --budget 16GiB,16GiB
     """
     from .run import bisect as bisectmod
-    from .progress import RichProgress, StderrProgress
+    from .run.progress import RichProgress, StderrProgress
 
     st, _ = _load_study(config, overrides, trust)
     where = repo or (Path(st.source.llama_cpp) if st.source.llama_cpp else Path.cwd())
