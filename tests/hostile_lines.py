@@ -21,6 +21,13 @@ MARKERS = [
     "unknown argument", "failed to allocate x buffer of size 1", "sched copies = ", "pipeline parallelism enabled (",
     "offloaded 1/", "context size reduced from 1 to ", "draft", "VRAM used:", "mem required =", "\x1b[", "[1;",
     '{"msg":"', "Devices:", "printing fitted CLI arguments", "0.00.000.001 I ",
+    # issue 18: -sm tensor's Meta device, input buffers, the retry without pipeline parallelism, ollama's records
+    "creating a Meta device for tensor parallelism from 2 devices:", "creating a Meta device with 1 devices",
+    "- device 0: ", "- device 0: RPC0 (", "Meta() model buffer size = 1 MiB", "Meta(", "input buffer size = 1 MiB",
+    "compute buffer allocation failed, retrying without pipeline parallelism",
+    'time=2025-09-02T14:46:54.275+08:00 level=INFO source=backend.go:315 msg="', ' msg="model weights" device=',
+    ' size="1.0 GiB"', 'msg="compute graph" backend=CUDA0 buffer_type=', "ollama-record: model | ",
+    "Jan 30 09:12:13 host ollama[5307]: ", "9月 02 14:46:54 host ollama[1]: ", "]: ", '="', '\\"',
 ]
 # runs of these, 100 KB long, next to the markers
 RUNS = [" ", ":", "|", "-", "0", "(", ")", "[", "]", "=", ".", "a", "\t", ",", "_", "'", "1.", "- ", "| ", ": ",

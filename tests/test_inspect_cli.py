@@ -23,8 +23,10 @@ def run(*args, input=None):
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_json_matches_the_expected_ledger(name):
-    out = json.loads(run("--json", str(LOGS / f"{name}.log")))
     exp = json.loads((LOGS / f"{name}.expected.json").read_text())
+    split = (exp.get("parse_args") or {}).get("tensor_split")
+    out = json.loads(run("--json", *(["--tensor-split", ",".join(map(str, split))] if split else []),
+                         str(LOGS / f"{name}.log")))
     for key in CONTRACT[:5]:
         assert out[key] == exp[key], key
     for side in ("devices", "host"):
@@ -59,8 +61,12 @@ def test_human_output_names_the_saving_in_mib_and_tokens():
     pytest.param("rpc-b11312-copies1", "Pipeline parallelism: on, 1 copy (no extra copies), sched copies = 1",
                  False, id="copies1"),
     pytest.param("rpc-b11312-fit-copies4", "then the fit FAILED", True, id="fit-failed"),
-    pytest.param("cuda-2025-12-retry-without-pp-truncated", "retried without it", False, id="retry"),
-    pytest.param("cuda-2024-03-pp4-truncated", "Pipeline parallelism: on, n_copies = 4", True, id="2024"),
+    pytest.param("cuda-2025-12-retry-without-pp-truncated", "Pipeline parallelism: DROPPED — llama.cpp set it up with "
+                 "n_copies=4, its compute buffers did not fit", False, id="retry"),
+    pytest.param("rpc-b11312-pp-dropped", "it then ran with sched copies = 1", False, id="dropped"),
+    pytest.param("cuda-2024-03-pp4-truncated", "Pipeline parallelism: on, 4 copies, n_copies = 4", True, id="2024"),
+    pytest.param("cuda-2025-fork-n_copies1", "Pipeline parallelism: on, 1 copy (no extra copies), n_copies = 1",
+                 False, id="old-one-copy"),
     pytest.param("rocm-2025-05-sm-row", "Pipeline parallelism: unknown", False, id="unknown"),
     pytest.param("cpu-b11312-not-gguf", "not a GGUF file", False, id="not-gguf"),
     pytest.param("rpc-b11312-fit-reduced", "context size reduced from 8,192 to 3,840", True, id="fit"),
@@ -70,6 +76,15 @@ def test_human_output_states(name, line, saving):
     out = run(str(LOGS / f"{name}.log"))
     assert line in out
     assert ("ESTIMATED saving" in out) is saving
+
+
+def test_tensor_split_option():
+    plain = json.loads(run("--json", str(LOGS / "rpc-b11312-sm-tensor-ts31.log")))
+    split = json.loads(run("--json", "--tensor-split", "3,1", str(LOGS / "rpc-b11312-sm-tensor-ts31.log")))
+    assert plain["devices"]["RPC1[127.0.0.1:51812]"]["model_mib"] == 59.47  # equal shares: at most the printed
+    assert split["devices"]["RPC1[127.0.0.1:51812]"]["model_mib"] == 19.82 and split["meta"]["shares_from"] == "-ts"
+    result = CliRunner().invoke(cli, ["inspect", "--tensor-split", "a,b", str(LOGS / "rpc-b11312-sm-tensor.log")])
+    assert result.exit_code != 0 and "not a list of numbers" in str(result.exception)
 
 
 def test_empty_input_is_not_an_error():

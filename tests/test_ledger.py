@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.llamacpp import ledger
+from llamalab.llamacpp import ledger, memory
 from llamalab.llamacpp.ledger import Buffers, is_host, parse
+from llamalab.report import inspect_view
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 FIXTURES = sorted(p.name[: -len(".expected.json")] for p in LOGS.glob("*.expected.json"))
@@ -23,6 +24,13 @@ def lines_of(name: str) -> list[str]:
 
 def expected(name: str) -> dict:
     return json.loads((LOGS / f"{name}.expected.json").read_text())
+
+
+def parse_fixture(name: str, lines=None) -> ledger.Ledger:
+    """A fixture parsed as the runner would: with the arguments its expected file names (`parse_args`: the -ts a
+    -sm tensor server ran with, which the log does not print)."""
+    args = expected(name).get("parse_args") or {}
+    return parse(lines_of(name) if lines is None else lines, **args)
 
 
 def buffers_json(d: dict) -> dict:
@@ -41,6 +49,13 @@ def extra_value(led: ledger.Ledger, key: str):
         "breakdown_projected_rows": lambda: len(led.breakdown_projected),
         "breakdown_projected_tables": lambda: len(led.breakdown_projected_tables),
         "failure": lambda: led.failure.split(" (")[0] if led.failure else None,
+        "meta_devices": lambda: led.meta["devices"] if led.meta else None,
+        "meta_shares": lambda: led.meta["shares"] if led.meta else None,
+        "meta_exact": lambda: led.meta["exact"] if led.meta else None,
+        "meta_estimated": lambda: led.meta["estimated"] if led.meta else None,
+        "input_mib": lambda: {n: b.input_mib for t in (led.devices, led.host) for n, b in t.items()
+                              if b.input_mib is not None},
+        "rs_mib": lambda: {n: b.rs_mib for t in (led.devices, led.host) for n, b in t.items() if b.rs_mib is not None},
     }
     return special[key]() if key in special else getattr(led, key)
 
@@ -59,7 +74,7 @@ def test_fixture_set_is_broad_enough():
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_contract(name):
     exp = expected(name)
-    got = parse(lines_of(name)).to_json()
+    got = parse_fixture(name).to_json()
     assert {k: got[k] for k in CONTRACT} == {k: exp[k] for k in CONTRACT}
     assert buffers_json(got["devices"]) == exp["devices"]
     assert buffers_json(got["host"]) == exp["host"]
@@ -67,7 +82,7 @@ def test_fixture_contract(name):
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_details(name):
-    led = parse(lines_of(name))
+    led = parse_fixture(name)
     for key, value in expected(name)["extra"].items():
         assert extra_value(led, key) == value, key
     assert led.errors == []
@@ -77,7 +92,7 @@ def test_fixture_details(name):
 def test_fixture_survives_crlf_ansi_prefixes_and_noise(name):
     """Windows line ends, colour codes, docker / journald prefixes and unrelated lines change nothing."""
     lines = lines_of(name)
-    base = parse(lines).to_json()
+    base = parse_fixture(name, lines).to_json()
     rng = random.Random(name)
     noisy = []
     for i, line in enumerate(lines):
@@ -85,7 +100,7 @@ def test_fixture_survives_crlf_ansi_prefixes_and_noise(name):
         noisy.append(prefix + line + "\x1b[0m\r")
         if rng.random() < 0.2:
             noisy.append(rng.choice(["", "GET /health 200", "srv  update_slots: all slots are idle", "|||", "= 12 MiB"]))
-    got = parse(noisy).to_json()
+    got = parse_fixture(name, noisy).to_json()
     for key in (*CONTRACT, "devices", "host"):
         assert got[key] == base[key], key
 
@@ -121,8 +136,8 @@ PP_CASES = [
                   "llama_context: compute buffer allocation failed, retrying without pipeline parallelism"],
                  False, None, id="retry-without"),
     pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=4)"], True, 4, id="old-n_copies-4"),
-    # n_copies is only a printed number: without a `sched copies` line the "enabled" line decides (issue 3)
-    pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=1)"], True, 1, id="old-n_copies-1"),
+    # one copy overlaps nothing: the old form's n_copies=1 is off, like `sched copies = 1` (issue 18)
+    pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=1)"], False, 1, id="old-n_copies-1"),
     pytest.param(["llama_context: pipeline parallelism enabled (n_copies=4)",
                   "llama_context: compute buffer allocation failed, retrying without pipeline parallelism"],
                  False, 4, id="old-retry"),
@@ -184,7 +199,7 @@ BUFFER_CASES = [
                  id="output"),
     pytest.param("sched_reserve:       MTL0 compute buffer size =  2161.01 MiB", "MTL0", "compute_mib", 2161.01,
                  id="compute"),
-    pytest.param("llama_new_context_with_model:  CUDA_Host input buffer size   =    13.02 MiB", "CUDA_Host", "compute_mib",
+    pytest.param("llama_new_context_with_model:  CUDA_Host input buffer size   =    13.02 MiB", "CUDA_Host", "input_mib",
                  13.02, id="2024-input-buffer"),
     pytest.param("0.01.790.616 I load_tensors:       Meta() model buffer size = 12952.69 MiB", "Meta()", "model_mib",
                  12952.69, id="meta-device"),
@@ -329,3 +344,119 @@ FAILURE_CASES = [
 def test_failure_reason(line, reason):
     got = ledger.failure_reason([line])
     assert (got.split(" (")[0] if got else None) == reason
+
+
+# ---------------------------------------------------------------- issue 18: -sm tensor, dropped pipelines, input
+# buffers, ollama
+
+# What the two rpc-servers allocated themselves (GGML_RPC_DEBUG=1, SOURCES.md), per device: model, KV, compute MiB
+RPC_ALLOCATED = {
+    "rpc-b11312-sm-tensor": [(41584640, 16777216, 16787488), (41584640, 16777216, 16787488)],
+    "rpc-b11312-sm-tensor-ts31": [(62359552, 25165824, 16787488), (20809728, 8388608, 16787488)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(RPC_ALLOCATED))
+def test_meta_buffers_are_attributed_to_the_devices_as_the_rpc_servers_allocated_them(name):
+    """llama.cpp prints one `Meta()` line per buffer, its largest per-device part; each device's share comes out
+    as the rpc-servers' own allocation logs say: compute and KV exactly, weights within 0.05 MiB (-ts 3,1: the
+    smaller device's weights are an estimate by its share)."""
+    led = parse_fixture(name)
+    assert "Meta()" not in led.devices and led.meta["attributed"]
+    got = [led.devices[d] for d in led.meta["devices"]]
+    for b, (model, kv, compute) in zip(got, RPC_ALLOCATED[name], strict=True):
+        assert b.kv_mib == round(kv / ledger.MIB, 2) and b.compute_mib == round(compute / ledger.MIB, 2)
+        assert abs(b.model_mib - model / ledger.MIB) < 0.05
+    assert round(sum(b.kv_mib for b in got), 2) == led.kv.size_mib  # the KV summary is the whole cache
+    assert led.meta["printed"]["Meta()"]["model_mib"] == max(b.model_mib for b in got)
+    assert set(memory.kv_bytes_per_token(led)) == set(led.meta["devices"])  # tokens priced per device
+
+
+def test_meta_attribution_says_how_it_was_made_and_what_the_log_cannot_tell():
+    led = parse_fixture("rpc-b11312-sm-tensor-ts31")
+    note = ledger.meta_note(led.meta)
+    assert "largest per-device part" in note and "0.75:0.25" in note
+    assert "Exact per device: kv, compute" in note and "Estimated: model" in note and "NCCL" in note
+    text = inspect_view.render(led)
+    assert "Tensor split (-sm tensor)" in text and "Meta(): model 59.47" in text
+
+
+def test_meta_buffers_whose_devices_the_log_does_not_name_stay_one_device():
+    led = parse_fixture("tp-2026-05-meta-rs-excerpt")
+    assert list(led.devices) == ["Meta()"] and led.devices["Meta()"].rs_mib == 124.69
+    assert led.meta["attributed"] is False and "names no member devices" in ledger.meta_note(led.meta)
+
+
+def test_meta_members_from_the_device_lines_or_from_a_named_meta_buffer():
+    base = ["load_tensors:       Meta() model buffer size =  7218.64 MiB",
+            "sched_reserve:     Meta() compute buffer size =  1000.00 MiB"]
+    explicit = ["llama_prepare_model_devices: creating a Meta device with 2 devices",
+                "llama_prepare_model_devices: - device 0: CUDA0", "llama_prepare_model_devices: - device 1: CUDA1"]
+    led = parse(explicit + base)
+    assert {n: b.compute_mib for n, b in led.devices.items()} == {"CUDA0": 1000.0, "CUDA1": 1000.0}
+    # should llama.cpp name the buffer type after its devices, the name says which they are
+    led = parse([line.replace("Meta()", "Meta(ROCm0,ROCm1,ROCm2)") for line in base], tensor_split=[2, 1, 1])
+    assert {n: b.model_mib for n, b in led.devices.items()} == {"ROCm0": 7218.64, "ROCm1": 3609.32, "ROCm2": 3609.32}
+
+
+def test_pipeline_parallelism_dropped_by_llama_cpp_is_off_and_inspect_says_why():
+    led = parse_fixture("rpc-b11312-pp-dropped")
+    assert led.pipeline_parallel is False and led.pp_retry and led.sched_copies == 1
+    assert ledger.pp_label_of(led.to_json()) == ledger.DROPPED  # not "on, 1 copy": llama.cpp gave it up
+    text = inspect_view.render(led)
+    assert "Pipeline parallelism: DROPPED" in text and "failed to allocate RPC0[127.0.0.1:51812] buffer" in text
+    assert "This run failed" not in text  # the retry loaded: an allocation failed on the way, the run did not
+    failed = parse_fixture("rpc-b11312-pp-dropped-then-failed")
+    assert failed.context_failed and "This run failed: out of memory" in inspect_view.render(failed)
+
+
+def test_input_buffers_are_their_own_figure():
+    led = parse_fixture("cuda-2024-01-input-buffer")
+    host = led.host["CUDA_Host"]
+    assert (host.input_mib, host.compute_mib, host.total()) == (6.01, 5.0, 11.01)
+    assert "input" in inspect_view.render(led) and led.to_json()["host"]["CUDA_Host"]["input_mib"] == 6.01
+
+
+def test_ollama_engine_records_fill_the_ledger():
+    led = parse_fixture("ollama-2025-09-engine-journald")
+    cpu = led.host["CPU"]
+    assert (cpu.model_mib, cpu.kv_mib, cpu.compute_mib) == (13107.2, 300.0, 109.2) and led.wrapper == "ollama"
+    assert (led.layers_offloaded, led.layers_total) == (0, 25)  # llama.cpp's words inside msg="…"
+    assert "ollama" in inspect_view.render(led)
+
+
+def test_ollama_records_repeat_whole_and_the_last_stands():
+    rec = 'time=2025-07-18T14:50:57.066Z level=INFO source=ggml.go:365 msg="model weights" buffer={} size="{}"'
+    graph = 'time=2025-07-18T14:50:58.130Z level=INFO source=ggml.go:672 msg="compute graph" backend={} ' \
+            'buffer_type={} size="{}"'
+    lines = [rec.format("CUDA0", "11.5 GiB"), graph.format("CUDA0", "CUDA0", "0 B"),
+             graph.format("CPU", "CUDA_Host", "8.0 MiB"),
+             graph.format("CUDA0", "CUDA0", "1.2 GiB"), graph.format("CPU", "CUDA_Host", "24.0 MiB")]
+    led = parse(lines)
+    assert led.devices["CUDA0"].compute_mib == 1228.8 and led.host["CUDA_Host"].compute_mib == 24.0
+    assert led.devices["CUDA0"].model_mib == 11776.0
+
+
+def test_logfmt_values_unquote_like_go():
+    rec = ledger.logfmt('time=x level=ERROR source=sched.go:1 msg="error loading llama server" '
+                        'error="llama runner process has terminated: \\"out of memory\\"\\nline two" n=3')
+    assert rec["msg"] == "error loading llama server" and rec["n"] == "3"
+    assert rec["error"] == 'llama runner process has terminated: "out of memory"\nline two'
+    assert ledger.logfmt("llama_context: n_ctx = 4096") is None
+
+
+def test_the_models_metadata_behind_a_journald_prefix_is_never_a_buffer():
+    lines = lines_of("ollama-2024-01-journald-cuda")
+    hostile = ("Jan 30 09:12:13 ollama-host ollama[5307]: llama_model_loader: - kv   1: general.name str = "
+               "CUDA7 model buffer size = 999.00 MiB")
+    assert "CUDA7" not in parse([hostile, *lines]).devices
+    assert parse(lines).wrapper == "ollama"
+
+
+def test_every_host_buffer_type_is_kept_apart():
+    led = parse_fixture("rpc-b11312-cpu-repack")
+    assert {n: b.model_mib for n, b in led.host.items() if b.model_mib} == {"CPU_Mapped": 205.82, "CPU_REPACK": 7.73}
+    amx = parse_fixture("cpu-2026-amx-model-buffer")
+    assert {n: b.model_mib for n, b in amx.host.items()} == {"AMX": 1325.25, "CPU_Mapped": 1186.25}
+    text = inspect_view.render(led)
+    assert "CPU_REPACK" in text

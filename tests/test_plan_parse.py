@@ -58,6 +58,28 @@ def test_parse_dry_run(fixture, n_ctx, reduced, copies, pp, expect):
     assert all(d.free_mib == 24105 for d in dr.devices)
 
 
+def test_host_buffer_types_beside_host_are_kept_not_dropped():
+    """Issue 18: llama.cpp's table lists buffer types that ggml does not call host buffers (CPU_REPACK, AMX) on
+    rows of their own; they are system RAM, not a device. The real Gemma 3 270M Q4_K_M dry run: 7 MiB of repacked
+    weights."""
+    dr = plan.parse_dry_run(lines("server-dry-gemma3-270m-cpu-repack.log"))
+    assert [d.name for d in dr.devices] == ["RPC0", "RPC1"]
+    assert [(h.name, h.model_mib, h.context_mib, h.compute_mib) for h in dr.host_buffers] == [
+        ("CPU_REPACK", 7.0, 0.0, 0.0)]
+    assert (dr.host.model_mib, dr.host.context_mib) == (198.0, 26.0)
+    cp = _cp("gemma", "kv", 1, 4096, [21.02, 21.02], 24.27)
+    cp.host_buffers = dr.host_buffers
+    p = plan.Plan(study="demo", backend="cpu-rpc", target="cpu-rpc", model={}, model_standin=False, llama_cpp="b1",
+                  configs=[cp], skipped={}, copies_costs=[], seconds=1.0)
+    from rich.console import Console
+
+    con = Console(width=250, record=True)
+    con.print(plan.render(p))
+    text = con.export_text()
+    assert "CPU_REPACK (host)" in text and "7 / 0 / 0" in text
+    assert p.to_json()["configs"][0]["host_buffers"][0]["used_mib"] == 7.0
+
+
 def test_parse_dry_run_keys_rpc_buffers_by_endpoint():
     # both RPC devices' buffers print as RPC0[host:port]; here RPC1's endpoint is printed first
     dr = plan.parse_dry_run(lines("server-dry-no-pp-blas-kv-f16-f16-c36352.log"))

@@ -83,3 +83,53 @@ def test_effective_study_round_trips_through_toml(ref, overrides):
     st, _ = study.load(ref, overrides)
     again = study.parse(__import__("tomllib").loads(study.to_toml(st)))
     assert again == st
+
+
+def test_split_modes_preset_has_every_mode_as_an_arm():
+    st, _ = study.load("split-modes")
+    arms = {b.name: (b.args, b.cmake, b.min_devices) for b in st.builds}
+    assert arms == {
+        "copies4": ([], {}, None),
+        "copies1": ([], {"GGML_SCHED_MAX_COPIES": 1}, None),
+        "no-pp-override": (["-ot", "no_such_tensor=CPU"], {}, None),
+        "sm-tensor": (["-sm", "tensor"], {}, 2),
+        "sm-row": (["-sm", "row"], {}, 2),
+        "sm-none": (["-sm", "none"], {}, 2),
+    }
+    assert [s.args for s in st.settings] == [["-ctk", "f16", "-ctv", "f16"]]  # tensor split with unquantized KV
+    passes = study.expand(st)
+    assert [p.config.id for p in passes] == [f"{b}|kv-f16" for b in arms]
+    assert [p.config.min_devices for p in passes] == [1, 1, 1, 2, 2, 2]
+    again = study.parse(__import__("tomllib").loads(study.to_toml(st)))
+    assert again == st
+
+
+def test_pipeline_parallel_preset_gains_tensor_split_where_there_are_two_devices():
+    st, _ = study.load("pipeline-parallel")
+    tensor = next(b for b in st.builds if b.name == "sm-tensor")
+    assert (tensor.args, tensor.cmake, tensor.min_devices) == (["-sm", "tensor"], {}, 2)
+    assert [b.name for b in st.builds][:4] == ["copies4", "copies1", "no-pp-blas", "no-pp-override"]
+
+
+@pytest.mark.parametrize("value, ok", [(1, True), (2, True), (0, False), (-1, False), ("two", False)])
+def test_min_devices_is_a_count(value, ok):
+    data = {"name": "x", "builds": [{"name": "a", "min_devices": value}],
+            "settings": [{"name": "s", "min_devices": value}]}
+    if ok:
+        st = study.parse(data)
+        assert study.configs(st)[0].min_devices == value
+    else:
+        with pytest.raises(ConfigError, match=r"builds\[0\] \(a\)\.min_devices"):
+            study.parse(data)
+
+
+@pytest.mark.parametrize("devices, backend, n", [
+    ({}, "cpu-rpc", 2),
+    ({"count": 3}, "cuda", 3),
+    ({"count": 4}, "cpu", 1),  # the host alone, whatever the count
+    ({"count": 1, "rpc": ["10.0.0.2:50052"]}, "cpu-rpc", 2),
+    ({"backend": "rpc", "rpc": ["10.0.0.2:50052", "10.0.0.3:50052"]}, "rpc", 2),
+])
+def test_rig_devices(devices, backend, n):
+    st = study.parse({"name": "x", "builds": [{"name": "a"}], "devices": devices})
+    assert study.rig_devices(st, backend) == n

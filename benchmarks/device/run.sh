@@ -7,15 +7,20 @@
 #                                           # (RUN_FLAGS="--crosscheck" skips the fit-off reloads to save ~20 s)
 #   bash benchmarks/device/run.sh study-bg  # (and vulkan-bg) the study stage in its own session, so it may outlast one call (10
 #                                           # minutes) while the machine stays warm; call it again to wait for it
+#   bash benchmarks/device/run.sh split-modes-bg  # the study stage on benchmarks/split-modes-h200/study.toml (after
+#                                           # `build`: it needs the same two builds), in its own session as study-bg
 #   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
 #   bash benchmarks/device/run.sh vulkan-bg # Vulkan on NVIDIA's driver, in its own session (call again to wait):
 #                                           # doctor, the Vulkan build, the PCI-id check, plans (8B and 27B shapes),
 #                                           # the study of benchmarks/vulkan-h200/, report, export (the `vulkan` stage;
 #                                           # `vulkan-build` makes the build alone). Needs .carry-vk/ (the Vulkan
 #                                           # toolchain and GL .debs: bash scripts/vulkan-toolchain.sh --debs .carry-vk --gl)
+#   bash benchmarks/device/run.sh tensor-ledger  # issue 18: real `-sm tensor` logs on two virtual CUDA devices (equal
+#                                           # shares and -ts 3,1), NVML's per-process figure after each load, and
+#                                           # `llamalab inspect` of each; one file back: tensor-ledger.tar.gz (after `build`)
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
-stage=${1:?stage: build, study, validate, vulkan-build or vulkan}
+stage=${1:?stage: build, study, split-modes, validate, vulkan-build or vulkan}
 study=${STUDY:-benchmarks/h200/study.toml}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -49,7 +54,7 @@ case "$stage" in
     if [ -f "$work/rc" ]; then echo "build finished: rc=$(cat "$work/rc")"; cat "$work/builds.json";
     else echo "build still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
     ;;
-  study-bg|vulkan-bg)
+  study-bg|vulkan-bg|split-modes-bg)
     inner=${stage%-bg}; work=/tmp/llamalab-$inner; mkdir -p "$work/out"
     if [ ! -f "$work/rc" ] && { [ ! -f "$work/pid" ] || ! kill -0 "$(cat "$work/pid")" 2>/dev/null; }; then
       setsid bash -c "OUT='$work/out' bash '$0' $inner > '$work/stdout.txt' 2>&1; echo \$? > '$work/rc'" &
@@ -60,7 +65,10 @@ case "$stage" in
     else tail -5 "$work/stdout.txt"; tail -3 "$work/out/stderr.txt" 2>/dev/null
       echo "$inner still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
     ;;
-  study)
+  study|split-modes)
+    # split-modes: the split-modes study (layer with 4 and 1 copies and without pipeline parallelism, tensor, row,
+    # none); the same steps and files as `study`
+    [ "$stage" = split-modes ] && study=${STUDY:-benchmarks/split-modes-h200/study.toml}
     # at most 8 files come back: stderr of every step goes to one file
     ll plan "$study" --json > "$OUT/plan.json" 2> "$OUT/stderr.txt"; echo "plan rc=$? in $(( $(date +%s) - t0 )) s"
     tail -3 "$OUT/stderr.txt"
@@ -136,6 +144,35 @@ case "$stage" in
     tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs/$run_id" . 2>/dev/null
     python3 benchmarks/vulkan-h200/side_by_side.py "$OUT/report.json" "$OUT/plan-27b.json"
     echo "vulkan stage: done in $(( $(date +%s) - t0 )) s"
+    ;;
+  tensor-ledger)
+    # -sm tensor prints its buffers as `Meta() … buffer size`: llamalab attributes them to the devices they span
+    # (ledger.split_meta). Here: the CUDA log to check the lines against, and NVML's figure to check the sum.
+    work=/tmp/tensor-ledger; rm -rf "$work"; mkdir -p "$work"
+    bin=$(python3 -c "import json; print(json.load(open('/tmp/llamalab-build/builds.json'))[0]['bin_dir'])") ||
+      { echo "run the build stage first"; exit 1; }
+    model=$(python3 -c "import os; from pathlib import Path; from llamalab.llamacpp import models
+print(models.synthetic(models.preset('8b'), Path(os.environ['LLAMALAB_HOME'])))") || exit 1
+    for ts in "" "3,1"; do
+      name=tensor${ts:+-ts${ts/,/}}
+      GGML_CUDA_DEVICES=2 "$bin/llama-server" -m "$model" -lv 4 -fa on -ngl 999 -sm tensor ${ts:+-ts $ts} \
+        -c ${TENSOR_CTX:-32768} -np 4 -kvu --host 127.0.0.1 --port 18093 > "$work/$name.log" 2>&1 &
+      pid=$!
+      for _ in $(seq 1 300); do
+        python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:18093/health', timeout=2)" \
+          2> /dev/null && break
+        kill -0 $pid 2>/dev/null || break; sleep 1
+      done
+      nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader > "$work/$name.nvml.txt" 2>&1
+      echo "llama-server pid $pid" >> "$work/$name.nvml.txt"
+      kill -INT $pid 2>/dev/null; wait $pid
+      ll inspect --json ${ts:+--tensor-split $ts} "$work/$name.log" > "$work/$name.ledger.json"
+      ll inspect ${ts:+--tensor-split $ts} "$work/$name.log" > "$work/$name.inspect.txt"
+      echo "== $name"; grep -E "Meta|creating a Meta|- device|sched copies" "$work/$name.log" | head -12
+      cat "$work/$name.nvml.txt"; head -20 "$work/$name.inspect.txt"
+    done
+    tar czf "$OUT/tensor-ledger.tar.gz" -C "$work" .
+    echo "tensor-ledger stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   validate)
     # one file back: everything this stage writes goes into validate.tar.gz

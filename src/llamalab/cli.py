@@ -149,10 +149,18 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
         click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
                    f"(re-render with `llamalab report {run_id}`)", err=True)
     if not measured:
+        from .report import summary
+
         why = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "") if failed else \
             "no trial finished without failed requests"
-        click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
-                   "failed.", err=True)
+        inapplicable = summary.not_applicable_lines(data)
+        if not failed and inapplicable:
+            click.echo(f"error: nothing was measured: no configuration applies to this rig "
+                       f"({'; '.join(inapplicable[:3])}{' …' if len(inapplicable) > 3 else ''}). Run {run_id} is "
+                       "marked failed.", err=True)
+        else:
+            click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
+                       "failed.", err=True)
         click.echo("tip: the reasons are in the report and in each configuration's llama-server.log under "
                    f"{opts.runs_dir / run_id / 'logs'}.", err=True)
         sys.exit(EXIT_NOTHING_MEASURED)
@@ -196,6 +204,8 @@ def _print_table(data) -> None:
                                            "TTFT p50 (ms)", "ITL p50 (ms)"], body)
     for line in summary.not_measured(data):
         console.print(T("not measured: ", "yellow") + T(line))
+    for line in summary.not_applicable_lines(data):
+        console.print(T("not applicable: ", "yellow") + T(line.replace(": not applicable on this rig — ", ": ", 1)))
     for line in summary.memory_lines(data) + context.sentences(data):
         console.print(T("• " + line))
     key = summary.key_speed_lines(data)
@@ -277,15 +287,18 @@ def demo(**kw) -> None:
 @click.option("--model", type=click.Path(path_type=Path), default=None, help="A GGUF model file to study.")
 @_study_options
 def run(study, model, **kw) -> None:
-    """Run a study: a preset name (pipeline-parallel, demo) or a study .toml file.
+    """Run a study: a preset name (pipeline-parallel, split-modes, demo) or a study .toml file.
 
     Exit code 0 when every configuration was measured, 3 when some failed (the others are in the report), 4 when
-    nothing was measured (the run is stored as failed); 1 or 2 for other errors, 130 when interrupted. Only one
-    run at a time is measured in a database: a second `run` while one is running is refused.
+    nothing was measured (the run is stored as failed); 1 or 2 for other errors, 130 when interrupted. An arm the
+    rig cannot run (too few devices, or a mode llama.cpp refuses here, such as -sm row on CUDA) is "not
+    applicable": said once with the reason, and not a failure. Only one run at a time is measured in a database: a
+    second `run` while one is running is refused.
 
     \b
     Examples:
       llamalab run pipeline-parallel --model ~/models/qwen3-8b-q4_k_m.gguf
+      llamalab run split-modes --model m.gguf     # layer (4, 1 copies, no pipeline), -sm tensor, row, none
       llamalab run pipeline-parallel --model m.gguf --llama-bin ~/llama-b11312   # a release archive
       llamalab run my-study.toml --set devices.count=2
       llamalab run pipeline-parallel --resume 20261129-101500-ab12cd
@@ -491,21 +504,34 @@ def import_cmd(file, db) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("log", type=click.File("r", encoding="utf-8", errors="replace"))
 @click.option("--json", "as_json", is_flag=True, help="Print the ledger as JSON.")
-def inspect(log, as_json) -> None:
+@click.option("--tensor-split", "tensor_split", metavar="LIST", default=None,
+              help="The -ts the server ran with (e.g. 3,1): under -sm tensor it divides the Meta() device's weights "
+                   "and KV cache between its devices (the log does not print it; without it, equal shares).")
+def inspect(log, as_json, tensor_split) -> None:
     """Read any llama.cpp / llama-server log (or - for stdin) and show where memory went: MiB per device
-    (model / KV / compute / output), pipeline parallelism and its copies, context, graph splits, and, when
-    pipeline parallelism is on, the estimated saving with one scheduler copy in MiB and tokens of context.
+    (model / KV / compute / output) and per host buffer type, pipeline parallelism and its copies (and whether
+    llama.cpp dropped it), context, graph splits, and, when pipeline parallelism is on, the estimated saving with
+    one scheduler copy in MiB and tokens of context. Reads ollama's server logs too (journald lines and its
+    `msg="…"` records). Under -sm tensor the Meta() buffers are attributed to the devices they span.
 
     \b
     Examples:
       llamalab inspect server.log
       llama-server ... -lv 4 2>&1 | tee server.log; llamalab inspect --json server.log
       pbpaste | llamalab inspect -
+      journalctl -u ollama --no-pager | llamalab inspect -
+      llamalab inspect --tensor-split 3,1 tensor-split.log
     """
     from .report import inspect_view
-    from .llamacpp import ledger
+    from .llamacpp import argv, ledger
 
-    led = ledger.parse(log.read().splitlines())
+    split = None
+    if tensor_split is not None:
+        split = argv.tensor_split(["-ts", tensor_split])
+        if not split:
+            raise ConfigError(f"--tensor-split {tensor_split!r} is not a list of numbers.",
+                              tip="give the proportions as llama-server takes them, e.g. --tensor-split 3,1")
+    led = ledger.parse(log.read().splitlines(), tensor_split=split)
     if as_json:
         click.echo(json.dumps(inspect_view.inspect_json(led), indent=2))
     else:

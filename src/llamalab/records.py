@@ -101,7 +101,7 @@ class ConfigOutcome:
 
     build: str
     setting: str
-    status: str  # "ok" | "failed" | "skipped"
+    status: str  # "ok" | "failed" | "skipped" | "not-applicable" | "running" | "interrupted"
     reason: str | None = None
     server_argv: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)

@@ -13,8 +13,12 @@ Reads the lines llama-cpp-facts.md §2 lists, in every format llama.cpp printed 
   `graph[ (pp bs=…, tg bs=…)]: nodes = N[ / M], splits = S[ / T]`.
 Also: context sizes (`n_ctx`, `n_ctx_per_seq`, `n_ctx_seq`), offloaded layers, `--fit` lines, memory-breakdown tables
 (projected during fit, final at exit: kept apart), compute-buffer allocation failures and the retry without
-pipeline parallelism. Lines may carry timestamps, level letters, CRLF, ANSI colours, JSONL wrapping
-(`--log-jsonl`), or be interleaved with unrelated output; pastes may be truncated.
+pipeline parallelism (with the allocation that failed before it), early-2024 `input buffer` lines (their own
+figure), and `-sm tensor`'s Meta device: `creating a Meta device … - device i: NAME` and `Meta() … buffer size`
+lines, attributed to those devices (split_meta). Lines may carry timestamps, level letters, `[pid]`, CRLF, ANSI
+colours, JSONL wrapping (`--log-jsonl`), journald prefixes, or be ollama's `time=… level=… msg="…"` records (their
+message read as a line; ollama's engine's `model weights` / `kv cache` / `compute graph` summaries as buffers), or
+be interleaved with unrelated output; pastes may be truncated.
 
 How a log maps to one ledger:
 - A ledger describes the *last* model load in the log. A model buffer line after a context has started begins a
@@ -35,10 +39,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-KINDS = ("model", "kv", "rs", "compute", "output")
+KINDS = ("model", "kv", "rs", "compute", "output", "input")
 MIB = 1024 * 1024
 
 
@@ -51,6 +55,7 @@ class Buffers:
     rs_mib: float | None = None
     compute_mib: float | None = None
     output_mib: float | None = None
+    input_mib: float | None = None  # early 2024: graph inputs in a buffer of their own (`CUDA_Host input buffer`)
 
     def add(self, kind: str, mib: float) -> None:
         attr = f"{kind}_mib"
@@ -138,6 +143,9 @@ class Ledger:
     mmproj_compute: dict[str, float] = field(default_factory=dict)  # clip (multimodal projector) compute buffers
     lora: dict[str, float] = field(default_factory=dict)
     build: str | None = None
+    meta: dict | None = None  # -sm tensor: the printed Meta() buffers and how they were attributed (see split_meta)
+    pp_dropped_reason: str | None = None  # the allocation that failed before llama.cpp retried without the pipeline
+    wrapper: str | None = None  # "ollama" where the lines came from ollama's records or its server log
     failure: str | None = None  # failure_reason() of the same lines
     n_loads: int = 0  # model loads seen; the ledger describes the last
     errors: list[str] = field(default_factory=list)
@@ -152,10 +160,13 @@ class Ledger:
 
     def to_json(self) -> dict:
         """Plain JSON: every field, with `devices`/`host` as {name: {model_mib, kv_mib, compute_mib, output_mib,
-        rs_mib, total_mib}} (MiB as printed, 2 decimals; null where the log had no such line)."""
+        rs_mib, input_mib, total_mib}} (MiB as printed, 2 decimals; null where the log had no such line). Under
+        `-sm tensor` `devices` holds the Meta() buffers attributed to the devices they span; `meta` keeps what
+        llama.cpp printed and how it was attributed."""
 
         def bufs(d: dict[str, Buffers]) -> dict:
-            return {k: {**{a: getattr(v, a) for a in ("model_mib", "kv_mib", "compute_mib", "output_mib", "rs_mib")},
+            return {k: {**{a: getattr(v, a) for a in ("model_mib", "kv_mib", "compute_mib", "output_mib", "rs_mib",
+                                                      "input_mib")},
                         "total_mib": v.total()} for k, v in d.items()}
 
         out = asdict(self)
@@ -169,6 +180,11 @@ class Ledger:
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|\^\[\[[0-9;]*m|\[[0-9]{1,2}(?:;[0-9]{1,2})*m")
 _PREFIX = re.compile(r"\s*(?:\[\d+\]\s+)?\d+\.\d{2}\.\d{3}\.\d{3}\s+[DITWE]\s+")
+# journald / syslog: `Jan 30 09:12:13 host ollama[5307]: `, `9月 02 14:46:54 host ollama[1756203]: `, `mai 17 …`, or
+# journalctl -o short-iso's `2025-09-02T14:46:54+0800 host ollama[1756203]: `
+_SYSLOG = re.compile(r"(?:[^\s\d]{1,12}|\d{1,2}月)\s{1,2}\d{1,2}\s+\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?"
+                     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?")
+_SYSLOG_TAIL = re.compile(r"\s+[^\s\[\]]{1,255}\s+(?P<proc>[^\s\[\]:]{1,128})\[\d{1,10}\]:\s?")
 # No line the ledger reads is longer than a few hundred characters; a longer one (a model name full of blanks,
 # a paste with no newlines) keeps its first and last MAX_LINE/2 characters, so no line costs more than a bounded
 # amount of matching.
@@ -197,6 +213,8 @@ def clean(line: str) -> str:
     if "\r" in line:
         line = line.replace("\r", "")
     line = line.strip()
+    if "]: " in line[:400] and (m := _SYSLOG.match(line)) and (t := _SYSLOG_TAIL.match(line, m.end())):
+        line = line[t.end():].strip()
     if line[:1].isdigit() or line[:1] == "[":
         if m := _PREFIX.match(line):
             line = line[m.end():].lstrip()
@@ -213,8 +231,66 @@ def is_host(name: str) -> bool:
             or base.upper() in ("AMX", "HOST"))
 
 
-def _lines(raw_lines: Iterable) -> Iterable[str]:
-    """Cleaned lines: CR splits a line, JSONL records (`--log-jsonl`) are unwrapped to their message."""
+OLLAMA_RECORD = "ollama-record:"  # how _lines passes one of ollama's own memory records on to _line
+_OLLAMA_KINDS = {"model weights": "model", "kv cache": "kv", "compute graph": "compute"}
+_LOGFMT_PAIR = re.compile(r'([\w.]{1,64})=("(?:[^"\\]|\\.){0,8192}"|[^\s"]{0,1024})')
+_GO_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
+_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB)$")
+_HUMAN_MIB = {"B": 1 / MIB, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0, "TiB": 1024.0 * 1024}
+
+
+def _go_unquote(v: str) -> str:
+    if len(v) < 2 or v[0] != '"' or v[-1] != '"':
+        return v
+    body, out, i = v[1:-1], [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            out.append(_GO_ESCAPES.get(body[i + 1], "\\" + body[i + 1]))
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def logfmt(line: str) -> dict[str, str] | None:
+    """The key=value pairs of one of ollama's (Go slog) records `time=… level=… source=… msg="…" k=v …`, values
+    unquoted; None for any other line."""
+    if not line.startswith("time=") or " msg=" not in line:
+        return None
+    pairs = {}
+    for m in _LOGFMT_PAIR.finditer(line):
+        if len(pairs) >= 64:
+            break
+        pairs.setdefault(m.group(1), _go_unquote(m.group(2)))
+    return pairs if "msg" in pairs else None
+
+
+def _human_mib(size: str) -> float | None:
+    """ollama's format.HumanBytes2 (`11.9 GiB`, `680.0 MiB`, `0 B`) in MiB."""
+    m = _HUMAN.match(size.strip())
+    return round(float(m.group(1)) * _HUMAN_MIB[m.group(2)], 2) if m else None
+
+
+def _ollama_lines(rec: dict[str, str]) -> Iterable[str]:
+    """An ollama record as lines for _line: its message (llama.cpp's own words where ollama relays them:
+    `offloaded 41/41 layers to GPU`), and its memory summaries as OLLAMA_RECORD lines."""
+    msg = rec["msg"]
+    kind = _OLLAMA_KINDS.get(msg)
+    size = _human_mib(rec.get("size", "")) if kind else None
+    name = rec.get("device") or rec.get("buffer_type") or rec.get("buffer") or rec.get("backend")
+    if kind and size is not None and name and " " not in name and "|" not in name:
+        yield f"{OLLAMA_RECORD} {kind} | {name} | {size:.2f} | {rec.get('backend') or ''}"
+        return
+    for m in msg.split("\n"):
+        yield clean(m)
+
+
+def _lines(raw_lines: Iterable, seen: dict | None = None) -> Iterable[str]:
+    """Cleaned lines: CR splits a line, JSONL records (`--log-jsonl`) are unwrapped to their message, journald
+    prefixes are dropped, and ollama's `time=… level=… msg="…"` records give their message (and memory
+    summaries, see _ollama_lines)."""
     for raw in raw_lines:
         text = raw if isinstance(raw, str) else (raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray)
                                                   else str(raw))
@@ -234,7 +310,16 @@ def _lines(raw_lines: Iterable) -> Iterable[str]:
                             for m in msg.split("\n"):
                                 yield clean(m)
                         continue  # fit_memory_breakdown and other structured records repeat the text lines
-            yield clean(part)
+            line = clean(part)
+            at = line.find("time=", 0, 300)  # ollama's record, maybe behind a prefix clean() does not know
+            if at >= 0 and (at == 0 or line[at - 1] == " ") and (rec := logfmt(line[at:])) is not None:
+                if seen is not None:
+                    seen["ollama"] = True
+                yield from _ollama_lines(rec)
+                continue
+            if seen is not None and "ollama[" in part[:400] and not seen.get("ollama"):
+                seen["ollama"] = bool(_SYSLOG_TAIL.search(part[:400]))
+            yield line
 
 
 # ---------------------------------------------------------------- patterns
@@ -292,6 +377,9 @@ _DEVICE_MEM_HEAD = re.compile(r"-\s+(?P<name>[^\s:]+)\s+:\s+")
 _DEVICE_MEM_TAIL = re.compile(r"\((\d+) MiB,\s*(\d+) MiB free\)")
 _BUILD = re.compile(r"\bbuild(?:\s*=|:)?\s*(\d+)\s*\((\w{1,64})\)")
 _DRAFT = re.compile(r"draft (?:model|context)|mtp draft")  # on the lower-cased line
+_META_DEVICE = re.compile(r"creating a Meta device (?:for tensor parallelism )?(?:from|with) (\d+) devices")
+_META_MEMBER = re.compile(r"- device (\d+): (?P<name>[^\s(]{1,128})(?:\s+\((?P<desc>[^()]{0,256})\))?")
+_ENDPOINT_DESC = re.compile(r"^\[?[\w.:-]{1,200}\]?:\d{1,5}$")
 _MMPROJ = re.compile(r"(?:compute_meta|clip_\w{1,64}|mtmd_\w{1,64})\s*:")
 
 
@@ -400,6 +488,7 @@ class _Ctx:
     kv: dict[str, float] = field(default_factory=dict)
     rs: dict[str, float] = field(default_factory=dict)
     output: dict[str, float] = field(default_factory=dict)
+    input: dict[str, float] = field(default_factory=dict)
     compute: dict[str, float] = field(default_factory=dict)
     pass_open: bool = False
     summaries: list[KvSummary] = field(default_factory=list)
@@ -421,6 +510,11 @@ class _State:
     breakdown: list[BreakdownRow] | None = None
     fit_args_next: bool = False
     fit_phase: bool = False  # between a --fit start line and the real model load: tables are projections
+    alloc_fail_line: str | None = None  # the first failed allocation since the last retry without the pipeline
+    meta_expect: int = 0  # "- device i: NAME" lines still to come after "creating a Meta device … N devices"
+    meta_members: list[str] = field(default_factory=list)  # the devices the Meta() device spans, in its order
+    ollama: dict[str, dict[str, float]] = field(default_factory=dict)  # ollama's last memory summary: kind → name → MiB
+    ollama_round: set[str] = field(default_factory=set)  # backends of the current "compute graph" round
 
     def ctx(self) -> _Ctx:
         if not self.ctxs:
@@ -453,13 +547,17 @@ class _State:
         return any(c.started for c in self.ctxs)
 
 
-def parse(lines: Iterable) -> Ledger:
-    """Parse llama.cpp / llama-server log lines into a Ledger. Never raises."""
+def parse(lines: Iterable, *, tensor_split: Sequence[float] | None = None) -> Ledger:
+    """Parse llama.cpp / llama-server log lines into a Ledger. Never raises.
+
+    `tensor_split` is the `-ts` the server ran with, where the caller knows it (the log does not print it): under
+    `-sm tensor` it says how the Meta() device's weights and KV cache divide between its devices (split_meta)."""
     led = Ledger()
     st = _State(led=led)
     failure: tuple[str, str] | None = None  # the likeliest failure since the last context finished
+    seen: dict = {}
     try:
-        for line in _lines(lines):
+        for line in _lines(lines, seen):
             if not line:
                 continue
             try:
@@ -485,6 +583,13 @@ def parse(lines: Iterable) -> Ledger:
         led.failure = _failure_text(failure)
     except Exception as e:
         led.errors.append(f"{type(e).__name__}: {e}")
+    try:
+        if seen.get("ollama"):
+            led.wrapper = "ollama"
+        _ollama_finish(st)
+        split_meta(led, st.meta_members, tensor_split)
+    except Exception as e:
+        led.errors.append(f"{type(e).__name__}: {e}")
     return led
 
 
@@ -497,9 +602,47 @@ def _metadata_line(st: _State, line: str) -> None:
         setattr(st.led, m.group(1), int(m.group(2)))
 
 
+def _ollama_record(st: _State, line: str) -> None:
+    """One of ollama's memory summaries (`model weights`, `kv cache`, `compute graph`: per device, or per backend
+    and buffer type in mid-2025 builds). A summary repeats whole for every load attempt and every graph
+    reservation; the last one stands."""
+    try:
+        kind, name, mib, backend = (p.strip() for p in line[len(OLLAMA_RECORD):].split("|"))
+        val = float(mib)
+    except ValueError:
+        return
+    cur = st.ollama
+    if kind == "model" and (cur.get("kv") or cur.get("compute")):
+        cur.clear()  # a new summary (another load attempt)
+        st.ollama_round = set()
+    if kind == "compute" and backend:
+        if backend in st.ollama_round:  # another graph reservation: it replaces the previous one
+            cur["compute"] = {}
+            st.ollama_round = set()
+        st.ollama_round.add(backend)
+        table = cur.setdefault("compute", {})
+        table[name] = round(table.get(name, 0.0) + val, 2)
+        return
+    cur.setdefault(kind, {})[name] = val
+
+
+def _ollama_finish(st: _State) -> None:
+    """ollama's engine prints no llama.cpp buffer lines; its own last summary fills the ledger then."""
+    led = st.led
+    if not st.ollama or led.devices or led.host:
+        return
+    for kind, table in st.ollama.items():
+        for name, mib in table.items():
+            (led.host if is_host(name) else led.devices).setdefault(name, Buffers()).add(kind, mib)
+    led.wrapper = "ollama"
+
+
 def _line(st: _State, line: str, low: str) -> None:
     """One cleaned line; `low` is it lower-cased. Each pattern runs only where its keyword is in the line."""
     led = st.led
+    if line.startswith(OLLAMA_RECORD):
+        _ollama_record(st, line)
+        return
     # memory breakdown tables: a header, then "| - NAME | numbers |" rows
     if st.breakdown is not None:
         row = _breakdown_match(line) if "-" in line else None
@@ -534,6 +677,13 @@ def _line(st: _State, line: str, low: str) -> None:
             led.fit_ctx_from = led.fit_ctx_to = led.fit_status = None
     if "draft" in low and _DRAFT.search(low):
         st.draft_mode = True
+    if "Meta device" in line and (m := _META_DEVICE.search(line)):
+        st.meta_expect, st.meta_members = min(int(m.group(1)), MAX_TABLE_ROWS), []
+        return
+    if st.meta_expect and "- device" in line and (m := _META_MEMBER.search(line)):
+        st.meta_expect -= 1
+        st.meta_members.append(_member_name(m.group("name"), m.group("desc")))
+        return
 
     if "buffer size" in line:
         found = False
@@ -591,8 +741,12 @@ def _line(st: _State, line: str, low: str) -> None:
     if retry:
         c = st.ctx()
         c.scalars["pp_retry"] = True
+        c.scalars.setdefault("pp_dropped_reason", st.alloc_fail_line)
+        st.alloc_fail_line = None
         c.compute.clear()
         c.pass_open = False
+    elif st.alloc_fail_line is None and ("fail" in low or "out of memory" in low) and _oom(low):
+        st.alloc_fail_line = line[:240]  # what did not fit, should llama.cpp retry without pipeline parallelism
     if "fail" in line:
         if _ALLOC_FAIL.search(line):
             st.ctx().scalars["compute_alloc_failed"] = True
@@ -669,6 +823,7 @@ def _maybe_new_load(st: _State) -> None:
     """A model line after a context started: a new model load (unless a draft model is loading)."""
     if st.draft_mode or not st.any_context():
         return
+    st.alloc_fail_line = None
     st.model.clear()
     st.ctxs = []
     st.led.draft = False
@@ -677,7 +832,7 @@ def _maybe_new_load(st: _State) -> None:
 
 
 def _buffer(st: _State, line: str, name: str, kind: str, mib: float) -> None:
-    kind = {"model": "model", "KV": "kv", "RS": "rs", "compute": "compute", "output": "output", "input": "compute",
+    kind = {"model": "model", "KV": "kv", "RS": "rs", "compute": "compute", "output": "output", "input": "input",
             "LoRA": "lora", "DSV4": "rs", "": "model"}.get(kind, "")
     if not kind:
         return
@@ -723,6 +878,8 @@ def _add_buffer(st: _State, line: str, name: str, kind: str, mib: float) -> None
         target[name] = round(target.get(name, 0.0) + mib, 2)
         if kind == "kv":
             c.pending[name] = round(c.pending.get(name, 0.0) + mib, 2)
+    elif kind == "input":  # early 2024: the graph inputs' own buffer, printed once per context
+        c.input[name] = round(c.input.get(name, 0.0) + mib, 2)
     else:  # output
         c.output[name] = round(c.output.get(name, 0.0) + mib, 2)
 
@@ -789,7 +946,7 @@ def _finish(st: _State) -> None:
     for name, mib in st.model.items():
         table(name).add("model", mib)
     for c in ([main] if main else []) + drafts:
-        for kind, d in (("kv", c.kv), ("rs", c.rs), ("output", c.output), ("compute", c.compute)):
+        for kind, d in (("kv", c.kv), ("rs", c.rs), ("output", c.output), ("input", c.input), ("compute", c.compute)):
             for name, mib in d.items():
                 table(name).add(kind, mib)
     if any(c.kv or c.compute or c.output or c.rs for c in drafts):
@@ -805,6 +962,8 @@ def _finish(st: _State) -> None:
             setattr(led, key, sc[key])
     led.pp_enabled_line = bool(sc.get("pp_enabled_line"))
     led.pp_retry = bool(sc.get("pp_retry"))
+    if led.pp_retry:
+        led.pp_dropped_reason = sc.get("pp_dropped_reason") or "the compute buffers did not fit"
     led.compute_alloc_failed = bool(sc.get("compute_alloc_failed"))
     led.alloc_failures = list(sc.get("alloc_failures", []))
     led.context_failed = main.failed and not main.ended
@@ -825,26 +984,182 @@ def _finish(st: _State) -> None:
 
 
 def _pp_state(led: Ledger) -> bool | None:
-    """Issue 3's rule: `sched copies = N` decides where printed (pipeline_parallel = N > 1), because the "enabled"
-    line also prints when the build has one copy; otherwise an "enabled" line (either form) not followed by a retry
-    without it means on, and a retry line means off; a log that says none of these gives None. The N of an old
-    "enabled (n_copies=N)" line is only a printed number (`n_copies`), not a verdict."""
-    if led.sched_copies is not None:
-        return led.sched_copies > 1
+    """Pipeline parallelism is on only with more than one scheduler copy: one copy overlaps nothing. So the
+    number of copies decides where the log prints one — `sched copies = N` (2026), else the N of an old
+    `pipeline parallelism enabled (n_copies=N)` line (the scheduler's own count, printed by the same call) — and
+    N = 1 is off in either form. A retry without pipeline parallelism is off. Otherwise a bare "enabled" line
+    means on (the copies are not printed: llama.cpp's default is 4); a log that says none of these gives None."""
     if led.pp_retry:
         return False
+    if led.sched_copies is not None:
+        return led.sched_copies > 1
+    if led.pp_enabled_copies is not None:
+        return led.pp_enabled_copies > 1
     if led.pp_enabled_line:
         return True
     return None
 
 
+# ---------------------------------------------------------------- -sm tensor: the Meta() device
+
+EXACT_ON_EVERY_DEVICE = ("compute", "output", "input")  # one allocation of the printed size on every device
+
+
+def _member_name(name: str, desc: str | None) -> str:
+    """A Meta device member as its buffers are named: rpc devices print as `RPC0 (host:port)` in the device list
+    but their buffers as `RPC0[host:port]`."""
+    if desc and name.startswith("RPC") and "[" not in name and _ENDPOINT_DESC.match(desc.strip()):
+        return f"{name}[{desc.strip()}]"
+    return name
+
+
+def is_meta(name: str) -> bool:
+    return name.startswith("Meta(")
+
+
+def _shares(n: int, tensor_split: Sequence[float] | None) -> tuple[list[float], str]:
+    """Each device's share of a split tensor: `-ts` where given (llama.cpp reads the first n values; missing ones
+    are 0), else equal (llama.cpp's default when -ts is absent or all zero)."""
+    ts = [max(0.0, float(x)) for x in (tensor_split or [])][:n]
+    ts += [0.0] * (n - len(ts))
+    total = sum(ts)
+    if total <= 0:
+        return [1.0 / n] * n, "equal"
+    return [x / total for x in ts], "-ts"
+
+
+def split_meta(led: Ledger, members: Sequence[str], tensor_split: Sequence[float] | None = None) -> None:
+    """Attribute the buffers of a Meta() device (`-sm tensor`) to the devices it spans, in place.
+
+    What llama.cpp prints (ggml-backend-meta.cpp, b11312): a Meta buffer's size is the LARGEST of its per-device
+    buffers, and its name is `Meta()` (the device list is lost to a moved-from vector), so the members come from
+    the `creating a Meta device … - device i: NAME` lines. Per kind:
+    - compute, output, input: allocated with the same size on every device — exact.
+    - KV cache / recurrent state: split by heads in the proportion of -ts (equal without it); the cache's summary
+      line (`size = X MiB`) is the whole unsplit cache, so the device with the largest share holds the printed
+      figure and the others share the rest — exact in total, an estimate per device past two devices.
+    - model: split tensors follow -ts, but norms and other small tensors are mirrored on every device; the log
+      has no total, so each device is charged printed × its share / the largest share — exact for the largest,
+      an estimate (upper bound) for the others.
+    Not in the log at all: the meta backend's temporary reduction buffers and the communication library's own
+    memory (NCCL/RCCL), which the driver check shows as unaccounted."""
+    metas = [n for n in led.devices if is_meta(n)]
+    if not metas:
+        return
+    record: dict = {"printed": {}, "devices": [], "shares": [], "shares_from": None, "kv_total_mib": None,
+                    "exact": [], "estimated": [], "attributed": False, "note": ""}
+    led.meta = record
+    for name in metas:
+        b = led.devices[name]
+        record["printed"][name] = {f"{k}_mib": getattr(b, f"{k}_mib") for k in KINDS}
+    inner = [p.strip() for p in metas[0][5:-1].split(",") if p.strip()] if metas[0].endswith(")") else []
+    devs = list(inner or members)
+    record["devices"] = devs
+    if not devs:
+        record["note"] = ("the log names no member devices (no \"creating a Meta device\" lines): the Meta() buffers "
+                          "stay as one device")
+        return
+    shares, source = _shares(len(devs), tensor_split)
+    record["shares"], record["shares_from"] = [round(x, 4) for x in shares], source
+    top = max(range(len(devs)), key=lambda i: shares[i])
+    printed = Buffers()
+    for name in metas:
+        b = led.devices.pop(name)
+        for k in KINDS:
+            v = getattr(b, f"{k}_mib")
+            if v is not None:
+                printed.add(k, v)
+    per: dict[str, Buffers] = {d: Buffers() for d in devs}
+    exact, estimated = [], []
+    for k in KINDS:
+        v = getattr(printed, f"{k}_mib")
+        if v is None:
+            continue
+        if k in EXACT_ON_EVERY_DEVICE:
+            for d in devs:
+                per[d].add(k, v)
+            exact.append(k)
+            continue
+        total = _cache_total(led, metas, k) if k in ("kv", "rs") else None
+        if total is not None and total + 0.01 >= v and len(devs) > 1:
+            rest = [i for i in range(len(devs)) if i != top]
+            rest_share = sum(shares[i] for i in rest)
+            for i, d in enumerate(devs):
+                got = v if i == top else (total - v) * (shares[i] / rest_share if rest_share else 0.0)
+                per[d].add(k, round(got, 2))
+            if k == "kv":
+                record["kv_total_mib"] = round(total, 2)
+            (exact if len(devs) == 2 else estimated).append(k)
+        else:
+            for i, d in enumerate(devs):
+                per[d].add(k, round(v * shares[i] / shares[top], 2))
+            (exact if len(devs) == 1 else estimated).append(k)
+    for d, b in per.items():
+        target = led.devices.setdefault(d, Buffers())
+        for k in KINDS:
+            v = getattr(b, f"{k}_mib")
+            if v is not None:
+                target.add(k, v)
+    for cache in (*led.kv_caches, *led.rs_caches):
+        _split_cache_buffers(cache, metas, devs, shares, top)
+    record["exact"], record["estimated"], record["attributed"] = exact, estimated, True
+    record["note"] = meta_note(record)
+
+
+def _cache_total(led: Ledger, metas: list[str], kind: str) -> float | None:
+    """The whole (unsplit) size of the caches held by the Meta() buffers, from their summary lines."""
+    caches = led.kv_caches if kind == "kv" else led.rs_caches
+    sizes = [c.size_mib for c in caches if c.size_mib is not None and any(m in c.buffers for m in metas)]
+    return round(sum(sizes), 2) if sizes else None
+
+
+def _split_cache_buffers(cache: KvSummary, metas: list[str], devs: list[str], shares: list[float], top: int) -> None:
+    """A cache summary's Meta() buffer replaced by its devices' parts (so KV bytes per token are per device)."""
+    printed = sum(cache.buffers.pop(m) for m in metas if m in cache.buffers) if any(m in cache.buffers for m in metas) \
+        else None
+    if printed is None:
+        return
+    total = cache.size_mib if cache.size_mib is not None and cache.size_mib + 0.01 >= printed else None
+    rest_share = sum(s for i, s in enumerate(shares) if i != top)
+    for i, d in enumerate(devs):
+        if total is not None and len(devs) > 1:
+            got = printed if i == top else (total - printed) * (shares[i] / rest_share if rest_share else 0.0)
+        else:
+            got = printed * shares[i] / shares[top]
+        cache.buffers[d] = round(cache.buffers.get(d, 0.0) + got, 2)
+
+
+def meta_note(record: dict | None) -> str:
+    """One sentence on how a -sm tensor ledger's per-device figures were made, and what the log cannot tell."""
+    if not record:
+        return ""
+    if not record.get("attributed"):
+        return record.get("note") or ""
+    devs = ", ".join(record["devices"])
+    how = ("equal shares (no -ts)" if record.get("shares_from") == "equal" else
+           "the -ts shares " + ":".join(f"{s:g}" for s in record.get("shares") or []))
+    exact = ", ".join(record.get("exact") or []) or "none"
+    est = ", ".join(record.get("estimated") or []) or "none"
+    return (f"-sm tensor: llama.cpp prints each Meta() buffer once, as its largest per-device part; attributed to "
+            f"{devs} by {how}. Exact per device: {exact} (compute and output are allocated at the printed size on "
+            f"every device; the KV cache's summary gives its whole size). Estimated: {est} (weights: mirrored tensors "
+            "are not in the log, so other devices are charged by their share). Not in the log: the meta backend's "
+            "reduction buffers and NCCL/RCCL's own memory — the driver check shows them as unaccounted.")
+
+
 ONE_COPY = "on, 1 copy (no extra copies)"
+DROPPED = "off (llama.cpp dropped it: the compute buffers did not fit)"
 
 
-def pp_label(pipeline_parallel: bool | None, copies: int | None, enabled_line: bool | None = None) -> str:
+def pp_label(pipeline_parallel: bool | None, copies: int | None, enabled_line: bool | None = None,
+             dropped: bool = False) -> str:
     """Pipeline parallelism in the one vocabulary every output uses: "on, 4 copies"; "on, 1 copy (no extra
     copies)" where llama.cpp set it up (it prints "pipeline parallelism enabled") with one scheduler copy, which
-    overlaps nothing and allocates nothing extra, so in memory and speed it is as good as off; "off"; "unknown"."""
+    overlaps nothing and allocates nothing extra, so in memory and speed it is as good as off (pipeline_parallel
+    is False); DROPPED where llama.cpp retried without it because the compute buffers did not fit; "off";
+    "unknown"."""
+    if dropped:
+        return DROPPED
     if copies is not None and copies > 1 and pipeline_parallel is not False:
         return f"on, {copies} copies"
     if copies == 1 and enabled_line:
@@ -857,8 +1172,13 @@ def pp_label(pipeline_parallel: bool | None, copies: int | None, enabled_line: b
 
 
 def pp_label_of(ledger: dict) -> str:
-    """`pp_label` of a stored ledger (Ledger.to_json)."""
-    return pp_label(ledger.get("pipeline_parallel"), ledger.get("sched_copies"), ledger.get("pp_enabled_line"))
+    """`pp_label` of a stored ledger (Ledger.to_json): the copies as printed in either form (`sched copies = N`,
+    else the old `(n_copies=N)`)."""
+    copies = ledger.get("sched_copies")
+    if copies is None:
+        copies = ledger.get("pp_enabled_copies")
+    return pp_label(ledger.get("pipeline_parallel"), copies, ledger.get("pp_enabled_line"),
+                    dropped=bool(ledger.get("pp_retry")))
 
 
 # ---------------------------------------------------------------- failures

@@ -90,6 +90,17 @@ class RunData:
                 v = None
         return int(v) if v else None
 
+    def server_argv(self, build: str, setting: str) -> list[str]:
+        """The llama-server command the last successful configuration of (build, setting) ran ([] where unknown)."""
+        for c in reversed(self.configs):
+            if c["build"] == build and c["setting"] == setting and c["status"] == "ok":
+                try:
+                    argv = json.loads(c.get("server_argv_json") or "[]")
+                except ValueError:
+                    return []
+                return [str(a) for a in argv] if isinstance(argv, list) else []
+        return []
+
     def ledger_for(self, build: str, setting: str) -> dict | None:
         for c in reversed(self.configs):
             if c["build"] == build and c["setting"] == setting and c.get("ledger") and c["status"] == "ok":
@@ -134,6 +145,13 @@ def device_labels(names: list[str]) -> list[str]:
 def compute_by_label(ledger: dict) -> dict[str, float | None]:
     names = device_names(ledger)
     return {lab: ledger["devices"][n].get("compute_mib") for lab, n in zip(device_labels(names), names)}
+
+
+def host_by_type(ledger: dict) -> dict[str, float]:
+    """Every host buffer type (CPU, CPU_Mapped, CPU_REPACK, AMX, CUDA_Host …) with its total MiB (weights, KV,
+    compute, output and input together), in the log's order."""
+    kinds = ("model_mib", "kv_mib", "rs_mib", "compute_mib", "output_mib", "input_mib")
+    return {name: round(sum(b.get(k) or 0.0 for k in kinds), 2) for name, b in (ledger.get("host") or {}).items()}
 
 
 def host_compute(ledger: dict) -> float | None:

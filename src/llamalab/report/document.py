@@ -6,14 +6,15 @@ suffix (`requests_json` → `requests`). Each configuration carries its `ledger`
 Any other table of the run (`crosschecks`, …) appears top-level under its name, one readable row per stored row.
 Derived parts: `rows` (the seed table, every concurrency level), `throughput`, `comparisons`, `memory`, `context`
 (fitted context per configuration, predicted vs measured difference), `decision_table` (per setting: the rows by
-use), `pp_gain` (pipeline parallelism's gain per workload cell and the crossover sentence) and `recommendation`.
+use), `pp_gain` (pipeline parallelism's gain per workload cell and the crossover sentence), `not_applicable` (each arm
+that does not apply to the rig, once, with llama.cpp's or llamalab's reason) and `recommendation`.
 """
 
 from __future__ import annotations
 
 import json
 
-from . import context, grid, recommend, speed, tables, verdict, versions
+from . import context, grid, recommend, speed, summary, tables, verdict, versions
 from .data import RunData
 
 FORMAT = "llamalab-report"
@@ -103,11 +104,13 @@ def document(data: RunData, *, seed: int = 0) -> dict:
         "throughput": speed.throughput_table(data),
         "comparisons": speed.comparisons(data, seed=seed),
         "memory": verdict.memory_comparisons(data),
+        "memory_notes": summary.ledger_notes(data),
         "context": context.rows(data),
         "versions": versions.rows(data) if versions.applies(data) else [],
         "decision_table": {s: [r.as_json() for r in recommend.decision_table(data, s)]
                            for s in verdict.study_settings(data)},
         "pp_gain": _pp_gain(data, seed),
+        "not_applicable": summary.not_applicable(data),
         "recommendation": recommend.recommendation(data),
     }
     for name, rows in other_tables(data).items():

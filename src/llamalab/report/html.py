@@ -229,6 +229,10 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
     missing = summary.not_measured(data)
     if missing:
         parts += ["<h2>Not measured</h2>", "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in missing) + "</ul>"]
+    inapplicable = summary.not_applicable_lines(data)
+    if inapplicable:
+        parts += ["<h2>Not applicable on this rig</h2>",
+                  "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in inapplicable) + "</ul>"]
     rep = summary.reproduce(data)
     if rep:
         parts.append("<h2>How each configuration was run</h2>")

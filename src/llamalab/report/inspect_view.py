@@ -8,11 +8,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ..llamacpp import memory
-from ..llamacpp.ledger import ONE_COPY, Buffers, Ledger, pp_label
+from ..llamacpp.ledger import ONE_COPY, Buffers, Ledger, meta_note, pp_label
 from ..safetext import plain
 
 COLUMNS = (("model", "model_mib"), ("KV", "kv_mib"), ("RS", "rs_mib"), ("compute", "compute_mib"),
-           ("output", "output_mib"))
+           ("output", "output_mib"), ("input", "input_mib"))
+OPTIONAL = {"RS": "rs_mib", "input": "input_mib"}  # columns shown only where some buffer has them
 
 
 def inspect_json(led: Ledger) -> dict:
@@ -34,9 +35,11 @@ def _tokens(n: int | None) -> str:
 
 
 def buffer_table(led: Ledger) -> Table:
-    """One row per device, then per host buffer type: model / KV / (RS) / compute / output / total MiB."""
-    show_rs = any(b.rs_mib for b in (*led.devices.values(), *led.host.values()))
-    cols = [c for c in COLUMNS if c[0] != "RS" or show_rs]
+    """One row per device, then per host buffer type (CPU, CPU_Mapped, CPU_REPACK, AMX, CUDA_Host …): model / KV /
+    (RS) / compute / output / (input) / total MiB."""
+    bufs = (*led.devices.values(), *led.host.values())
+    shown = {label for label, attr in OPTIONAL.items() if any(getattr(b, attr) for b in bufs)}
+    cols = [c for c in COLUMNS if c[0] not in OPTIONAL or c[0] in shown]
     t = Table(title="Memory per buffer (MiB, as llama.cpp printed it)", title_justify="left")
     t.add_column("buffer")
     t.add_column("where")
@@ -57,6 +60,19 @@ def buffer_table(led: Ledger) -> Table:
     return t
 
 
+def meta_lines(led: Ledger) -> list[str]:
+    """-sm tensor: what llama.cpp printed for the Meta() device, and how the table's per-device rows were made."""
+    if not led.meta:
+        return []
+    printed = "; ".join(f"{name}: " + ", ".join(f"{k[:-4]} {_mib(v)}" for k, v in figs.items() if v is not None)
+                        for name, figs in led.meta.get("printed", {}).items())
+    out = [f"Tensor split (-sm tensor): llama.cpp printed {printed} MiB (each the largest per-device part)"]
+    note = meta_note(led.meta)
+    if note:
+        out.append("  " + note)
+    return out
+
+
 def _sum(table: dict[str, Buffers], attr: str) -> float | None:
     vals = [getattr(b, attr) for b in table.values() if getattr(b, attr) is not None]
     return round(sum(vals), 2) if vals else None
@@ -65,19 +81,23 @@ def _sum(table: dict[str, Buffers], attr: str) -> float | None:
 def pp_line(led: Ledger) -> str:
     """Pipeline parallelism's state in the vocabulary of every llamalab output (`ledger.pp_label`), and the
     evidence for it."""
-    if led.sched_copies is not None:
-        state = pp_label(led.pipeline_parallel, led.sched_copies, led.pp_enabled_line and not led.pp_retry)
+    if led.pp_retry:
+        asked = f" with n_copies={led.pp_enabled_copies}" if led.pp_enabled_copies else ""
+        after = f"; it then ran with sched copies = {led.sched_copies}" if led.sched_copies is not None else ""
+        return (f"Pipeline parallelism: DROPPED — llama.cpp set it up{asked}, its compute buffers did not fit "
+                f"({led.pp_dropped_reason or 'no allocation failure printed'}), and it retried without pipeline "
+                f"parallelism (\"compute buffer allocation failed, retrying without pipeline parallelism\"){after}. "
+                "Whatever the build's copies, this configuration ran with pipeline parallelism off.")
+    copies = led.sched_copies if led.sched_copies is not None else led.pp_enabled_copies
+    if copies is not None:
+        state = pp_label(led.pipeline_parallel, copies, led.pp_enabled_line)
         extra = (" — llama.cpp prints \"pipeline parallelism enabled\", but with one scheduler copy nothing is "
                  "overlapped and nothing extra allocated: in memory and speed it is as good as off"
                  if state == ONE_COPY else "")
-        retry = "; compute allocation failed and llama.cpp retried without it" if led.pp_retry else ""
-        return f"Pipeline parallelism: {state}, sched copies = {led.sched_copies}{retry}{extra}"
-    if led.pp_retry:
-        return ("Pipeline parallelism: off: the compute buffers did not fit, llama.cpp retried without it"
-                + (f" (it had asked for n_copies={led.pp_enabled_copies})" if led.pp_enabled_copies else ""))
+        how = f"sched copies = {copies}" if led.sched_copies is not None else f"n_copies = {copies}"
+        return f"Pipeline parallelism: {state}, {how}{extra}"
     if led.pp_enabled_line:
-        return ("Pipeline parallelism: on" + (f", n_copies = {led.pp_enabled_copies}" if led.pp_enabled_copies
-                                            else ", copies not printed (llama.cpp's default is 4)"))
+        return "Pipeline parallelism: on, copies not printed (llama.cpp's default is 4)"
     return "Pipeline parallelism: unknown (the log prints neither \"pipeline parallelism enabled\" nor \"sched copies\")"
 
 
@@ -184,6 +204,12 @@ def render(led: Ledger, width: int = 110) -> str:
     else:
         con.print("No buffer lines found. llama.cpp prints them at verbosity 4 (-lv 4); paste the log from the "
                   "start of the model load.")
+    for line in meta_lines(led):
+        con.print(line)
+    if led.wrapper == "ollama":
+        con.print("Read from an ollama log: llama.cpp's lines (raw, or relayed in ollama's `msg=` records) and, where "
+                  "ollama's own engine ran, its memory summaries (`model weights`, `kv cache`, `compute graph`), which "
+                  "print sizes to 0.1 MiB/GiB.")
     if led.draft:
         con.print("Includes a draft model (speculative decoding): its buffers are added to the same devices.")
     if led.mmproj_compute:

@@ -89,6 +89,9 @@ def render(data: RunData) -> str:
     missing = summary.not_measured(data)
     if missing:
         out += ["## Not measured", ""] + [f"- {s}" for s in missing] + [""]
+    inapplicable = summary.not_applicable_lines(data)
+    if inapplicable:
+        out += ["## Not applicable on this rig", ""] + [f"- {s}" for s in inapplicable] + [""]
     splits = summary.split_table(data)
     if splits:
         out += ["## Graph splits and buffers per device", "",

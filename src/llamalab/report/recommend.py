@@ -160,7 +160,11 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
     mem = _memory(data, scope.setting, build)
     if mem:
         a.freed_mib = -sum(v for v in mem["compute_delta_mib"].values() if v is not None)
-        if mem["weights_moved"]:
+        if mem["weights_moved"] and mem["candidate_split_mode"] != mem["baseline_split_mode"]:
+            # a split mode's own placement: stated, but not the warning meant for an override that moves weights
+            a.notes.append(f"split mode {mem['candidate_split_mode']} places the weights otherwise "
+                           f"({mem['weights_moved_text']})")
+        elif mem["weights_moved"]:
             a.moved = True
             a.costs.append(Claim("weights", f"moves weights ({mem['weights_moved_text']}): not a no-op"))
         grown = {d: v for d, v in mem["compute_delta_mib"].items() if v is not None and v > 1.0}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from ..llamacpp.applicability import NOT_APPLICABLE
 from . import speed, verdict
 from .data import RunData
 
@@ -55,10 +56,45 @@ def system_items(data: RunData) -> list[tuple[str, str]]:
     return items
 
 
+def not_applicable(data: RunData) -> list[dict]:
+    """Each arm that does not apply to the rig, once: {build, settings (those it was ruled out for; all of the
+    study's when `every_setting`), reason, by ("llama.cpp" where llama.cpp refused it at load, else "llamalab":
+    the arm's min_devices)}. An arm ruled out for the same reason under several settings is one entry."""
+    settings = verdict.study_settings(data)
+    groups: dict[tuple[str, str], dict] = {}
+    for c in data.configs:
+        if c["status"] != NOT_APPLICABLE:
+            continue
+        reason = c.get("reason") or "no reason recorded"
+        g = groups.setdefault((c["build"], reason), {"build": c["build"], "settings": [], "reason": reason})
+        if c["setting"] not in g["settings"]:
+            g["settings"].append(c["setting"])
+    builds_seen = {b for b, _ in groups}
+    for b in data.builds:  # a build ruled out with no configuration row (a run made by hand)
+        if b["status"] == NOT_APPLICABLE and b["name"] not in builds_seen:
+            reason = b.get("reason") or "no reason recorded"
+            groups[(b["name"], reason)] = {"build": b["name"], "settings": list(settings), "reason": reason}
+    out = []
+    for g in groups.values():
+        g["every_setting"] = set(settings) <= set(g["settings"])
+        g["by"] = "llama.cpp" if g["reason"].startswith("llama.cpp:") else "llamalab"
+        out.append(g)
+    return out
+
+
+def not_applicable_lines(data: RunData) -> list[str]:
+    """One line per arm that does not apply to the rig, with its reason (llama.cpp's own words where it refused)."""
+    out = []
+    for g in not_applicable(data):
+        where = g["build"] if g["every_setting"] else f"{g['build']} × {', '.join(g['settings'])}"
+        out.append(f"{where}: not applicable on this rig — {g['reason']}")
+    return out
+
+
 def not_measured(data: RunData) -> list[str]:
     out = []
     for b in data.builds:
-        if b["status"] != "ok":
+        if b["status"] not in ("ok", NOT_APPLICABLE):  # not-applicable arms have their own section
             out.append(f"build {b['name']}: {b['status']} — {b['reason'] or 'no reason recorded'}")
     for c in data.configs:
         if c["status"] == "failed":
@@ -82,7 +118,28 @@ def _once(items: list) -> list:
 
 
 def memory_lines(data: RunData) -> list[str]:
-    return verdict.memory_sentences(data)
+    return verdict.memory_sentences(data) + ledger_notes(data)
+
+
+def ledger_notes(data: RunData) -> list[str]:
+    """Per configuration that loaded, what its ledger needs said beside the figures: how -sm tensor's Meta()
+    buffers were attributed to devices (and what the log cannot tell), pipeline parallelism that llama.cpp
+    dropped, and figures read from an ollama log."""
+    from ..llamacpp.ledger import meta_note
+
+    out = []
+    for c in data.ok_configs():
+        led = c.get("ledger") or {}
+        where = f"{c['build']} × {c['setting']}"
+        if led.get("meta"):
+            out.append(f"{where}: {meta_note(led['meta'])}")
+        if why := verdict.pp_dropped(led):
+            out.append(f"{where}: llama.cpp DROPPED pipeline parallelism (\"compute buffer allocation failed, retrying "
+                       f"without pipeline parallelism\"; {why}): it ran with pipeline parallelism off, whatever its "
+                       "build's copies, and is no pipeline arm in a comparison of copies.")
+        if led.get("wrapper") == "ollama":
+            out.append(f"{where}: read from an ollama log (its own memory summaries print sizes to 0.1 MiB/GiB).")
+    return _once(out)
 
 
 def split_rows(data: RunData) -> list[dict]:
@@ -90,7 +147,7 @@ def split_rows(data: RunData) -> list[dict]:
     compute and KV buffers — where a backend that cannot run an op hands it to the CPU, the splits and the copies of
     their inputs show it (the q8_0 question of the Vulkan study)."""
     from . import tables
-    from .data import compute_by_label, device_labels, device_names, host_compute
+    from .data import compute_by_label, device_labels, device_names, host_by_type, host_compute
 
     out = []
     order = tables._order(data)
@@ -103,7 +160,7 @@ def split_rows(data: RunData) -> list[dict]:
         out.append({"build": c["build"], "setting": c["setting"], "splits": led.get("graph_splits"),
                     "splits_tg": led.get("graph_splits_tg"), "copies": led.get("sched_copies"),
                     "compute_mib": compute_by_label(led), "kv_mib": kv, "compute_host_mib": host_compute(led),
-                    "n_ctx": led.get("n_ctx")})
+                    "host_mib": host_by_type(led), "input_mib": verdict.input_total(led), "n_ctx": led.get("n_ctx")})
     return out
 
 
@@ -115,15 +172,19 @@ def split_table(data: RunData) -> tuple[list[str], list[list[str]]] | None:
     if not rows:
         return None
     devs = list(dict.fromkeys(k for r in rows for k in r["compute_mib"]))
+    hosts = list(dict.fromkeys(k for r in rows for k in r["host_mib"]))
+    inputs = any(r["input_mib"] is not None for r in rows)
     head = (["Build", "Setting", "Graph splits (batch / 1 token)", "Copies"] + [f"Compute {d} (MiB)" for d in devs]
-            + ["Compute host (MiB)"] + [f"KV {d} (MiB)" for d in devs] + ["Context (tokens)"])
+            + ["Compute host (MiB)"] + [f"KV {d} (MiB)" for d in devs] + [f"Host {h} (MiB)" for h in hosts]
+            + (["Input buffers (MiB)"] if inputs else []) + ["Context (tokens)"])
     body = []
     for r in rows:
         splits = (f"{r['splits']} / {r['splits_tg']}" if r["splits_tg"] not in (None, r["splits"])
                   else _fmt(r["splits"]))
         body.append([r["build"], r["setting"], splits, _fmt(r["copies"]),
                      *[_fmt(r["compute_mib"].get(d)) for d in devs], _fmt(r["compute_host_mib"]),
-                     *[_fmt(r["kv_mib"].get(d)) for d in devs], _fmt(r["n_ctx"])])
+                     *[_fmt(r["kv_mib"].get(d)) for d in devs], *[_fmt(r["host_mib"].get(h)) for h in hosts],
+                     *([_fmt(r["input_mib"])] if inputs else []), _fmt(r["n_ctx"])])
     return head, _once(body)
 
 

@@ -3,8 +3,9 @@ setting's baseline, the weights any configuration moved, and the context differe
 
 from __future__ import annotations
 
+from ..llamacpp import argv
 from ..llamacpp.ledger import pp_label_of
-from .data import RunData, compute_by_label, device_labels, device_names, host_compute
+from .data import RunData, compute_by_label, device_labels, device_names, host_by_type, host_compute
 
 MOVED_MIB = 0.01  # model buffers print to 0.01 MiB: any larger difference means weights moved
 
@@ -75,6 +76,7 @@ def memory_comparisons(data: RunData) -> list[dict]:
                 continue
             bc, cc = compute_by_label(base), compute_by_label(led)
             moved = weights_moved(base, led)
+            modes = (argv.split_mode(data.server_argv(base_name, setting)), argv.split_mode(data.server_argv(b, setting)))
             out.append({
                 "setting": setting, "baseline": base_name, "candidate": b,
                 "compute_delta_mib": {d: _delta(cc.get(d), bc.get(d)) for d in bc},
@@ -83,12 +85,32 @@ def memory_comparisons(data: RunData) -> list[dict]:
                 "kv_delta_mib": _deltas(by_label(led, "kv_mib"), by_label(base, "kv_mib")),
                 "weights_moved": moved,
                 "weights_moved_text": moved_text(moved) or None,
+                # another split mode places the weights differently by design: the move is what it is, not a side
+                # effect of an arm meant to change something else
+                "baseline_split_mode": modes[0], "candidate_split_mode": modes[1],
                 "baseline_copies": base.get("sched_copies"), "candidate_copies": led.get("sched_copies"),
                 "baseline_pp": pp_label_of(base), "candidate_pp": pp_label_of(led),
                 "baseline_n_ctx": base.get("n_ctx"), "candidate_n_ctx": led.get("n_ctx"),
                 "n_ctx_delta": _delta(led.get("n_ctx"), base.get("n_ctx")),
+                "host_delta_mib": _deltas(host_by_type(led), host_by_type(base)),
+                "input_delta_mib": _delta(input_total(led), input_total(base)),
+                "baseline_pp_dropped": pp_dropped(base), "candidate_pp_dropped": pp_dropped(led),
             })
     return out
+
+
+def pp_dropped(ledger: dict) -> str | None:
+    """Why llama.cpp dropped pipeline parallelism in this configuration (its retry without it), or None."""
+    if not ledger.get("pp_retry"):
+        return None
+    return ledger.get("pp_dropped_reason") or "the compute buffers did not fit"
+
+
+def input_total(ledger: dict) -> float | None:
+    """MiB of early-2024 graph-input buffers (`CUDA_Host input buffer`), on devices and host; None where none."""
+    vals = [b.get("input_mib") for t in ("devices", "host") for b in (ledger.get(t) or {}).values()
+            if b.get("input_mib") is not None]
+    return round(sum(vals), 2) if vals else None
 
 
 def _delta(a, b):
@@ -106,17 +128,27 @@ def _deltas(cand: dict, base: dict) -> dict[str, float | None]:
 def memory_sentences(data: RunData) -> list[str]:
     lines = []
     for c in memory_comparisons(data):
-        devs = ", ".join(f"{d} {_signed(v)} MiB" for d, v in c["compute_delta_mib"].items() if v is not None)
+        parts = [f"{d} {_signed(v)} MiB" for d, v in c["compute_delta_mib"].items() if v is not None]
         host = c["compute_host_delta_mib"]
+        if host is not None:
+            parts.append(f"host {_signed(host)} MiB")
         ctx = c["n_ctx_delta"]
         s = (f"{c['setting']}: {c['candidate']} vs {c['baseline']} (pipeline parallelism {c['candidate_pp']} vs "
-             f"{c['baseline_pp']}): compute buffers {devs}")
-        if host is not None:
-            s += f", host {_signed(host)} MiB"
+             f"{c['baseline_pp']}): compute buffers " + (", ".join(parts) or "not printed on both sides"))
+        for side in ("candidate", "baseline"):
+            if c[f"{side}_pp_dropped"]:
+                s += (f"; llama.cpp DROPPED pipeline parallelism in {c[side]} (\"compute buffer allocation failed, "
+                      f"retrying without pipeline parallelism\": {c[f'{side}_pp_dropped']}), so it ran with pipeline "
+                      "parallelism off whatever its build's copies")
+        if c["input_delta_mib"]:
+            s += f"; graph-input buffers {_signed(c['input_delta_mib'])} MiB"
         kv = {d: v for d, v in c["kv_delta_mib"].items() if v}
         if kv:
             s += "; KV " + ", ".join(f"{d} {_signed(v)} MiB" for d, v in kv.items())
-        if c["weights_moved"]:
+        if c["weights_moved"] and c["candidate_split_mode"] != c["baseline_split_mode"]:
+            s += (f"; weights placed by split mode {c['candidate_split_mode']} instead of "
+                  f"{c['baseline_split_mode']}: {c['weights_moved_text']}")
+        elif c["weights_moved"]:
             s += (f"; WEIGHTS MOVED: {c['weights_moved_text']} — {c['candidate']} is not a no-op: it changes where "
                   "the model's weights live (and so which device computes with them)")
         else:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 _DEVICE = re.compile(r"^(?:CUDA|ROCm|Vulkan|MUSA)(\d+)")
-KINDS = ("model_mib", "kv_mib", "rs_mib", "compute_mib", "output_mib")
+KINDS = ("model_mib", "kv_mib", "rs_mib", "compute_mib", "output_mib", "input_mib")
 
 
 def compare(ledger: dict, used_by_gpu: dict[int, float] | None, physical: int, *,
@@ -21,10 +21,17 @@ def compare(ledger: dict, used_by_gpu: dict[int, float] | None, physical: int, *
     """One row per physical GPU: the ledger's device buffers that live there, the driver's used MiB, and the
     difference. Device i lives on GPU `gpu_of[i]` where given (Vulkan: the GGML_VK_VISIBLE_DEVICES list), else
     on GPU i % physical (virtual devices of GGML_CUDA_DEVICES map round-robin). `scope` says what the driver's figure
-    covers: "process" (the server alone) or "device" (every process, as a rise since before the server started)."""
+    covers: "process" (the server alone) or "device" (every process, as a rise since before the server started).
+
+    Under -sm tensor the ledger's devices are the Meta() device's members, its buffers already attributed to them
+    (ledger.split_meta); a Meta() buffer whose members the log did not name maps to no GPU and is counted in
+    every row's `unmapped_mib`, so the sentence can say so."""
     rows: dict[int, dict] = {}
+    unmapped = 0.0
     for name, bufs in (ledger.get("devices") or {}).items():
         m = _DEVICE.match(name)
+        if not m and name.startswith("Meta("):
+            unmapped += sum(bufs.get(k) or 0.0 for k in KINDS)
         if not m or physical < 1:
             continue
         i = int(m.group(1))
@@ -39,6 +46,11 @@ def compare(ledger: dict, used_by_gpu: dict[int, float] | None, physical: int, *
             row["unaccounted_mib"] = round(used - row["ledger_mib"], 2)
             row["source"] = source
             row["scope"] = scope
+    for row in rows.values():
+        if unmapped:
+            row["unmapped_mib"] = round(unmapped, 2)
+        if ledger.get("meta", {}) and (ledger.get("meta") or {}).get("attributed") and row["devices"]:
+            row["meta"] = True  # these devices' figures were attributed from Meta() buffers (-sm tensor)
     return [rows[k] for k in sorted(rows)]
 
 
@@ -51,6 +63,13 @@ def sentences(rows: list[dict]) -> list[str]:
         source = r.get("source", "NVML")
         what = ("used by llama-server" if r.get("scope", "process") == "process"
                 else "more in use on the GPU than before llama-server started")
-        out.append(f"GPU {r['gpu']} ({devs}): {source} {r['nvml_mib']:,} MiB {what}, ledger "
-                   f"{r['ledger_mib']:,.2f} MiB, unaccounted {r['unaccounted_mib']:+,.2f} MiB")
+        s = (f"GPU {r['gpu']} ({devs}): {source} {r['nvml_mib']:,} MiB {what}, ledger "
+             f"{r['ledger_mib']:,.2f} MiB, unaccounted {r['unaccounted_mib']:+,.2f} MiB")
+        if r.get("meta"):
+            s += (" (-sm tensor: the ledger's figures are llama.cpp's Meta() buffers attributed to this GPU's devices; "
+                  "the meta backend's reduction buffers and NCCL's memory are in the unaccounted part)")
+        if r.get("unmapped_mib"):
+            s += (f" (and {r['unmapped_mib']:,.2f} MiB of Meta() buffers whose devices the log does not name, not "
+                  "counted on any GPU)")
+        out.append(s)
     return out

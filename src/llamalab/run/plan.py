@@ -34,7 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..llamacpp import argv, budget, build as buildmod, ledger, models, standin
+from ..llamacpp import applicability, argv, budget, build as buildmod, ledger, models, standin
+from ..llamacpp.applicability import NOT_APPLICABLE
 from .. import net, proc
 from . import runner
 from ..llamacpp.build import BuildArtifact
@@ -95,6 +96,9 @@ class DeviceFigures:
 class DryRun:
     devices: list[DeviceFigures] = field(default_factory=list)
     host: DeviceFigures = field(default_factory=lambda: DeviceFigures(name="Host"))
+    # host-resident buffer types llama.cpp's table lists apart from "Host" (their buffer type is not a host buffer
+    # to ggml because its data is rearranged: CPU_REPACK, AMX …): weights in system RAM all the same
+    host_buffers: list[DeviceFigures] = field(default_factory=list)
     n_ctx: int | None = None
     n_ctx_train: int | None = None
     n_seq_max: int | None = None
@@ -255,6 +259,12 @@ def _figures(out: DryRun, seg: dict, info: dict[str, tuple[str, int, int]]) -> N
             if len(nums) >= 4:
                 out.host.model_mib, out.host.context_mib, out.host.compute_mib = map(float, nums[1:4])
             continue
+        if len(nums) < 7 and name not in info:  # `| - CPU_REPACK | self = model + context + compute |`
+            h = DeviceFigures(name=name, description=desc)
+            if len(nums) >= 4:
+                h.model_mib, h.context_mib, h.compute_mib = map(float, nums[1:4])
+            out.host_buffers.append(h)
+            continue
         d = DeviceFigures(name=name, description=desc)
         if len(nums) >= 7:
             d.total_mib, d.free_mib = nums[0], nums[1]
@@ -377,7 +387,7 @@ def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, 
 class ConfigPlan:
     build: str
     setting: str
-    status: str  # ok | failed
+    status: str  # ok | failed | not-applicable (llama.cpp refused it for what the rig lacks, or has no fit for it)
     reason: str | None = None
     n_ctx: int | None = None
     n_ctx_train: int | None = None
@@ -391,6 +401,7 @@ class ConfigPlan:
     copies_mismatch: str | None = None
     devices: list[DeviceFigures] = field(default_factory=list)
     host: DeviceFigures | None = None
+    host_buffers: list[DeviceFigures] = field(default_factory=list)  # CPU_REPACK, AMX …: system RAM beside "Host"
     budgets_mib: list[int] | None = None
     margins_mib: list[int] | None = None
     fit_targets_mib: list[int] | None = None
@@ -430,6 +441,7 @@ class Plan:
     copies_costs: list[CopiesCost]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    not_applicable: dict[str, str] = field(default_factory=dict)  # build → why it does not apply to the rig
 
     def basis(self) -> dict[str, str]:
         same = self.target == self.backend
@@ -447,6 +459,8 @@ class Plan:
                 dev["used_mib"] = fig.used_mib
             if cp.host:
                 c["host"]["used_mib"] = cp.host.used_mib
+            for h, fig in zip(c["host_buffers"], cp.host_buffers, strict=True):
+                h["used_mib"] = fig.used_mib
         return d
 
 
@@ -548,6 +562,11 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                 env = {**art.env(), **dev.env}
                 emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
                 for cfg in cfgs:
+                    why = prep.inapplicable(cfg)
+                    if why:
+                        plans.append(ConfigPlan(build=cfg.build.name, setting=cfg.setting.name,
+                                                status=NOT_APPLICABLE, reason=why))
+                        continue
                     progress.message(f"dry run: {cfg.build.name} × {cfg.setting.name}")
                     plans.append(plan_config(prep, cfg, art, dev, env, emu, logs, opts.timeout_s))
         at_ctx = _baselines_at_ctx(prep, plans, budgets, logs, opts.timeout_s, progress)
@@ -568,7 +587,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                                                   for a in prep.artifacts.values() if a.made)
                                     or [f"{prep.source.version} ({prep.source.short_commit})"])
                 + "".join(f"; binaries in {d}" for d in prep.binaries), configs=plans,
-                skipped=dict(prep.skipped),
+                skipped=dict(prep.skipped), not_applicable=dict(prep.not_applicable),
                 copies_costs=copies_costs(plans, prep.artifacts, {b.name: b.args for b in study.builds}, at_ctx),
                 seconds=round(time.monotonic() - t0, 2), notes=notes)
 
@@ -661,6 +680,13 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
         cp.logs.append(str(logs / f"{stem}-c{first.fit_ctx_to}.log"))
         cp.dry_runs = 2
     cp.seconds = round(time.monotonic() - t0, 2)
+    lines = [ln for log in cp.logs for ln in _read_lines(Path(log))]
+    said, no_fit = applicability.refusal(lines), applicability.fit_refusal(lines)
+    if said or no_fit:  # this rig, build or model cannot run it, or a dry run (llama.cpp's fit) cannot plan it
+        cp.status = NOT_APPLICABLE
+        cp.reason = (f"llama.cpp: {said}" if said else
+                     f"no dry run (it is llama.cpp's fit): llama.cpp says \"{no_fit}\"")
+        return cp
     if final.error:
         cp.status, cp.reason = "failed", final.error
         return cp
@@ -669,7 +695,7 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
     cp.fit_ok, cp.fit_message = first.fit_ok, first.fit_message
     cp.pipeline_parallel, cp.sched_copies = final.pipeline_parallel, final.sched_copies
     cp.graph_splits = final.graph_splits
-    cp.devices, cp.host = final.devices, final.host
+    cp.devices, cp.host, cp.host_buffers = final.devices, final.host, final.host_buffers
     cp.n_ubatch, cp.n_embd = final.n_ubatch, first.n_embd
     cp.expected = expected_pipeline(args, len(final.devices), prep.model_info.n_layer, art.options)
     got = final.sched_copies if final.sched_copies is not None else None
@@ -682,6 +708,13 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
             if over > 0:
                 cp.over_budget[d.name] = round(over, 2)
     return cp
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 # ---------------------------------------------------------------- rendering
@@ -720,9 +753,14 @@ def render(plan: Plan, width: int | None = None):
               show_lines=False)
     for h in ("build", "setting", "PP", "n_ctx"):
         t.add_column(h, justify="left" if h in ("build", "setting") else "right")
-    for n in [*names, "host"]:
-        t.add_column(Text(f"{n}\nmodel / ctx / compute"), justify="right")
+    hosts = list(dict.fromkeys(h.name for c in plan.configs for h in c.host_buffers))
+    for n in [*names, "host", *hosts]:
+        t.add_column(Text(f"{n}{' (host)' if n in hosts else ''}\nmodel / ctx / compute"), justify="right")
     for c in plan.configs:
+        if c.status == NOT_APPLICABLE:
+            t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"not applicable: {(c.reason or '')[:120]}",
+                                                                   style="yellow"))
+            continue
         if c.status != "ok":
             t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"failed: {(c.reason or '')[:80]}", style="red"))
             continue
@@ -744,8 +782,13 @@ def render(plan: Plan, width: int | None = None):
             cells.append(Text(cell, style="red") if n in c.over_budget else cell)
         h = c.host
         cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx['compute'])}" if h else "")
+        for n in hosts:
+            h = next((x for x in c.host_buffers if x.name == n), None)
+            cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib)}" if h else "")
         t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
     parts: list = [t]
+    for b, why in plan.not_applicable.items():
+        parts.append(Text(f"build {b} does not apply to this rig: {why}", style="yellow"))
     for b, why in plan.skipped.items():
         parts.append(Text(f"build {b} not planned: {why}", style="yellow"))
     failed = [c for c in plan.configs if c.status == "ok" and c.fit_ok is False]

@@ -106,7 +106,12 @@ def compare(cp: planmod.ConfigPlan, load: LoadFigures,
         add(d.name, "context", d.context_mib, f.get("context"), 0.01, "", i)
         add(d.name, "compute", d.compute_mib, f.get("compute"), 0.01, "" if i == 0 else "receives split inputs", i)
     if cp.host is not None:
-        add("host", "model", cp.host.model_mib, load.host.get("model"), 1.0, "whole MiB (table)")
+        # the full load's host figures cover every host buffer type; the table's "Host" row leaves out the types
+        # ggml does not call host buffers (CPU_REPACK, AMX), which have rows of their own (whole MiB)
+        extra = sum(h.model_mib or 0.0 for h in getattr(cp, "host_buffers", []) or [])
+        model = None if cp.host.model_mib is None else cp.host.model_mib + extra
+        add("host", "model", model, load.host.get("model"), 1.0 + len(getattr(cp, "host_buffers", []) or []),
+            "whole MiB (table)")
         add("host", "context", cp.host.context_mib or None, load.host.get("context"), 0.01)
         add("host", "compute", cp.host.compute_mib, load.host.get("compute"), 0.01)
     add("all", "n_ctx", cp.n_ctx, load.n_ctx, 0)

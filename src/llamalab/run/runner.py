@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__, proc
-from ..llamacpp import (binaries, budget, build as buildmod, crosscheck, ledger, maxctx, models, server as servermod,
-                        source, sourceref, toolchain, vulkan as vulkanmod)
+from ..llamacpp import (applicability, binaries, budget, build as buildmod, crosscheck, ledger, maxctx, models,
+                        server as servermod, source, sourceref, toolchain, vulkan as vulkanmod)
+from ..llamacpp import argv as argvmod
 from ..machine import detect, gpu, sysinfo
 from ..rig import devices, remote
 from . import drivercheck, workload
+from ..llamacpp.applicability import NOT_APPLICABLE
 from ..llamacpp.build import BuildArtifact, Builder
 from ..errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
 from ..paths import cache_home, data_home, default_db
@@ -28,7 +30,8 @@ from .progress import Progress
 from ..records import ConfigOutcome
 from ..llamacpp.server import launch
 from ..store.db import Store
-from ..study.spec import BuildSpec, Config, Pass, SourceSpec, Study, configs, expand, given_bin, to_toml
+from ..study.spec import (BuildSpec, Config, Pass, SourceSpec, Study, configs, expand, given_bin, rig_devices,
+                          to_toml)
 
 
 @dataclass
@@ -61,6 +64,16 @@ class Prepared:
     binaries: dict[str, "binaries.Binaries"] = field(default_factory=dict)  # given binaries, by folder
     vulkan_devices: list = field(default_factory=list)  # vulkan: every physical device this build sees
     local_gpus: int = 0  # cuda/rocm: GPUs this build sees
+    not_applicable: dict[str, str] = field(default_factory=dict)  # build name → why it does not apply to this rig
+    rig_devices: int = 0  # the devices min_devices counts (study.rig_devices)
+
+    def inapplicable(self, cfg: Config) -> str | None:
+        """llamalab's reason when a configuration does not apply to this rig (its build's or setting's
+        min_devices), None when it does."""
+        if cfg.build.name in self.not_applicable:
+            return self.not_applicable[cfg.build.name]
+        why = applicability.too_few_devices(cfg.min_devices, self.rig_devices, self.backend)
+        return f"setting {cfg.setting.name}: {why}" if why else None
 
 
 def resolve_backend(study: Study, home: Path | None = None, progress: Progress | None = None) -> str:
@@ -87,11 +100,17 @@ def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str
 
 
 def study_hash(study: Study, model_path: Path) -> str:
-    # a study without [source] hashes as before that table existed, so its unfinished runs still resume
-    # and builds without a source of their own hash as before `builds[].source` existed
+    # a study without [source] (or without min_devices, or builds without a source of their own) hashes as before
+    # that key existed, so its unfinished runs still resume
     exclude: dict = {"source": True} if study.source == SourceSpec() else {}
-    if all(b.source is None for b in study.builds):
-        exclude["builds"] = {"__all__": {"source"}}
+    for table in ("builds", "settings"):
+        unset = {i: {"min_devices"} for i, x in enumerate(getattr(study, table)) if x.min_devices is None}
+        if table == "builds":
+            for i, b in enumerate(study.builds):
+                if b.source is None:
+                    unset[i] = unset.get(i, set()) | {"source"}
+        if unset:
+            exclude[table] = unset
     blob = study.model_dump_json(exclude=exclude or None) + "|" + str(model_path)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -148,7 +167,20 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
 
     artifacts: dict[str, BuildArtifact] = {}
     skipped: dict[str, str] = {}
+    n_devices = rig_devices(study, backend)
+    not_applicable: dict[str, str] = {}
+    for spec in study.builds:  # an arm the rig cannot run is said once, here, and never built
+        why = applicability.too_few_devices(spec.min_devices or 1, n_devices, backend)
+        if why:
+            not_applicable[spec.name] = why
+            progress.message(f"build {spec.name} does not apply to this rig: {why}")
+    for st in study.settings:
+        why = applicability.too_few_devices(st.min_devices or 1, n_devices, backend)
+        if why:
+            progress.message(f"setting {st.name} does not apply to this rig: {why}")
     for spec in study.builds:
+        if spec.name in not_applicable:
+            continue
         if spec.name in given:
             artifacts[spec.name] = binaries.artifact(given[spec.name], spec.name, build_backend)
             continue
@@ -176,6 +208,11 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
             for st in study.settings:
                 args = [*study.server.args, *spec.args, *st.args]
                 servermod.check_flags(art.binary("llama-server"), args, env=art.env())
+    if not artifacts and not skipped:
+        raise ConfigError("no build of this study applies to this rig: " + "; ".join(
+            f"{k}: {v}" for k, v in not_applicable.items()),
+            tip="run it on a rig with more devices, or raise [devices] count (local rpc-servers, or virtual CUDA "
+                "devices on one GPU).")
     if not artifacts:
         raise BuildError("no build of this study could be made: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
                          tip="pass --llama-cpp DIR to build them from a source, or give the study a build without "
@@ -202,7 +239,7 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
                     artifacts=artifacts, skipped=skipped, topology=topology,
                     binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
-                    local_gpus=local_gpus)
+                    local_gpus=local_gpus, not_applicable=not_applicable, rig_devices=n_devices)
 
 
 def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, binaries.Binaries]:
@@ -457,23 +494,34 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
             for spec in study.builds:
                 if spec.name in prep.artifacts:
                     store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
+                elif spec.name in prep.not_applicable:
+                    store.save_build(run_id, spec.name, NOT_APPLICABLE, reason=prep.not_applicable[spec.name])
                 else:
                     reason = prep.skipped.get(spec.name) or ""
                     store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
                                      reason=reason)
+            inapplicable = _record_inapplicable(prep, store, run_id)
             done = store.done_trials(run_id)
             levels = study.workload.concurrency
             passes = expand(study)
             todo = [(i, p, tuple(t for t in p.trials
                                  if any((p.config.build.name, p.config.setting.name, t, c) not in done for c in levels)))
-                    for i, p in enumerate(passes) if p.config.build.name in prep.artifacts]
+                    for i, p in enumerate(passes) if p.config.build.name in prep.artifacts
+                    and (p.config.build.name, p.config.setting.name) not in inapplicable]
             todo = [(i, p, ts) for i, p, ts in todo if ts]
             total = sum(len(ts) * len(levels) for _, _, ts in todo)
             counter = [0]
             run_dir = opts.runs_dir / run_id
             for i, p, trials in todo:
                 proc.check_stop()
-                _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter, total)
+                key = (p.config.build.name, p.config.setting.name)
+                if key in inapplicable:  # llama.cpp refused it on an earlier pass: said once, not tried again
+                    counter[0] += len(trials) * len(levels)
+                    continue
+                if _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter,
+                             total) == NOT_APPLICABLE:
+                    inapplicable.add(key)
+                    counter[0] += len(trials) * len(levels)  # they will never run: the progress total stays true
             if opts.crosscheck:
                 _crosscheck(prep, store, run_id, run_dir / "logs", progress)
             if opts.max_context != "off":
@@ -491,6 +539,22 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
             _mark_run(store, run_id, "failed", progress)
             raise
     return run_id
+
+
+def _record_inapplicable(prep: Prepared, store: Store, run_id: str) -> set[tuple[str, str]]:
+    """The configurations that do not apply to this rig: each that llamalab rules out (min_devices) stored once as
+    a configuration that never started, with the reason, and those llama.cpp refused in an earlier attempt of this
+    run (a resumed run does not try them again). Returns their (build, setting) keys."""
+    stored = {(c["build"], c["setting"]) for c in store.configs(run_id) if c["status"] == NOT_APPLICABLE}
+    for cfg in configs(prep.study):
+        key = (cfg.build.name, cfg.setting.name)
+        why = prep.inapplicable(cfg)
+        if why and key not in stored:
+            cid = store.start_config(run_id, ConfigOutcome(build=key[0], setting=key[1], status=NOT_APPLICABLE,
+                                                           reason=why))
+            store.finish_config(cid, NOT_APPLICABLE)
+            stored.add(key)
+    return stored
 
 
 def _mark_run(store: Store, run_id: str, status: str, progress: Progress) -> None:
@@ -513,7 +577,8 @@ def run_outcome(store: Store, run_id: str) -> tuple[list[str], int, bool]:
     """How a run's configurations ended: (a line per configuration that failed, the number of configurations
     the study meant to measure, whether anything was measured). A configuration's last attempt counts (a resumed
     run may repeat a failed one); a build that failed counts for each of its configurations; a build skipped
-    for a missing optional requirement (OpenBLAS) does not."""
+    for a missing optional requirement (OpenBLAS) does not, and neither does an arm that does not apply to the
+    rig (llamalab's min_devices or llama.cpp's own refusal): that is what the rig is, not a failure."""
     run = store.run(run_id)
     try:
         settings = [s.get("name") for s in tomllib.loads(run["study_toml"]).get("settings") or []] or ["default"]
@@ -525,14 +590,16 @@ def run_outcome(store: Store, run_id: str) -> tuple[list[str], int, bool]:
     failed = []
     total = 0
     for b in store.builds(run_id):
-        if b["status"] == "skipped":
+        if b["status"] in ("skipped", NOT_APPLICABLE):
             continue
         for st in settings:
+            c = last.get((b["name"], st))
+            if c is not None and c["status"] == NOT_APPLICABLE:
+                continue
             total += 1
             if b["status"] == "failed":
                 failed.append(f"{b['name']} × {st}: {(b['reason'] or 'build failed').splitlines()[0]}")
                 continue
-            c = last.get((b["name"], st))
             if c is not None and c["status"] != "ok":
                 failed.append(f"{b['name']} × {st}: {(c['reason'] or c['status']).splitlines()[0]}")
     return failed, total, bool(store.done_trials(run_id))
@@ -628,7 +695,9 @@ def report_device_names(led: ledger.Ledger) -> list[str]:
 
 
 def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
-              logs: Path, index: int, progress: Progress, counter: list[int], total: int) -> None:
+              logs: Path, index: int, progress: Progress, counter: list[int], total: int) -> str:
+    """One server start of a configuration and its trials; returns how the configuration ended (ok, failed, or
+    not-applicable where llama.cpp refused it at load for what the rig, build or model lacks)."""
     cfg = p.config
     art = prep.artifacts[cfg.build.name]
     wl = prep.study.workload
@@ -643,6 +712,8 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
     outcome = ConfigOutcome(build=cfg.build.name, setting=cfg.setting.name, status="running",
                             log_path=str(log_dir / "llama-server.log"))
     config_id = store.start_config(run_id, outcome, pass_no=index)
+    loaded = False
+    split = None  # the -ts the server ran with (ledger.split_meta)
     try:
         with device_setup(prep, art, log_dir) as dev:
             env = {**art.env(), **dev.env}
@@ -654,10 +725,23 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                                      env, {**dev.as_dict(), "emulation": emulation})
             progress.message(f"starting llama-server for {label} ({dev.description})")
             checker = drivercheck.for_setup(prep.backend, dev)  # a device-wide source reads its baseline now
+            split = argvmod.tensor_split(args)  # -sm tensor: how the Meta() device's buffers divide (not in the log)
             with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
                         env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
-                led = ledger.parse(srv.log_lines())
+                loaded = True
+                lines = srv.log_lines()
+                led = ledger.parse(lines, tensor_split=split)
                 store.save_ledger(config_id, led)
+                no_fit = applicability.fit_refusal(lines)
+                if no_fit:  # the context is not fitted to the memory: say so with the configuration
+                    n_ctx = f"{led.n_ctx:,}" if led.n_ctx else "?"
+                    store.note_config(config_id, f"context not fitted to the memory: llama.cpp's fit says "
+                                                 f"\"{no_fit}\"; it ran with n_ctx {n_ctx}")
+                if led.pp_retry:  # llama.cpp ran this configuration without pipeline parallelism: say so, once
+                    note = (f"llama.cpp dropped pipeline parallelism (compute buffers did not fit: "
+                            f"{led.pp_dropped_reason}); this configuration ran with it off")
+                    progress.warn(f"{label}: {note}")
+                    store.note_config(config_id, note)
                 wrong = check_copies(led, art)
                 if wrong:
                     raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
@@ -712,19 +796,27 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         "source": checker.source, "scope": checker.scope,
                     })
                 # the final ledger (with exit-time breakdown tables) is read after the server stops
-            led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines())
+            led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines(),
+                               tensor_split=split)
             store.save_ledger(config_id, led)
         store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
+        return "ok"
     except KeyboardInterrupt:
         _finish_config(store, config_id, "interrupted", "stopped by SIGINT/SIGTERM", progress)
         raise
     except (LaunchError, WorkloadError) as e:
-        progress.warn(f"{label} failed: {e.message}")  # with the server log's last lines where it died
-        store.finish_config(config_id, "failed", reason=e.message)
-        logs_text = (log_dir / "llama-server.log")
-        if logs_text.exists():
-            led = ledger.parse(logs_text.read_text(errors="replace").splitlines())
-            store.save_ledger(config_id, led)
+        log_path = log_dir / "llama-server.log"
+        lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
+        said = None if loaded else applicability.refusal(lines)
+        if said:  # not a failure: this rig (or build, or model) cannot run it, and llama.cpp says why
+            progress.message(f"{label} does not apply to this rig: llama.cpp says \"{said}\" (not tried again)")
+            store.finish_config(config_id, NOT_APPLICABLE, reason=f"llama.cpp: {said}")
+        else:
+            progress.warn(f"{label} failed: {e.message}")  # with the server log's last lines where it died
+            store.finish_config(config_id, "failed", reason=e.message)
+        if lines:
+            store.save_ledger(config_id, ledger.parse(lines, tensor_split=split))
+        return NOT_APPLICABLE if said else "failed"
     except BaseException as e:
         # any other error stops the study; the configuration does not stay "running"
         why = e.message if isinstance(e, LlamalabError) else f"{type(e).__name__}: {e}"

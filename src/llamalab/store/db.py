@@ -152,6 +152,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE runs ADD COLUMN owner_started TEXT;  -- boot id / start tick of that process
         ALTER TABLE runs ADD COLUMN imported TEXT;       -- when `llamalab import` brought it (never resumed here)
     """),
+    # No column changes: builds.status and configs.status may now be 'not-applicable' (an arm the rig cannot run,
+    # with llama.cpp's reason or llamalab's min_devices in `reason`), which is no failure. The name is what counts:
+    # an older llamalab, which would count such a run as failed or refuse to report it, refuses this database (and
+    # its exports) as one from a newer llamalab instead.
+    ("0009_not_applicable", """
+        SELECT 'builds.status and configs.status: ok, failed, skipped, not-applicable'
+    """),
 ]
 
 _TRIALS_0006 = """

@@ -47,7 +47,21 @@ class _Buffers(_Row):
     rs_mib: Num = None
     compute_mib: Num = None
     output_mib: Num = None
+    input_mib: Num = None
     total_mib: Num = None
+
+
+class _Meta(_Row):
+    """-sm tensor: the Meta() buffers as printed and how they were attributed (ledger.split_meta)."""
+    printed: dict[str, dict[str, Num]] = Field(default_factory=dict)
+    devices: list[str] = Field(default_factory=list)
+    shares: list[float] = Field(default_factory=list)
+    shares_from: str | None = None
+    kv_total_mib: Num = None
+    exact: list[str] = Field(default_factory=list)
+    estimated: list[str] = Field(default_factory=list)
+    attributed: bool = False
+    note: str = ""
 
 
 class _BreakdownRow(_Row):
@@ -79,6 +93,12 @@ class _Ledger(_Row):
     pipeline_parallel: bool | None = None
     n_copies: Int = None
     sched_copies: Int = None
+    pp_enabled_copies: Int = None
+    pp_enabled_line: bool | None = None
+    pp_retry: bool | None = None
+    pp_dropped_reason: str | None = None
+    meta: _Meta | None = None
+    wrapper: str | None = None
     graph_splits: Int = None
     n_ctx: Int = None
     n_ctx_seq: Int = None
@@ -118,7 +138,7 @@ class SystemRow(_Row):
 
 class BuildRow(_Row):
     name: str
-    status: Literal["ok", "skipped", "failed"]
+    status: Literal["ok", "skipped", "failed", "not-applicable"]
     reason: str | None = None
     key: str | None = None
     source_version: str | None = None
@@ -135,7 +155,7 @@ class ConfigRow(_Row):
     id: int
     build: str
     setting: str
-    status: Literal["ok", "failed", "skipped", "running", "interrupted"]
+    status: Literal["ok", "failed", "skipped", "running", "interrupted", "not-applicable"]
     pass_: int = Field(default=0, alias="pass")
     reason: str | None = None
     server_argv_json: list[str] | None = None

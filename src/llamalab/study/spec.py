@@ -188,6 +188,9 @@ class _Named(_Strict):
     name: str
     label: str | None = None
     args: list[str] = Field(default_factory=list)  # extra llama-server arguments
+    # the arm applies only to a rig with at least this many devices (tensor/row split): on fewer it is "not
+    # applicable", said once, never started (and a build never built)
+    min_devices: Annotated[int, Field(ge=1, le=64)] | None = None
 
     @field_validator("name")
     @classmethod
@@ -470,12 +473,23 @@ class Config(_Strict):
     def id(self) -> str:
         return f"{self.build.name}|{self.setting.name}"
 
+    @property
+    def min_devices(self) -> int:
+        return max(self.build.min_devices or 1, self.setting.min_devices or 1)
+
 
 class Pass(_Strict):
     """A server start for `config` that runs `trials` (trial numbers, 1-based) at every concurrency level."""
 
     config: Config
     trials: tuple[int, ...]
+
+
+def rig_devices(study: Study, backend: str) -> int:
+    """How many devices the study's rig has, as `min_devices` counts them: the local ones (`count`; the host alone
+    for `cpu`) and one per remote endpoint (an rpc-server that offers several counts once)."""
+    local = {"cpu": 1, "rpc": 0}.get(backend, study.devices.count)
+    return local + len(study.devices.rpc)
 
 
 def configs(study: Study) -> list[Config]:
