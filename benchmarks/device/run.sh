@@ -10,6 +10,9 @@
 #   bash benchmarks/device/run.sh split-modes-bg  # the study stage on benchmarks/split-modes-h200/study.toml (after
 #                                           # `build`: it needs the same two builds), in its own session as study-bg
 #   bash benchmarks/device/run.sh validate  # dry runs vs full loads (tiny and 8B models), CPU-RPC vs CUDA
+#   bash benchmarks/device/run.sh tune-bg   # after `build`: `llamalab tune` of benchmarks/tune-h200/ (the 8B dense and the
+#                                           # 30B-A3B-shape MoE presets, 16 + 12 GiB budgets on two virtual devices) in its
+#                                           # own session (call again to wait); the `tune` stage runs it in the call
 #   bash benchmarks/device/run.sh vulkan-bg # Vulkan on NVIDIA's driver, in its own session (call again to wait):
 #                                           # doctor, the Vulkan build, the PCI-id check, plans (8B and 27B shapes),
 #                                           # the study of benchmarks/vulkan-h200/, report, export (the `vulkan` stage;
@@ -18,9 +21,13 @@
 #   bash benchmarks/device/run.sh tensor-ledger  # issue 18: real `-sm tensor` logs on two virtual CUDA devices (equal
 #                                           # shares and -ts 3,1), NVML's per-process figure after each load, and
 #                                           # `llamalab inspect` of each; one file back: tensor-ledger.tar.gz (after `build`)
+#   COLLECT=split-modes bash benchmarks/device/run.sh chain   # the stages in CHAIN (default: build split-modes
+#                                           # tensor-ledger tune) one after another in one session of their own, started
+#                                           # by the first call, so the GPU never waits for the next call; each call
+#                                           # waits for the stage named in COLLECT and returns its files
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
-stage=${1:?stage: build, study, split-modes, validate, vulkan-build or vulkan}
+stage=${1:?stage: build, study, split-modes, validate, vulkan-build, vulkan, tune or chain (and study-bg, vulkan-bg, split-modes-bg, tune-bg)}
 study=${STUDY:-benchmarks/h200/study.toml}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -54,7 +61,7 @@ case "$stage" in
     if [ -f "$work/rc" ]; then echo "build finished: rc=$(cat "$work/rc")"; cat "$work/builds.json";
     else echo "build still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
     ;;
-  study-bg|vulkan-bg|split-modes-bg)
+  study-bg|vulkan-bg|split-modes-bg|tune-bg)
     inner=${stage%-bg}; work=/tmp/llamalab-$inner; mkdir -p "$work/out"
     if [ ! -f "$work/rc" ] && { [ ! -f "$work/pid" ] || ! kill -0 "$(cat "$work/pid")" 2>/dev/null; }; then
       setsid bash -c "OUT='$work/out' bash '$0' $inner > '$work/stdout.txt' 2>&1; echo \$? > '$work/rc'" &
@@ -64,6 +71,23 @@ case "$stage" in
     if [ -f "$work/rc" ]; then cp "$work"/out/* "$OUT/" 2>/dev/null; cat "$work/stdout.txt"; echo "$inner finished: rc=$(cat "$work/rc")"
     else tail -5 "$work/stdout.txt"; tail -3 "$work/out/stderr.txt" 2>/dev/null
       echo "$inner still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
+    ;;
+  tune)
+    # Files back (6): stderr.txt, tune-8b.json, tune-moe.json (`llamalab tune --json`: the search, the front, the pick),
+    # report-8b.md, report-moe.md, and tune.tar.gz (both HTML reports with the front's plot, both runs exported, the
+    # plots as PNG/SVG). The MoE model (30.2 GiB of Q8_0) is written on first use into $LLAMALAB_HOME/models.
+    for t in 8b moe; do
+      ll tune "benchmarks/tune-h200/tune-$t.toml" --json > "$OUT/tune-$t.json" 2>> "$OUT/stderr.txt"; rc=$?
+      echo "tune $t rc=$rc at $(( $(date +%s) - t0 )) s"; grep -E "tune stage|not measuring|error|warning" "$OUT/stderr.txt" | tail -6
+      run_id=$(python3 -c "import json; print(json.load(open('$OUT/tune-$t.json'))['run_id'])" 2>/dev/null) || continue
+      mkdir -p /tmp/tune-files/plots
+      ll report "$run_id" --format md -o "$OUT/report-$t.md"
+      ll report "$run_id" --format html -o "/tmp/tune-files/report-$t.html" --plots /tmp/tune-files/plots
+      ll export "$run_id" -o "/tmp/tune-files/export-$t.json"
+      sed -n '1,25p' "$OUT/report-$t.md"
+    done
+    tar czf "$OUT/tune.tar.gz" -C /tmp/tune-files . 2>/dev/null
+    echo "tune stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   study|split-modes)
     # split-modes: the split-modes study (layer with 4 and 1 copies and without pipeline parallelism, tensor, row,
@@ -144,6 +168,22 @@ case "$stage" in
     tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs/$run_id" . 2>/dev/null
     python3 benchmarks/vulkan-h200/side_by_side.py "$OUT/report.json" "$OUT/plan-27b.json"
     echo "vulkan stage: done in $(( $(date +%s) - t0 )) s"
+    ;;
+  chain)
+    work=/tmp/llamalab-chain; mkdir -p "$work"
+    if [ ! -f "$work/pid" ]; then
+      setsid bash -c "for s in ${CHAIN:-build split-modes tensor-ledger tune}; do mkdir -p '$work'/\$s
+        OUT='$work'/\$s WAIT_S=86400 bash '$0' \$s > '$work'/\$s.stdout 2>&1; echo \$? > '$work'/\$s.rc; done" &
+      echo $! > "$work/pid"
+    fi
+    want=${COLLECT:?COLLECT=<stage> names the stage whose files this call returns}
+    while [ ! -f "$work/$want.rc" ] && [ $(( $(date +%s) - t0 )) -lt ${WAIT_S:-560} ]; do sleep 5; done
+    if [ -f "$work/$want.rc" ]; then
+      cp "$work/$want"/* "$OUT/" 2>/dev/null; cat "$work/$want.stdout"; echo "$want finished: rc=$(cat "$work/$want.rc")"
+    else
+      for f in "$work"/*.stdout; do echo "== $f"; tail -4 "$f"; done
+      echo "$want still running after $(( $(date +%s) - t0 )) s: call again"
+    fi
     ;;
   tensor-ledger)
     # -sm tensor prints its buffers as `Meta() … buffer size`: llamalab attributes them to the devices they span

@@ -31,6 +31,7 @@ def cli() -> None:
     Start here:
       llamalab demo                                  the pipeline-parallel study on a synthetic model (CPU only)
       llamalab run pipeline-parallel --model m.gguf  the same study on your model and GPUs
+      llamalab tune --model m.gguf --budget 16GiB,12GiB   the best llama-server command for your rig
       llamalab inspect server.log                    where did my VRAM go? (any llama.cpp log)
       llamalab run versions                          the same configuration on two llama.cpp versions
       llamalab bisect GOOD BAD --repo ~/llama.cpp    which commit changed the compute buffers?
@@ -664,6 +665,127 @@ def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides,
         click.echo(json.dumps(out.to_json(), indent=2))
     else:
         click.echo(bisectmod.render(out, where.expanduser().resolve()), nl=False)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("study", required=False)
+@click.option("--model", default=None, metavar="M",
+              help="A GGUF model file, or the name of a synthetic model (tiny, 8b, qwen3moe-tiny, 30b-a3b, …).")
+@click.option("--budget", default=None, metavar="SIZES",
+              help="Free memory per device of the rig to tune for, e.g. 16GiB,12GiB (replaces [devices] vram; "
+                   "default: what each device reports free).")
+@click.option("--goal", type=click.Choice(["context", "throughput"]), default=None,
+              help="context: the most context whose generation is not measurably slower than llama.cpp's default "
+                   "(or --min-gen-tps); throughput: the most aggregate output t/s at --parallel requests. "
+                   "Default: [tune] goal, else context.")
+@click.option("--min-context", type=click.IntRange(0), default=None, metavar="N",
+              help="Tokens of context the pick must hold at least.")
+@click.option("--min-gen-tps", type=click.FloatRange(0), default=None, metavar="X",
+              help="Single-stream generation t/s the pick must reach (replaces the default's speed as the floor).")
+@click.option("--parallel", type=click.IntRange(1, 64), default=None, metavar="K",
+              help="Requests served at once: -np K, and the aggregate speed is measured at K requests.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a study key, e.g. --set tune.kv='[\"f16/f16\",\"q8_0/q8_0\"]' (repeatable).")
+@click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
+              help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--llama-bin", type=click.Path(path_type=Path), default=None, metavar="DIR", help=LLAMA_BIN_HELP)
+@click.option("--db", type=click.Path(path_type=Path), default=None,
+              help="Results database (default ~/.local/share/llamalab/results.db).")
+@click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep the dry runs' llama-server logs in this folder.")
+@click.option("--fresh", is_flag=True, help="Start a new run even if this tune has an unfinished one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the search, the front and the pick as JSON.")
+@click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
+def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrides, llama_cpp, llama_bin, db, logs_dir,
+         fresh, as_json, trust) -> None:
+    """Find the llama-server command for this rig and this model. Stage one dry-runs the search space — split mode
+    (layer with and without pipeline parallelism, tensor, none), -ts layer splits, K and V cache types, -ub, and
+    --n-cpu-moe for MoE models, each only where it applies — and keeps the feasible, non-dominated candidates
+    (seconds, no weight loaded). Stage two runs that front and llama.cpp's default (--fit, no flags) for real
+    with the study's workload, and prints the front, the pick for the goal and its exact command. The run is
+    stored: `llamalab report` renders it with a plot of the front. STUDY defaults to the `tune` preset; its
+    [tune] section holds these options (docs/tune.md). Exit codes as for `llamalab run`.
+
+    \b
+    Examples:
+      llamalab tune tune-demo                              # CPU only: two rpc-servers, 300 MiB budgets
+      llamalab tune --model ~/models/qwen3-8b-q4_k_m.gguf --budget 16GiB,12GiB
+      llamalab tune --model qwen3-30b-a3b-q8_0.gguf --budget 24GiB --goal throughput --parallel 4
+    """
+    from .paths import default_db
+    from .report import data as rdata, markdown, tune as rtune
+    from .run import runner, tune as tunemod
+    from .run.progress import RichProgress, StderrProgress
+    from .store.db import Store
+    from .write import atomic_write
+
+    sets = [*overrides, *_bin_override(llama_bin)]
+    model_path = None
+    if model is not None:
+        from .llamacpp import models
+
+        if Path(model).expanduser().exists() or model not in models.PRESETS:
+            model_path = Path(model).expanduser()
+        else:
+            sets.append(f"model.preset={json.dumps(model)}")
+    for key, value in (("goal", goal), ("min_context", min_context), ("min_gen_tps", min_gen_tps),
+                       ("parallel", parallel)):
+        if value is not None:
+            sets.append(f"tune.{key}={json.dumps(value)}")
+    st, _ = _load_study(study or "tune", sets, trust)
+    opts = tunemod.TuneOptions(llama_cpp=llama_cpp, model=model_path, budgets=[budget] if budget else None,
+                               db=db or default_db(), logs_dir=logs_dir, fresh=fresh)
+    with Store(opts.db) as store:
+        store.check()
+        store.refuse_if_busy()
+    progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
+    try:
+        result = tunemod.run_tune(st, opts, progress)
+    finally:
+        progress.close()
+    with Store(opts.db) as store:
+        data = rdata.load(store, result.run_id)
+        failed, total, measured = runner.run_outcome(store, result.run_id)
+    atomic_write(opts.runs_dir / result.run_id / "report.md", markdown.render(data))
+    view = rtune.view(data)
+    if as_json:
+        click.echo(rdata.dumps(rtune.as_json(view)))
+    else:
+        _print_tune(view)
+        click.echo(f"\nrun {result.run_id}: report in {opts.runs_dir / result.run_id / 'report.md'} "
+                   f"(`llamalab report {result.run_id} --format html -o tune.html` draws the front)", err=True)
+    if not measured:
+        click.echo(f"error: nothing was measured: every configuration failed ({'; '.join(failed[:3])}).", err=True)
+        sys.exit(EXIT_NOTHING_MEASURED)
+    if failed:
+        click.echo(f"warning: {len(failed)} of {total} configuration(s) failed: {'; '.join(failed[:3])}"
+                   f"{' …' if len(failed) > 3 else ''} (exit code {EXIT_SOME_FAILED}).", err=True)
+        sys.exit(EXIT_SOME_FAILED)
+
+
+def _print_tune(view) -> None:
+    """The tune's front, pick and command on the terminal (every string a Text of `safetext.plain`)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .report import tune as rtune
+    from .safetext import rich_text as T
+
+    console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
+    if view is None:
+        console.print(T("this run holds no tune"))
+        return
+    head, body = rtune.front_table(view)
+    t = Table(title=T(f"tune — run {view.run_id}: the front, measured"))
+    for i, h in enumerate(head):
+        t.add_column(T(h), justify="left" if i < 2 else "right")
+    for row in body:
+        t.add_row(*[T(c) for c in row])
+    console.print(t)
+    for line in rtune.lines(view):
+        console.print(T("• " + line))
+    console.print(T("\nPick.", "bold") + T(" " + view.pick_sentence))
+    console.print(T(view.command))
 
 
 @cli.command(context_settings=CONTEXT)

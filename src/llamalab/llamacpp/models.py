@@ -1,5 +1,6 @@
-"""GGUF models: metadata of any file (via `gguf`), and deterministic synthetic models (llama, and the hybrid
-Qwen3.5/3.6 `qwen35` architecture: gated-delta-net linear attention with a full-attention layer every 4th).
+"""GGUF models: metadata of any file (via `gguf`), and deterministic synthetic models (llama, the hybrid
+Qwen3.5/3.6 `qwen35` architecture: gated-delta-net linear attention with a full-attention layer every 4th, and the
+mixture-of-experts `qwen3moe`: shared attention layers, a router and per-layer experts in 3-D tensors).
 
 Synthetic weights are tiled from one seeded pool of random f16 values, so an 8B-shape model is written at
 disk speed while every matrix still holds non-trivial data (dense kernels run as on a real model). A
@@ -39,8 +40,23 @@ class HybridSpec:
 
 
 @dataclass(frozen=True)
+class MoeSpec:
+    """The mixture-of-experts part of a `qwen3moe` model (Qwen3-30B-A3B's family), as its GGUF keys name it. Every
+    layer's feed-forward is experts only (no shared expert, no dense layer); attention, norms and the router are
+    the layers' shared part."""
+
+    n_expert: int  # expert_count
+    n_expert_used: int  # expert_used_count: experts per token
+    n_ff_exp: int  # expert_feed_forward_length: each expert's hidden size
+    head_dim: int  # attention.key_length = value_length (not n_embd / n_head in Qwen3)
+
+
+EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")  # what --n-cpu-moe keeps in host memory
+
+
+@dataclass(frozen=True)
 class ModelShape:
-    """Dimensions of a model: llama (dense), or `qwen35` with `hybrid` set."""
+    """Dimensions of a model: llama (dense), `qwen35` with `hybrid` set, or `qwen3moe` with `moe` set."""
 
     name: str
     n_layer: int
@@ -54,11 +70,14 @@ class ModelShape:
     rope_theta: float = 1_000_000.0
     arch: str = "llama"
     hybrid: HybridSpec | None = None
-    wtype: str = "f16"  # the 2-D weight matrices: f16, or a quantized type of QUANT (norms and vectors stay f32)
+    wtype: str = "f16"  # the weight matrices: f16, or a quantized type of QUANT (norms, vectors, router stay f32)
+    moe: MoeSpec | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.hybrid.head_dim if self.hybrid else self.n_embd // self.n_head
+        if self.hybrid:
+            return self.hybrid.head_dim
+        return self.moe.head_dim if self.moe else self.n_embd // self.n_head
 
     def n_params(self) -> int:
         return sum(int(np.prod(shp)) for _, shp, _ in _tensors(self))
@@ -70,6 +89,8 @@ class ModelShape:
         d = asdict(self)
         if self.arch == "llama" and self.hybrid is None and self.wtype == "f16":  # keys of the first presets stay
             d.pop("arch"), d.pop("hybrid"), d.pop("wtype")
+        if self.moe is None:
+            d.pop("moe", None)
         blob = json.dumps(d, sort_keys=True) + f"|writer={WRITER_VERSION}"
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -85,10 +106,10 @@ QUANT: dict[str, tuple[str, int, int, int]] = {
 
 
 def _layout(shape: "ModelShape", shp: tuple[int, ...], dt: type) -> tuple[str, int]:
-    """(ggml type of a tensor, its bytes): 2-D f16 matrices take the shape's wtype where their rows divide into
-    blocks."""
+    """(ggml type of a tensor, its bytes): f16 matrices (2-D, and the experts' 3-D stacks) take the shape's wtype
+    where their rows divide into blocks."""
     n = int(np.prod(shp))
-    if shape.wtype != "f16" and dt is np.float16 and len(shp) == 2:
+    if shape.wtype != "f16" and dt is np.float16 and len(shp) >= 2:
         name, per, size, _ = QUANT[shape.wtype]
         if shp[-1] % per == 0:
             return name, n // per * size
@@ -125,6 +146,22 @@ PRESETS: dict[str, ModelShape] = {
         rope_theta=10_000_000.0, arch="qwen35",
         hybrid=HybridSpec(head_dim=128, rope_dim=32, rope_sections=(6, 5, 5, 0), ssm_conv_kernel=4,
                           ssm_state_size=64, ssm_group_count=2, ssm_time_step_rank=4)),
+    # Qwen3-30B-A3B's shape, the common mid-size MoE model: `qwen3moe`, 48 layers 2048 wide, 32 query heads and 4
+    # KV heads of 128, 128 experts of 768 with 8 used per token, vocabulary 151936, untied output (Qwen3-30B-A3B's
+    # training recipe, THUDM/slime scripts/models/qwen3-30B-A3B.sh: --num-layers 48 --hidden-size 2048
+    # --ffn-hidden-size 6144 --num-attention-heads 32 --num-query-groups 4 --kv-channels 128 --moe-ffn-hidden-size
+    # 768 --moe-router-topk 8 --num-experts 128 --vocab-size 151936 --rotary-base 1000000
+    # --untie-embeddings-and-output-weights); context 40960 (its config.json's max_position_embeddings). Q8_0
+    # weights, as commonly run: 30.5 B parameters, 30.3 GiB, so that two cards of 16 and 12 GiB cannot hold it
+    # whole and --n-cpu-moe (experts of the first N layers in host memory) decides what fits.
+    "30b-a3b": ModelShape(
+        "30b-a3b", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, n_ff=6144, n_vocab=151936, n_ctx_train=40960,
+        arch="qwen3moe", wtype="q8_0", moe=MoeSpec(n_expert=128, n_expert_used=8, n_ff_exp=768, head_dim=128)),
+    # The same architecture scaled down for a 2-core CPU (8 layers, 8 experts of 512, 2 used per token): the
+    # experts are 85% of the weights on the devices, so --n-cpu-moe moves most of a device's model buffer to the host.
+    "qwen3moe-tiny": ModelShape(
+        "qwen3moe-tiny", n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536, n_vocab=32000, n_ctx_train=65536,
+        arch="qwen3moe", moe=MoeSpec(n_expert=8, n_expert_used=2, n_ff_exp=512, head_dim=64)),
 }
 
 
@@ -201,10 +238,40 @@ def _qwen35_tensors(shape: ModelShape) -> list[tuple[str, tuple[int, ...], type]
     return out
 
 
+def _qwen3moe_tensors(shape: ModelShape) -> list[tuple[str, tuple[int, ...], type]]:
+    """The tensors llama.cpp b11312 loads for `qwen3moe` (src/models/qwen3moe.cpp, load_arch_tensors), numpy
+    order: the experts as one 3-D tensor per projection ({n_embd, n_ff_exp, n_expert} in ggml's order), the
+    router (ffn_gate_inp) in f32 as converted models keep it."""
+    m = shape.moe
+    assert m is not None
+    d, q, kv = shape.n_embd, m.head_dim * shape.n_head, m.head_dim * shape.n_head_kv
+    out: list[tuple[str, tuple[int, ...], type]] = [("token_embd.weight", (shape.n_vocab, d), np.float16)]
+    for i in range(shape.n_layer):
+        p = f"blk.{i}."
+        out += [
+            (p + "attn_norm.weight", (d,), np.float32),
+            (p + "attn_q.weight", (q, d), np.float16),
+            (p + "attn_k.weight", (kv, d), np.float16),
+            (p + "attn_v.weight", (kv, d), np.float16),
+            (p + "attn_output.weight", (d, q), np.float16),
+            (p + "attn_q_norm.weight", (m.head_dim,), np.float32),
+            (p + "attn_k_norm.weight", (m.head_dim,), np.float32),
+            (p + "ffn_norm.weight", (d,), np.float32),
+            (p + "ffn_gate_inp.weight", (m.n_expert, d), np.float32),
+            (p + "ffn_gate_exps.weight", (m.n_expert, m.n_ff_exp, d), np.float16),
+            (p + "ffn_down_exps.weight", (m.n_expert, d, m.n_ff_exp), np.float16),
+            (p + "ffn_up_exps.weight", (m.n_expert, m.n_ff_exp, d), np.float16),
+        ]
+    out += [("output_norm.weight", (d,), np.float32), ("output.weight", (shape.n_vocab, d), np.float16)]
+    return out
+
+
 def _tensors(shape: ModelShape) -> list[tuple[str, tuple[int, ...], type]]:
     """(name, numpy shape, dtype) in file order. Numpy shape is GGUF's ne reversed."""
     if shape.arch == "qwen35":
         return _qwen35_tensors(shape)
+    if shape.arch == "qwen3moe":
+        return _qwen3moe_tensors(shape)
     d, kv = shape.n_embd, shape.n_head_kv * shape.head_dim
     out: list[tuple[str, tuple[int, ...], type]] = [("token_embd.weight", (shape.n_vocab, d), np.float16)]
     for i in range(shape.n_layer):
@@ -255,6 +322,13 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
         w.add_uint32(f"{arch}.ssm.time_step_rank", h.ssm_time_step_rank)
         w.add_uint32(f"{arch}.ssm.inner_size", h.ssm_inner_size)
         w.add_uint32(f"{arch}.full_attention_interval", h.full_attention_interval)
+    if shape.moe:
+        m = shape.moe
+        w.add_key_length(m.head_dim)
+        w.add_value_length(m.head_dim)
+        w.add_expert_count(m.n_expert)
+        w.add_expert_used_count(m.n_expert_used)
+        w.add_expert_feed_forward_length(m.n_ff_exp)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(shape.n_vocab)
     w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
@@ -310,8 +384,12 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
                     fout.write(np.full(n, -1.0, dtype=np.float32).tobytes())
                 elif name.endswith(".bias"):
                     fout.write(np.zeros(n, dtype=np.float32).tobytes())
-                elif len(shp) > 1:  # the convolution's kernel
-                    fout.write(pool32[:nbytes])
+                elif len(shp) > 1:  # the convolution's kernel, the router
+                    left = nbytes
+                    while left:
+                        n = min(left, POOL * 4)
+                        fout.write(pool32[:n])
+                        left -= n
                 else:  # norms
                     fout.write(np.ones(n, dtype=np.float32).tobytes())
             else:
@@ -358,6 +436,7 @@ class ModelInfo:
     n_tensors: int
     fingerprint: str
     splits: int = 1
+    n_expert: int | None = None  # expert_count of a mixture-of-experts model (None: dense)
 
     @property
     def head_dim(self) -> int | None:
@@ -430,6 +509,7 @@ def read_info(path: Path) -> ModelInfo:
         n_head_kv=head_kv if not isinstance(head_kv, list) else max(head_kv),
         n_ctx_train=a("context_length"), n_vocab=n_vocab, n_tensors=len(hdr.tensors),
         fingerprint=fingerprint(path), splits=int(split_count) if split_count else 1,
+        n_expert=a("expert_count") or None,
     )
 
 

@@ -12,7 +12,7 @@ import html
 import re
 
 from ..safetext import plain
-from . import context, grid, plots, recommend, speed, summary, tables, versions
+from . import context, grid, plots, recommend, speed, summary, tables, tune, versions
 from .data import RunData
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -48,6 +48,10 @@ CAPTIONS = {
     "compute": "Compute buffer per device and on the host, per configuration (MiB, from llama.cpp's log).",
     "context": "Context size (n_ctx, tokens) each configuration ran with.",
     "throughput": "Aggregate output tokens/s against parallel requests: median over trials, bars span min–max.",
+    "tune_front": "Tune: each configuration run for real, its context against its median generation t/s (and "
+                  "aggregate output t/s at K requests), bars span min–max over trials; the square is llama.cpp's "
+                  "default, the star the pick, the grey line the measured front, hollow markers stopped after one "
+                  "trial; ticks on the context axis are stage one's verified front (dry runs).",
     "pp_gain": "Pipeline-parallel gain per workload cell: the pipeline build's aggregate prompt and output t/s over the "
                "same build without pipeline parallelism (above 1: it pays), ratio of medians with its 95% bootstrap "
                "interval; full colour where the verdict is pays or costs, pale where there is no measurable "
@@ -156,6 +160,24 @@ def _pp_gain(data: RunData, images: dict[str, bytes]) -> list[str]:
     return out
 
 
+def _tune(data: RunData, images: dict[str, bytes]) -> list[str]:
+    """A tune run's section: the pick and its command, the plot of the front, the front measured, the stages."""
+    v = tune.view(data)
+    if v is None:
+        return []
+    out = ["<h2>Tune: the front, measured</h2>", f'<p class="rec"><b>Pick.</b> {prose(v.pick_sentence)}</p>',
+           f"<pre>{esc(v.command)}</pre>",
+           f'<p class="note">llama.cpp\'s default, measured the same way: <code>{esc(v.default_command)}</code></p>']
+    if "tune_front" in images:
+        out.append(_img("tune_front", images["tune_front"]))
+    out.append(_table(*tune.front_table(v)))
+    out.append("<ul>" + "".join(f"<li>{prose(s)}</li>" for s in v.stage_lines) + "</ul>")
+    out.append("<details><summary>Every stage-one candidate</summary>")
+    out.append(_wrapped_table(*tune.candidates_table(v)))
+    out.append("</details>")
+    return out
+
+
 def _img(name: str, png: bytes) -> str:
     uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
     return (f'<figure><img id="plot-{esc(name)}" src="{uri}" alt="{esc(CAPTIONS.get(name, name))}">'
@@ -179,8 +201,8 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
         f"<style>{CSS}</style></head><body>",
         f"<h1>llamalab: {esc(r['study'])} — run {esc(r['id'])}</h1>",
         f'<p class="sub">{esc(r["status"])}, started {esc(r.get("started"))} on {esc(r.get("host"))}</p>',
-        f'<p class="rec"><b>Recommendation.</b> {prose(recommend.recommendation(data))}</p>',
-        *_decision(data),
+        *(_tune(data, images) or [f'<p class="rec"><b>Recommendation.</b> {prose(recommend.recommendation(data))}'
+                                  "</p>", *_decision(data)]),
         "<h2>System</h2>",
         '<dl class="sys">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in summary.system_items(data))
         + "</dl>",
@@ -215,7 +237,7 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
     if trust:
         parts += ["<h2>How far to trust the figures</h2>",
                   "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in trust) + "</ul>"]
-    others = {k: v for k, v in images.items() if k != "pp_gain"}
+    others = {k: v for k, v in images.items() if k not in ("pp_gain", "tune_front")}
     if others:
         parts.append("<h2>Plots</h2>")
         parts += [_img(name, png) for name, png in others.items()]

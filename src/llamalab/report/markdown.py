@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..safetext import plain
-from . import context, grid, network, recommend, speed, summary, tables, versions
+from . import context, grid, network, recommend, speed, summary, tables, tune, versions
 from .data import RunData
 
 
@@ -58,10 +58,13 @@ def versions_section(data: RunData) -> list[str]:
 def render(data: RunData) -> str:
     r = data.run
     out = [f"# llamalab: {r['study']} — run {r['id']}", ""]
-    out += ["**Recommendation.** " + recommend.recommendation(data), ""]
-    table = decision_tables(data)
-    if table:
-        out += ["## Decision by use", ""] + table
+    tuned = tune.markdown(data)  # a tune run: the front, the pick and its command are its recommendation
+    out += tuned
+    if not tuned:
+        out += ["**Recommendation.** " + recommend.recommendation(data), ""]
+        table = decision_tables(data)
+        if table:
+            out += ["## Decision by use", ""] + table
     items = dict(summary.system_items(data))
     out.append(f"- llama.cpp {items['llama.cpp']}")
     out.append(f"- machine: {items['CPU']}; GPUs: {items['GPUs']}")

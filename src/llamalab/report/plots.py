@@ -5,6 +5,8 @@
 - `throughput_figure`: aggregate output t/s against concurrency per configuration, median with min–max bars.
 - `pp_gain_figure`: the pipeline-parallel gain as a heatmap over the workload grid (prompt length × concurrency),
   one panel each for aggregate prompt and output t/s: ratio and interval per cell (`grid.gains`).
+- `tune_front_figure`: a tune run's measured configurations, context against generation (and aggregate) t/s,
+  with the default, the front and the pick marked.
 Each returns None when the run holds nothing to draw.
 """
 
@@ -197,14 +199,64 @@ def pp_gain_figure(data: RunData) -> Figure | None:
     return fig
 
 
+def tune_front_figure(data: RunData) -> Figure | None:
+    """A tune run: context (x) against single-stream generation t/s (y, median with min–max), and against the
+    aggregate at K requests where K > 1; llama.cpp's default as a black square, the measured front joined by a
+    line, the pick as a star, configurations stopped after one trial hollow. Stage one's verified front (dry runs
+    only, not all run for real) as ticks along the context axis."""
+    from . import tune
+
+    v = tune.view(data)
+    if v is None:
+        return None
+    by = {m.name: m for m in tune.measures_of(data, v)}
+    metrics = [("output_tps", "generation, single stream (tokens/s)")]
+    if v.parallel > 1:
+        metrics.append(("aggregate_output_tps", f"aggregate output at {v.parallel} requests (tokens/s)"))
+    fig = _figure(6.2 * len(metrics), 4.4)
+    stage_one = [c.get("n_ctx") for c in v.doc.get("candidates") or [] if c.get("status") == "front" and c.get("n_ctx")]
+    for k, (metric, ylabel) in enumerate(metrics):
+        ax = fig.add_subplot(1, len(metrics), k + 1)
+        pts = []
+        for r in v.rows:
+            m = by.get(r.build)
+            xs = (m.samples.get(metric) or []) if m else []
+            if not xs:
+                continue
+            y = float(np.median(xs))
+            pts.append((r.n_ctx, y, r))
+            style = dict(marker="s", color="black", markersize=7) if r.build == tune.DEFAULT else dict(
+                marker="*" if r.picked else "o", markersize=13 if r.picked else 7,
+                color=COLORS[v.rows.index(r) % len(COLORS)])
+            filled = len(xs) > 1 or r.build == tune.DEFAULT
+            ax.errorbar([r.n_ctx], [y], yerr=[[y - min(xs)], [max(xs) - y]], capsize=3, linestyle="none",
+                        markerfacecolor=style["color"] if filled else "white", **style)
+            ax.annotate(_t(r.build), (r.n_ctx, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        front = sorted((p for p in pts if p[2].on_front), key=lambda p: p[0])
+        if len(front) > 1:
+            ax.plot([p[0] for p in front], [p[1] for p in front], color="#999999", linewidth=1, zorder=0,
+                    label="measured front")
+        if stage_one:
+            ax.plot(stage_one, [0] * len(stage_one), "|", color="#4c72b0", markersize=12, clip_on=False,
+                    label="stage one's front (dry runs)")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower left")
+    fig.suptitle(_t(f"Tune: context against speed (■ llama.cpp's default, ★ the pick; median, min–max over trials) "
+                    f"— run {data.id}"), fontsize=9)
+    return fig
+
+
 def _cmap():
     from matplotlib import colormaps
 
     return colormaps["RdYlGn"]
 
 
-PLOTS = {"compute": compute_figure, "context": context_figure, "throughput": throughput_figure,
-         "pp_gain": pp_gain_figure}
+PLOTS = {"tune_front": tune_front_figure, "compute": compute_figure, "context": context_figure,
+         "throughput": throughput_figure, "pp_gain": pp_gain_figure}
 
 
 def to_bytes(fig: Figure, fmt: str = "png") -> bytes:

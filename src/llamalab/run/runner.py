@@ -11,6 +11,7 @@ import hashlib
 import os
 import tempfile
 import tomllib
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,8 +101,8 @@ def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str
 
 
 def study_hash(study: Study, model_path: Path) -> str:
-    # a study without [source] (or without min_devices, or builds without a source of their own) hashes as before
-    # that key existed, so its unfinished runs still resume
+    # a study without [source] (or without min_devices, without [tune], or builds without a source of their own)
+    # hashes as before that key existed, so its unfinished runs still resume
     exclude: dict = {"source": True} if study.source == SourceSpec() else {}
     for table in ("builds", "settings"):
         unset = {i: {"min_devices"} for i, x in enumerate(getattr(study, table)) if x.min_devices is None}
@@ -111,6 +112,8 @@ def study_hash(study: Study, model_path: Path) -> str:
                     unset[i] = unset.get(i, set()) | {"source"}
         if unset:
             exclude[table] = unset
+    if study.tune is None:
+        exclude["tune"] = True
     blob = study.model_dump_json(exclude=exclude or None) + "|" + str(model_path)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -474,9 +477,12 @@ def llama_cpp_info(prep: Prepared) -> dict:
     return info
 
 
-def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress) -> str:
+def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress, *,
+            passes: list[Pass] | None = None, skip: Callable[[Store, str, Pass], str | None] | None = None) -> str:
     """Run every pass of the study into the store; returns the run id. The run records the effective study
-    (file plus overrides) as TOML, whatever `study_toml` held."""
+    (file plus overrides) as TOML, whatever `study_toml` held. `passes` replaces the study's own order (expand);
+    `skip`, asked before each pass, may return why that pass is not run (it is then left out, with the reason
+    shown), so a caller can stop measuring a configuration that earlier passes already settled."""
     study = prep.study
     study_toml = to_toml(study)
     shash = study_hash(study, prep.model_path)
@@ -503,7 +509,7 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
             inapplicable = _record_inapplicable(prep, store, run_id)
             done = store.done_trials(run_id)
             levels = study.workload.concurrency
-            passes = expand(study)
+            passes = expand(study) if passes is None else passes
             todo = [(i, p, tuple(t for t in p.trials
                                  if any((p.config.build.name, p.config.setting.name, t, c) not in done for c in levels)))
                     for i, p in enumerate(passes) if p.config.build.name in prep.artifacts
@@ -516,6 +522,11 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                 proc.check_stop()
                 key = (p.config.build.name, p.config.setting.name)
                 if key in inapplicable:  # llama.cpp refused it on an earlier pass: said once, not tried again
+                    counter[0] += len(trials) * len(levels)
+                    continue
+                why = skip(store, run_id, p) if skip is not None else None
+                if why:
+                    progress.message(f"not measuring {p.config.build.name} × {p.config.setting.name} further: {why}")
                     counter[0] += len(trials) * len(levels)
                     continue
                 if _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter,

@@ -159,6 +159,12 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0009_not_applicable", """
         SELECT 'builds.status and configs.status: ok, failed, skipped, not-applicable'
     """),
+    ("0010_tunes", """
+        CREATE TABLE tunes (
+            run_id TEXT PRIMARY KEY REFERENCES runs(id),
+            result_json TEXT NOT NULL           -- `llamalab tune`: the search, its dry runs, the front (tune.py)
+        );
+    """),
 ]
 
 _TRIALS_0006 = """
@@ -578,6 +584,15 @@ class Store:
                        (run_id, build, setting, mode, fitted, None if verified is None else int(verified), max_loaded,
                         _j(steps)))
 
+    def save_tune(self, run_id: str, result: dict) -> None:
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO tunes VALUES (?,?)", (run_id, _j(result)))
+
+    def tune(self, run_id: str) -> dict | None:
+        """What `llamalab tune` stored with the run (None for other runs)."""
+        row = self.db.execute("SELECT result_json FROM tunes WHERE run_id=?", (run_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
     def save_crosscheck(self, run_id: str, build: str, setting: str, result: dict, error: str | None) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO crosschecks VALUES (?,?,?,?,?)",
@@ -675,7 +690,7 @@ class Store:
 
     # The tables that hold one run, parents first (the order rows are inserted in).
     RUN_TABLES = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials", "crosschecks",
-                  "context_checks")
+                  "context_checks", "tunes")
     _DUMP = {
         "runs": "SELECT * FROM runs WHERE id=? ORDER BY rowid",
         "system_info": "SELECT * FROM system_info WHERE run_id=? ORDER BY rowid",
@@ -688,6 +703,7 @@ class Store:
         "trials": "SELECT * FROM trials WHERE run_id=? ORDER BY id",
         "crosschecks": "SELECT * FROM crosschecks WHERE run_id=? ORDER BY rowid",
         "context_checks": "SELECT * FROM context_checks WHERE run_id=? ORDER BY rowid",
+        "tunes": "SELECT * FROM tunes WHERE run_id=? ORDER BY rowid",
     }
 
     def columns(self, table: str) -> list[str]:
@@ -745,7 +761,7 @@ class Store:
                 for row in tables.get("trials") or []:
                     _insert(db, "trials", {**{k: v for k, v in row.items() if k != "id"}, "run_id": run_id,
                                            "config_id": ids[row["config_id"]]})
-                for t in ("crosschecks", "context_checks"):
+                for t in ("crosschecks", "context_checks", "tunes"):
                     for row in tables.get(t) or []:
                         _insert(db, t, {**row, "run_id": run_id})
         except sqlite3.IntegrityError as e:

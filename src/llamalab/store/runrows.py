@@ -245,6 +245,10 @@ class ContextCheckRow(_Row):
     steps_json: list[Json]
 
 
+class TuneRow(_Row):
+    result_json: Json
+
+
 class Tables(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -257,6 +261,7 @@ class Tables(BaseModel):
     trials: list[TrialRow] = Field(default_factory=list)
     crosschecks: list[CrosscheckRow] = Field(default_factory=list)
     context_checks: list[ContextCheckRow] = Field(default_factory=list)
+    tunes: Annotated[list[TuneRow], Field(max_length=1)] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self) -> "Tables":

@@ -291,6 +291,50 @@ class WorkloadSpec(_Strict):
         return [(p, o) for p in self.prompt_lengths for o in self.output_lengths]
 
 
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")  # llama.cpp's -ctk/-ctv
+TUNE_SPLITS = ("layer", "layer-nopp", "tensor", "none")
+
+
+class TuneSpec(_Strict):
+    """`[tune]`: what `llamalab tune` searches and what it picks for (docs/tune.md). Each dimension is searched only
+    where it applies to the rig and the model (splits with more than one device, --n-cpu-moe for MoE models)."""
+
+    goal: Literal["context", "throughput"] = "context"
+    min_context: Annotated[int, Field(ge=0)] = 0  # tokens the pick must hold at least
+    min_gen_tps: Annotated[float, Field(ge=0)] | None = None  # single-stream generation floor (default: the
+    # default --fit's own speed, not measurably slower)
+    parallel: Annotated[int, Field(ge=1, le=64)] = 1  # K: requests served at once (-np K; aggregate measured at K)
+    splits: list[Literal["layer", "layer-nopp", "tensor", "none"]] = Field(default_factory=lambda: list(TUNE_SPLITS))
+    kv: list[str] = Field(default_factory=lambda: ["f16/f16", "f16/q8_0", "q8_0/q8_0", "f16/q4_0", "q8_0/q4_0"])
+    ubatch: list[Annotated[int, Field(ge=16, le=65536)]] = Field(default_factory=lambda: [512, 2048])
+    n_cpu_moe: list[Annotated[int, Field(ge=0)]] | None = None  # None: chosen from the model and the budgets
+    max_real: Annotated[int, Field(ge=1, le=64)] = 6  # front candidates measured for real at most
+    screen: bool = True  # stage two: one trial each first, then the rest only for those not clearly dominated
+
+    @field_validator("kv")
+    @classmethod
+    def _kv(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("give at least one K/V pair, e.g. \"f16/f16\"")
+        for pair in v:
+            k, slash, val = pair.partition("/")
+            if not slash or k not in KV_TYPES or val not in KV_TYPES:
+                raise ValueError(f"{pair!r}: a K/V cache type pair like \"f16/q8_0\" (types: {', '.join(KV_TYPES)})")
+        if len(set(v)) != len(v):
+            raise ValueError(f"{v}: a pair is listed twice")
+        return v
+
+    @field_validator("splits", "ubatch", "n_cpu_moe")
+    @classmethod
+    def _distinct(cls, v: list | None) -> list | None:
+        if v is not None:
+            if not v:
+                raise ValueError("give at least one value")
+            if len(set(v)) != len(v):
+                raise ValueError(f"{v}: a value is listed twice")
+        return v
+
+
 class Study(_Strict):
     name: str
     description: str = ""
@@ -301,6 +345,7 @@ class Study(_Strict):
     builds: list[BuildSpec]
     settings: list[SettingSpec] = Field(default_factory=lambda: [SettingSpec(name="default")])
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    tune: TuneSpec | None = None  # read by `llamalab tune` only
 
     @model_validator(mode="after")
     def _unique(self) -> "Study":

@@ -1,0 +1,382 @@
+"""A tune run (`llamalab tune`) as the reports show it: the front measured, the pick for the goal and its exact
+command, llama.cpp's default beside it, and how many candidates each stage looked at. Pure: from a stored RunData
+(its `tunes` row and its trials), never from a live run.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..run import tunespace as ts
+from . import stats
+from .data import RunData
+from .tables import markdown_table
+
+DEFAULT = "default"
+
+
+@dataclass
+class Row:
+    build: str
+    label: str
+    n_ctx: int
+    prompt: float | None
+    gen: float | None
+    agg: float | None
+    n: int  # single-stream trials
+    devices_mib: list[float | None]
+    gen_vs_default: str = ""  # "1.01× [0.99, 1.03] — no measurable difference"
+    vs_default: dict = field(default_factory=dict)  # metric → "0.64× [0.41, 0.85] — slower" against the default
+    on_front: bool = False
+    picked: bool = False
+    note: str = ""
+
+
+@dataclass
+class View:
+    run_id: str
+    doc: dict
+    rows: list[Row]
+    pick: "Pick"
+    pick_sentence: str
+    command: str
+    default_command: str
+    devices: list[str]
+    parallel: int
+    stage_lines: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- measured speeds (stage two)
+
+
+def compare(base: ts.Measures, cand: ts.Measures, metric: str, threshold: float) -> tuple[stats.Ratio, str] | None:
+    """cand / base in one speed: ratio with its bootstrap interval, and the verdict."""
+    bx, cx = base.samples.get(metric) or [], cand.samples.get(metric) or []
+    if not bx or not cx or min(bx) <= 0:
+        return None
+    r = stats.ratio(bx, cx)
+    return r, stats.verdict(r, threshold)
+
+
+def measured_front(ms: Sequence[ts.Measures], threshold: float) -> list[str]:
+    """Names of the measured configurations no other beats: at least the context, no speed measurably slower (nor a
+    median more than twice the threshold below, as `pick` requires), and ahead in context or measurably faster in
+    a speed."""
+    out = []
+    for c in ms:
+        beaten = False
+        for d in ms:
+            if d.name == c.name or d.n_ctx < c.n_ctx:
+                continue
+            cmp = [v for m in ts.SPEEDS if (v := compare(c, d, m, threshold)) is not None]
+            if any(v[1] == "slower" or v[0].ratio < 1 - 2 * threshold for v in cmp):
+                continue
+            if d.n_ctx > c.n_ctx or any(v[1] == "faster" for v in cmp):
+                beaten = True
+                break
+        if not beaten:
+            out.append(c.name)
+    return out
+
+
+@dataclass(frozen=True)
+class Pick:
+    name: str
+    reason: str
+    considered: tuple[str, ...]  # the configurations that met the constraints
+
+
+def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int = 0, min_gen_tps: float | None = None,
+         need_context: int = 0, threshold: float = 0.02, default_fits: bool = True) -> Pick:
+    """The configuration for the goal. Context: the most context among those that hold `min_context` (and the K
+    requests' `need_context`) and whose generation is at least `min_gen_tps` — without a floor, not measurably
+    slower than the default's (no "slower" verdict, and a median ratio no more than twice the threshold below 1,
+    so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation.
+    Throughput: the highest aggregate output t/s at K requests among those that hold the context asked for (and
+    meet a generation floor if one is given); ties go to more context. The default is a candidate too, unless it
+    does not fit the budgets (`default_fits`); its speed is the floor either way: it is what the user has without
+    tuning."""
+    by = {m.name: m for m in ms}
+    floor = max(min_context, need_context)
+    base = by.get(default)
+    ok: list[ts.Measures] = []
+    why_out: dict[str, str] = {}
+    for m in ms:
+        if m.name == default and not default_fits:
+            why_out[m.name] = "does not fit the budgets"
+            continue
+        if m.n_ctx < floor:
+            why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
+            continue
+        gen = m.median("output_tps")
+        if gen is None:
+            why_out[m.name] = "no generation measured"
+            continue
+        if min_gen_tps is not None:
+            if gen < min_gen_tps:
+                why_out[m.name] = f"generates {gen:.1f} t/s, under the {min_gen_tps:g} t/s floor"
+                continue
+        elif goal == "context" and base is not None and m.name != base.name:
+            v = compare(base, m, "output_tps", threshold)
+            if v is not None and (v[1] == "slower" or v[0].ratio < 1 - 2 * threshold):
+                why_out[m.name] = (f"generation {stats.format_ratio(v[0])} of the default's: "
+                                   + ("measurably slower" if v[1] == "slower" else
+                                      f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
+                continue
+        ok.append(m)
+    if not ok:
+        return Pick(default, "no configuration met the constraints (" + "; ".join(
+            f"{k}: {v}" for k, v in list(why_out.items())[:4]) + "): keep llama.cpp's default"
+            + ("" if default_fits else ", which does not fit the budgets either (relax --min-gen-tps or "
+               "--min-context)"), ())
+    if goal == "throughput":
+        def key(m: ts.Measures):
+            return (m.median("aggregate_output_tps") or m.median("output_tps") or 0.0, m.n_ctx)
+        best = max(ok, key=key)
+        val = best.median("aggregate_output_tps") or best.median("output_tps") or 0.0
+        reason = f"the highest aggregate output ({val:,.1f} t/s) with at least {floor:,} tokens of context"
+    else:
+        best = max(ok, key=lambda m: (m.n_ctx, m.median("output_tps") or 0.0))
+        floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
+                     else "generating not measurably slower than the default")
+        reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
+    return Pick(best.name, reason, tuple(m.name for m in ok))
+
+
+# ---------------------------------------------------------------- the view
+
+
+def doc_of(data: RunData) -> dict | None:
+    rows = data.tables.get("tunes") or []
+    if not rows:
+        return None
+    raw = rows[0].get("result_json")
+    if isinstance(raw, str):
+        import json
+
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _ledger_ctx(data: RunData) -> dict[str, int]:
+    out = {}
+    for c in data.ok_configs():
+        n = (c.get("ledger") or {}).get("n_ctx")
+        if n:
+            out[c["build"]] = int(n)
+    return out
+
+
+def _fmt(v: float | None, nd: int = 1) -> str:
+    return "–" if v is None else f"{v:,.{nd}f}"
+
+
+def command(data: RunData, build: str, parallel: int, model: str) -> str:
+    """The llama-server command a configuration of the run ran with, as a user types it: the study's server
+    arguments, the build's, and the slots (-np K -kvu); the budget emulation's -fitt and the default's `-ts 0,…`
+    (llama.cpp's "no split given", there only to keep the emulation from adding one) left out."""
+    server = list((data.study.get("server") or {}).get("args") or [])
+    args = list(data.study_entry("builds", build).get("args") or [])
+    if build == DEFAULT and "-ts" in args:
+        i = args.index("-ts")
+        if i + 1 < len(args) and set(args[i + 1].replace(",", "")) <= {"0"}:
+            del args[i:i + 2]
+    return shlex.join(["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"])
+
+
+def _measures(data: RunData, doc: dict) -> list[ts.Measures]:
+    cands = {c.get("build"): c for c in doc.get("candidates") or [] if c.get("build")}
+    ctx = {DEFAULT: int((doc.get("default") or {}).get("n_ctx") or 0)}
+    ctx |= {b: int(c.get("n_ctx") or 0) for b, c in cands.items()}
+    return ts.measures(data.trials, ctx, int(doc.get("parallel") or 1), _ledger_ctx(data))
+
+
+def measures_of(data: RunData, v: View) -> list[ts.Measures]:
+    return _measures(data, v.doc)
+
+
+def view(data: RunData) -> View | None:
+    doc = doc_of(data)
+    if doc is None:
+        return None
+    k = int(doc.get("parallel") or 1)
+    threshold = float(doc.get("threshold") or 0.02)
+    cands = {c.get("build"): c for c in doc.get("candidates") or [] if c.get("build")}
+    ctx = {DEFAULT: int((doc.get("default") or {}).get("n_ctx") or 0)}
+    ctx |= {b: int(c.get("n_ctx") or 0) for b, c in cands.items()}
+    ms = _measures(data, doc)
+    by = {m.name: m for m in ms}
+    default = doc.get("default") or {}
+    p = pick(ms, DEFAULT, doc.get("goal") or "context", min_context=int(doc.get("min_context") or 0),
+                min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold,
+                default_fits=not default.get("over_budget"))
+    front = set(measured_front(ms, threshold))
+    if default.get("over_budget"):
+        front.discard(DEFAULT)  # measured, but not something these cards could run
+    screened = (doc.get("stage2") or {}).get("screened_out") or {}
+    order = [DEFAULT, *[b for b in (doc.get("stage2") or {}).get("real", []) if b != DEFAULT]]
+    rows = []
+    for b in order:
+        m = by.get(b)
+        c = cands.get(b)
+        label = "llama.cpp's default (--fit, no flags)" if b == DEFAULT else (c or {}).get("label", b)
+        devs = (default if b == DEFAULT else c or {}).get("devices_mib") or []
+        row = Row(build=b, label=label, n_ctx=m.n_ctx if m else ctx.get(b, 0),
+                  prompt=m.median("input_tps") if m else None, gen=m.median("output_tps") if m else None,
+                  agg=m.median("aggregate_output_tps") if m else None,
+                  n=len(m.samples.get("output_tps") or []) if m else 0, devices_mib=list(devs),
+                  on_front=b in front, picked=b == p.name)
+        if m and b != DEFAULT and DEFAULT in by:
+            for metric in ts.SPEEDS:
+                v = compare(by[DEFAULT], m, metric, threshold)
+                if v is not None:
+                    row.vs_default[metric] = f"{stats.format_ratio(v[0])} — {v[1]}"
+            row.gen_vs_default = row.vs_default.get("output_tps", "")
+        if b in screened:
+            row.note = "stopped after one trial: " + screened[b]
+        elif m is None:
+            row.note = "not measured (the configuration failed; see the run's report)"
+        elif b == DEFAULT and default.get("over_budget"):
+            row.note = over_note(default, doc)
+        rows.append(row)
+    model = (doc.get("model") or {}).get("path") or "MODEL"
+    pick_row = next((r for r in rows if r.build == p.name), None)
+    base_row = next((r for r in rows if r.build == DEFAULT), None)
+    sentence = _pick_sentence(p, pick_row, base_row)
+    v = View(run_id=data.id, doc=doc, rows=rows, pick=p, pick_sentence=sentence,
+             command=command(data, p.name, k, model), default_command=command(data, DEFAULT, k, model),
+             devices=list((doc.get("rig") or {}).get("devices") or []), parallel=k)
+    v.stage_lines = stage_lines(doc)
+    return v
+
+
+def over_note(default: dict, doc: dict) -> str:
+    """Which device llama.cpp's own fit left above its budget less the margin, by how much."""
+    rig = doc.get("rig") or {}
+    names = rig.get("devices") or []
+    avail = [b - m for b, m in zip(rig.get("budgets_mib") or [], rig.get("margins_mib") or [], strict=False)]
+    over = [f"{n} at {u:,.0f} MiB, {u - a:,.0f} over" for n, u, a in
+            zip(names, default.get("devices_mib") or [], avail, strict=False) if u is not None and u > a]
+    return ("over a budget: llama.cpp's fit leaves " + "; ".join(over) + " its budget less the margin "
+            "(its own dry run at that context), so on these cards it would not keep the margin or would not load")
+
+
+SPEED_WORDS = {"input_tps": "prompt", "output_tps": "generation", "aggregate_output_tps": "aggregate output"}
+
+
+def _pick_sentence(p: Pick, row: Row | None, base: Row | None) -> str:
+    if row is None:
+        return f"{p.name}: {p.reason}."
+    if row.build == DEFAULT:
+        return f"keep llama.cpp's default — {p.reason}."
+    parts = [f"{row.build} ({row.label}): {p.reason}."]
+    if base is not None and base.n_ctx:
+        speeds = "; ".join(f"{SPEED_WORDS[k]} {v}" for k, v in row.vs_default.items())
+        parts.append(f"Against llama.cpp's default: context {row.n_ctx:,} vs {base.n_ctx:,} tokens "
+                     f"({(row.n_ctx - base.n_ctx) / base.n_ctx:+.0%})" + (f"; {speeds}" if speeds else "") + ".")
+    return " ".join(parts)
+
+
+def stage_lines(doc: dict) -> list[str]:
+    """How many candidates each stage looked at, and the wall time of each."""
+    s1, s2 = doc.get("stage1") or {}, doc.get("stage2") or {}
+    by = s1.get("by_status") or {}
+    out = [f"stage one: {s1.get('enumerated', 0)} candidates, {s1.get('dry_runs', 0)} dry runs in "
+           f"{float(s1.get('seconds') or 0):.1f} s — " + ", ".join(
+               f"{n} {what}" for what, n in (("verified on the front", by.get("front", 0)),
+                                              ("dominated after verification", by.get("dominated", 0)),
+                                              ("pruned by prediction", by.get("pruned", 0)),
+                                              ("infeasible", by.get("infeasible", 0)),
+                                              ("not plannable", by.get("unplannable", 0))) if n)]
+    real = [b for b in s2.get("real") or [] if b != DEFAULT]
+    screened = s2.get("screened_out") or {}
+    out.append(f"stage two: {len(real)} front candidates and llama.cpp's default run for real in "
+               f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
+                                                          "(clearly dominated)" if screened else ""))
+    sp = doc.get("space") or {}
+    dims = [f"split {', '.join(sp.get('splits') or [])}", f"KV {', '.join(sp.get('kv') or [])}",
+            f"-ub {', '.join(str(x) for x in sp.get('ubatch') or [])}"]
+    if (doc.get("model") or {}).get("n_expert"):
+        dims.append(f"--n-cpu-moe {', '.join(str(x) for x in sp.get('n_cpu_moe') or [])}")
+    out.append("searched: " + "; ".join(dims) + " (-ts chosen per candidate for the most context)"
+               + "".join(f"; not searched: {k} ({v})" for k, v in (sp.get("not_searched") or {}).items()))
+    rig = doc.get("rig") or {}
+    if rig.get("budgets_mib"):
+        out.append("budgets " + ", ".join(f"{n} {b:,} MiB" for n, b in zip(rig.get("devices") or [],
+                                                                           rig["budgets_mib"], strict=False))
+                   + f" (llama.cpp's margin {', '.join(str(m) for m in rig.get('margins_mib') or [])} MiB kept free)"
+                   + ("" if rig.get("budgets_given") else ": what the devices report free"))
+    unplannable = {c.get("reason") for c in doc.get("candidates") or [] if c.get("status") == "unplannable"}
+    for why in sorted(x for x in unplannable if x):
+        out.append(f"not plannable: {why}")
+    if (doc.get("default") or {}).get("fit_split"):
+        out.append("llama.cpp's default ran with `-ts 0,0` (llama.cpp's \"no split given\") under the budgets: on "
+                   "cards of these sizes its fit places the layers itself, and without it the budget emulation "
+                   "would fix the split to the budgets' proportions")
+    out += list(doc.get("notes") or [])
+    return out
+
+
+def front_table(v: View) -> tuple[list[str], list[list[str]]]:
+    k = v.parallel
+    head = ["Config", "What", "Context", "Prompt t/s", "Gen t/s", f"Aggregate t/s at {k}" if k > 1
+            else "Aggregate t/s (1 request)", "Gen vs default", *[f"{d} MiB" for d in v.devices], "Front"]
+    body = []
+    for r in v.rows:
+        mark = "pick" if r.picked else ("front" if r.on_front else "")
+        body.append([r.build, r.label + (f" ({r.note})" if r.note else ""), f"{r.n_ctx:,}", _fmt(r.prompt),
+                     _fmt(r.gen), _fmt(r.agg), r.gen_vs_default or ("baseline" if r.build == DEFAULT else "–"),
+                     *[_fmt(x, 0) for x in (r.devices_mib + [None] * len(v.devices))[: len(v.devices)]], mark])
+    return head, body
+
+
+def candidates_table(v: View) -> tuple[list[str], list[list[str]]]:
+    """Every stage-one candidate: its status, context (verified, else predicted) and memory per device."""
+    head = ["Status", "Candidate", "Context", "Predicted", "Dry runs", *[f"{d} MiB" for d in v.devices], "Why"]
+    order = {"front": 0, "dominated": 1, "pruned": 2, "infeasible": 3, "unplannable": 4}
+    body = []
+    def key(c: dict) -> tuple:
+        return order.get(c.get("status"), 9), -(c.get("n_ctx") or c.get("predicted_n_ctx") or 0)
+
+    for c in sorted(v.doc.get("candidates") or [], key=key):
+        devs = (list(c.get("devices_mib") or []) + [None] * len(v.devices))[: len(v.devices)]
+        body.append([c.get("status", "") + (f" ({c['build']})" if c.get("build") else ""), c.get("label", ""),
+                     f"{c['n_ctx']:,}" if c.get("n_ctx") else "–",
+                     f"{c['predicted_n_ctx']:,}" if c.get("predicted_n_ctx") is not None else "–",
+                     str(c.get("dry_runs") or 0), *[_fmt(x, 0) for x in devs], c.get("reason") or ""])
+    return head, body
+
+
+def lines(v: View) -> list[str]:
+    return list(v.stage_lines)
+
+
+def markdown(data: RunData) -> list[str]:
+    v = view(data)
+    if v is None:
+        return []
+    out = ["## Tune: the front, measured", "", f"**Pick.** {v.pick_sentence}", "", "```", v.command, "```", "",
+           f"llama.cpp's default, measured the same way: `{v.default_command}`", "",
+           markdown_table(*front_table(v)), "",
+           "Context: the n_ctx each server ran with; prompt and generation t/s: median of the single-stream trials; "
+           f"aggregate: median output t/s of {v.parallel} request(s) at once; MiB per device: llama.cpp's dry-run "
+           "projection (model + KV cache + compute) at that context; *Front*: no other measured configuration holds "
+           "as much context without being measurably slower in a speed.", ""]
+    out += [f"- {s}" for s in v.stage_lines] + [""]
+    out += ["<details><summary>Every stage-one candidate</summary>", "", markdown_table(*candidates_table(v)), "",
+            "</details>", ""]
+    return out
+
+
+def as_json(v: View | None) -> dict:
+    if v is None:
+        return {}
+    return {"run_id": v.run_id, "pick": {"build": v.pick.name, "reason": v.pick.reason, "command": v.command,
+                                         "considered": list(v.pick.considered)},
+            "default_command": v.default_command, "front": [r.__dict__ for r in v.rows], "stages": v.stage_lines,
+            "search": v.doc}

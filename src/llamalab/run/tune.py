@@ -1,0 +1,482 @@
+"""`llamalab tune`: the llama-server command for this rig and this model, found by dry runs and proven by real runs.
+
+Stage one (dry runs only, `plan.dry_run`: llama-server stopped after its memory fit, no weight read):
+ 1. llama.cpp's default — the study's arguments and nothing else, under the budgets' emulation — for its fitted
+    context;
+ 2. per split mode and micro-batch, two calibration runs (f16/f16 cache, the budgets' proportional layer split, at
+    a quarter of the training context and at all of it): the memory model of every candidate of that group;
+ 3. every combination of the search space predicted from that model and the GGUF header (tunespace.predict: the
+    layer split chosen for the most context), pruned to the predicted feasible, non-dominated set;
+ 4. each survivor verified by a dry run of exactly its command at its predicted context, stepped down where a
+    device is over its budget (or up where every device has room), then the front again from verified figures.
+Stage two: the front (at most `[tune] max_real` of it) and the default run for real through the study runner —
+every candidate a build of one binary with its own arguments, so the run's report compares each with the default —
+a first trial each, then the remaining trials only for those no measured configuration already beats.
+The run is stored with its search (`tunes` table); `report.tune` renders the front, the pick and its command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..llamacpp import budget, server as servermod, standin
+from ..paths import cache_home, data_home, default_db
+from ..rig import devices
+from ..store.db import Store
+from ..study.spec import Config, Pass, SettingSpec, Study, TuneSpec
+from . import plan as planmod, runner, tunespace as ts
+from .progress import Progress
+
+DEFAULT = "default"  # the build name of llama.cpp's default in a tune run
+
+
+@dataclass
+class TuneOptions:
+    home: Path = field(default_factory=cache_home)
+    db: Path = field(default_factory=default_db)
+    runs_dir: Path = field(default_factory=lambda: data_home() / "runs")
+    llama_cpp: Path | None = None
+    model: Path | None = None
+    budgets: list[str] | None = None  # overrides [devices] vram
+    logs_dir: Path | None = None  # keep the dry runs' logs here (default: a temporary folder, removed)
+    jobs: int | None = None
+    timeout_s: float = 300.0
+    fresh: bool = False
+
+
+def tune_study(study: Study) -> Study:
+    """The study as tune runs it: its first build, `[tune] parallel` slots, and the workload measured single-stream
+    and at K requests."""
+    spec = study.tune or TuneSpec()
+    k = spec.parallel
+    wl = study.workload.model_copy(update={"concurrency": sorted({1, k})})
+    return study.model_copy(update={"tune": spec, "builds": study.builds[:1], "workload": wl,
+                                    "server": study.server.model_copy(update={"parallel": k})})
+
+
+def need_context(study: Study) -> int:
+    """Tokens K requests of the workload's largest cell hold at once (a unified KV cache)."""
+    spec = study.tune or TuneSpec()
+    wl = study.workload
+    return spec.parallel * (max(wl.prompt_lengths) + max(wl.output_lengths))
+
+
+# ---------------------------------------------------------------- stage one
+
+
+@dataclass
+class StageOne:
+    rig: ts.Rig
+    layout: ts.ModelLayout
+    space: ts.Space
+    default: dict
+    default_extra: list[str]  # arguments the default's build gets beside the study's (budget emulation detail)
+    records: list[dict]
+    chosen: list[tuple[ts.Candidate, int, dict]]  # the front members measured for real: candidate, context, record
+    dry_runs: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+class _Runner:
+    """Dry runs of candidate command lines on one device setup, counted."""
+
+    def __init__(self, prep: runner.Prepared, study: Study, art, dev, env: dict, logs: Path, timeout_s: float,
+                 rig: ts.Rig):
+        self.prep, self.study, self.art, self.dev, self.env = prep, study, art, dev, env
+        self.logs, self.timeout_s, self.rig = logs, timeout_s, rig
+        self.count = 0
+
+    def args(self, extra: list[str]) -> list[str]:
+        b = self.study.builds[0]
+        cfg = Config(build=b.model_copy(update={"args": [*b.args, *extra]}), setting=SettingSpec(name="tune"))
+        return runner.server_args(self.study, cfg, self.dev)
+
+    def measure(self, c: ts.Candidate, n_ctx: int) -> tuple[ts.Measured | None, planmod.DryRun]:
+        self.count += 1
+        log = self.logs / f"dry-{self.count:03d}.log"
+        dr = planmod.dry_run(self.art.binary("llama-server"), self.prep.model_path, self.args(c.args(n_ctx)),
+                             env=self.env, log_path=log, timeout_s=self.timeout_s)
+        if dr.error:
+            return None, dr
+        return to_measured(dr, self.rig.names, n_ctx), dr
+
+
+def to_measured(dr: planmod.DryRun, names: tuple[str, ...], n_ctx: int) -> ts.Measured:
+    """A dry run's figures in the rig's device order (a device it did not use: zeros)."""
+    by = {d.name: d for d in dr.devices}
+    out = []
+    for n in names:
+        d = by.get(n)
+        out.append(ts.DeviceMib(model=d.model_mib or 0.0, context=d.context_mib or 0.0, compute=d.compute_mib or 0.0,
+                                kv_layers=d.kv_layers) if d else ts.DeviceMib())
+    h = dr.host
+    host = ts.DeviceMib(model=h.model_mib or 0.0, context=h.context_mib or 0.0, compute=h.compute_mib or 0.0)
+    return ts.Measured(n_ctx=dr.n_ctx or n_ctx, devices=tuple(out), host=host)
+
+
+def _record(c: ts.Candidate, rig: ts.Rig, **kw) -> dict:
+    rec = {"key": c.key(), "label": c.label(rig), "split": c.split, "ts": list(c.ts) if c.ts else None,
+           "ctk": c.ctk, "ctv": c.ctv, "ubatch": c.ubatch, "n_cpu_moe": c.n_cpu_moe, "main_gpu": c.main_gpu,
+           "args": c.args(), "pipeline_parallel": c.pipelined(rig), "status": "", "reason": None, "n_ctx": None,
+           "predicted_n_ctx": None, "devices_mib": None, "host_mib": None, "dry_runs": 0, "build": None}
+    rec.update(kw)
+    return rec
+
+
+def _rig(names: list[str], budgets: list[int], margins: list[int], prep: runner.Prepared, art, dev) -> ts.Rig:
+    shared = (prep.backend == "cpu-rpc" and not prep.study.devices.rpc) or (
+        dev.virtual and len(set(dev.gpu_of)) <= 1) or (len(dev.gpu_of) > 1 and len(set(dev.gpu_of)) == 1)
+    blas = str(art.options.get("GGML_BLAS", "")).upper() in ("ON", "1", "TRUE")
+    return ts.Rig(names=tuple(names), budgets_mib=tuple(budgets), margins_mib=tuple(margins), backend=prep.backend,
+                  shared_processor=bool(shared), copies=art.expected_copies, pp_capable=not blas)
+
+
+def _layout(prep: runner.Prepared) -> ts.ModelLayout:
+    hdr = standin.read_header(prep.model_path)
+    info = prep.model_info
+    return ts.model_layout(((n, b) for n, _, b in hdr.tensors), info.n_layer or 0, info.n_ctx_train or 0,
+                           info.n_expert or 0)
+
+
+def stage_one(prep: runner.Prepared, budgets: list[int] | None, logs: Path, timeout_s: float,
+              progress: Progress) -> StageOne:
+    study = prep.study
+    spec = study.tune or TuneSpec()
+    t0 = time.monotonic()
+    art = prep.artifacts[study.builds[0].name]
+    layout = _layout(prep)
+    if not layout.n_layer or not layout.n_ctx_train:
+        raise ConfigError("the model's header does not give its layers and training context, which tune needs.",
+                          tip="check the file with `llamalab plan --model M`.")
+    floor = max(spec.min_context, need_context(study))
+    with runner.device_setup(prep, art, _mkdir(logs / "devices")) as dev:
+        env = {**art.env(), **dev.env}
+        mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
+        if not mem:
+            raise ConfigError("llama.cpp sees no device to tune for (only the CPU).",
+                              tip="tune splits a model over devices: use cuda, vulkan, rocm or cpu-rpc.")
+        margins = list(study.server.fit_target_mib or [budget.DEFAULT_MARGIN_MIB])
+        margins = margins * len(mem) if len(margins) == 1 else margins
+        emu = budget.emulate(budgets, mem, margins_mib=margins, user_args=[]) if budgets else None
+        budg = list(emu.budgets_mib) if emu else [d.free_mib for d in mem]
+        rig = _rig([d.name for d in mem], budg, list(emu.margins_mib) if emu else margins[: len(mem)], prep, art, dev)
+        sp = ts.space(spec.splits, spec.kv, spec.ubatch, spec.n_cpu_moe, rig, layout)
+        dr = _Runner(prep, study, art, dev, env, logs, timeout_s, rig)
+        budgets_txt = ", ".join(f"{b:,}" for b in rig.budgets_mib)
+        dims = [", ".join(sp.splits), "KV " + ", ".join(spec.kv), "-ub " + ", ".join(map(str, sp.ubatch))]
+        if layout.moe:
+            dims.append("--n-cpu-moe " + ", ".join(map(str, sp.n_cpu_moe)))
+        progress.message(f"tune stage one: {len(mem)} device(s) ({', '.join(rig.names)}), budgets {budgets_txt} MiB "
+                         f"less {', '.join(map(str, rig.margins_mib))} MiB margin; searching {' × '.join(dims)}")
+        default, default_extra = _default(prep, art, dev, env, emu, logs, timeout_s, dr, rig, progress)
+        records, calibs = _calibrate(sp, rig, layout, dr, progress)
+        records += _predict_and_verify(sp, rig, layout, calibs, dr, floor, progress)
+    chosen = _front(records, rig, spec, floor)
+    notes = []
+    if not budgets:
+        notes.append("no budgets: each device's free memory as llama.cpp reports it is its budget"
+                     + (" (every local rpc-server reports this machine's RAM; pass --budget 16GiB,12GiB to tune "
+                        "for particular cards)" if prep.backend == "cpu-rpc" else ""))
+    return StageOne(rig=rig, layout=layout, space=sp, default=default, default_extra=default_extra, records=records,
+                    chosen=chosen, dry_runs=dr.count, seconds=round(time.monotonic() - t0, 2), notes=notes)
+
+
+def _default(prep, art, dev, env, emu, logs, timeout_s, dr: _Runner, rig: ts.Rig, progress: Progress
+             ) -> tuple[dict, list[str]]:
+    """llama.cpp's default under the budgets. On a real rig of these cards its fit first tries the split by free
+    memory (the budgets' proportions, which the emulation's -ts reproduces); only where that needs no change does
+    the server keep that split. Otherwise the fit places the layers itself (and, for MoE models, experts in host
+    memory), which it does here too when no -ts is given: `-ts 0,…,0` (llama.cpp's "no split given") keeps
+    budget.emulate from adding one."""
+    study = prep.study
+    b = study.builds[0]
+    cfg = Config(build=b, setting=SettingSpec(name="tune"))
+    progress.message("dry run: llama.cpp's default (no flags) under the budgets")
+    first = planmod.plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s)
+    dr.count += first.dry_runs
+    extra: list[str] = []
+    cp = first
+    no_change = any("no changes needed" in Path(p).read_text(errors="replace") for p in first.logs[:1])
+    if emu is not None and rig.n > 1 and emu.tensor_split and not no_change:
+        extra = ["-ts", ",".join("0" for _ in range(rig.n))]
+        cfg2 = Config(build=b.model_copy(update={"args": [*b.args, *extra]}), setting=SettingSpec(name="tune"))
+        cp = planmod.plan_config(prep, cfg2, art, dev, env, dataclasses.replace(emu, tensor_split=None), logs,
+                                 timeout_s)
+        dr.count += cp.dry_runs
+    devs = {d.name: d for d in cp.devices}
+    used = [devs[n].used_mib if n in devs else 0.0 for n in rig.names]
+    over = [round(u - a, 2) for u, a in zip(used, rig.avail_mib, strict=True) if u is not None]
+    rec = {"n_ctx": cp.n_ctx, "status": cp.status, "reason": cp.reason, "fit_ok": cp.fit_ok,
+           "fit_message": cp.fit_message, "ctx_reduced_from": cp.ctx_reduced_from,
+           "pipeline_parallel": cp.pipeline_parallel, "sched_copies": cp.sched_copies,
+           "devices_mib": used, "host_mib": cp.host.used_mib if cp.host else None,
+           "over_budget": any(o > 0 for o in over), "fit_split": bool(extra), "args": list(b.args)}
+    return rec, extra
+
+
+def _calibrate(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout, dr: _Runner, progress: Progress
+               ) -> tuple[list[dict], dict[tuple[str, int], ts.Calibration | str]]:
+    """Two dry runs per split mode and micro-batch; a split mode whose dry run fails is recorded with llama.cpp's
+    reason (-sm tensor: its fit is not implemented in b11312, so no dry run can plan it)."""
+    cap = layout.n_ctx_train
+    lo_ctx = max(ts.STEP, cap // 4 // ts.STEP * ts.STEP)
+    main = max(range(rig.n), key=lambda i: (rig.budgets_mib[i], -i))
+    base_ncmoe = min(sp.n_cpu_moe)
+    out: dict[tuple[str, int], ts.Calibration | str] = {}
+    records: list[dict] = []
+    groups = list(sp.splits)
+    if "layer" in groups and "layer-nopp" not in groups and rig.n > 1 and any(sp.n_cpu_moe):
+        groups.append("layer-nopp")  # calibration only: the compute of layer splits with experts in host memory
+    for split in groups:
+        for ub in sp.ubatch:
+            c0 = ts.Candidate(split=split, ubatch=ub, n_cpu_moe=base_ncmoe, main_gpu=main if split == "none" else 0,
+                              ts=ts.proportional_ts(rig.avail_mib, layout.n_layer)
+                              if split in ("layer", "layer-nopp") and rig.n > 1 else None)
+            progress.message(f"dry run: calibrating {c0.split_label(rig)}, -ub {ub}")
+            hi, dhi = dr.measure(c0, cap)
+            lo, dlo = dr.measure(c0, lo_ctx) if hi is not None else (None, dhi)
+            if hi is None or lo is None:
+                bad = dhi if hi is None else dlo
+                why = (bad.fit_message if bad.fit_ok is False and bad.fit_message else None) or bad.error or "failed"
+                out[(split, ub)] = why
+                if split == "tensor" or not any(r.get("split") == split and r["status"] == "unplannable"
+                                                for r in records):
+                    records.append(_record(c0, rig, status="unplannable", dry_runs=2 if hi else 1,
+                                           reason=f"the dry run gives no figures: {why}"))
+                continue
+            out[(split, ub)] = ts.Calibration(split=split, ubatch=ub, ts=c0.ts, n_cpu_moe=base_ncmoe,
+                                              main_gpu=c0.main_gpu, low=lo, high=hi)
+    return records, out
+
+
+def _predict_and_verify(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout,
+                        calibs: dict[tuple[str, int], ts.Calibration | str], dr: _Runner, floor: int,
+                        progress: Progress) -> list[dict]:
+    cap = layout.n_ctx_train
+    records: list[dict] = []
+    predicted: list[tuple[ts.Candidate, ts.Prediction]] = []
+    for c in sp.candidates(rig):
+        cal = calibs.get(ts.calibration_key(c, rig))
+        if not isinstance(cal, ts.Calibration):
+            continue  # the group's failure is recorded once
+        tsplit, p = ts.best_ts(c, cal, layout, rig)
+        c = dataclasses.replace(c, ts=tsplit)
+        if p.n_ctx < max(floor, ts.STEP):
+            why = ("its weights alone exceed a budget" if p.raw < 0 else
+                   f"predicted to hold {p.n_ctx:,} tokens, fewer than the {max(floor, ts.STEP):,} needed")
+            records.append(_record(c, rig, status="infeasible", reason=why + " (predicted)", predicted_n_ctx=p.n_ctx,
+                                   devices_mib=[round(u, 2) for u in p.used_mib]))
+            continue
+        predicted.append((c, p))
+    keep = set(ts.front([(c, p.n_ctx) for c, p in predicted], rig))
+    for i, (c, p) in enumerate(predicted):
+        if i in keep:
+            continue
+        j = ts.beaten_by([(d, q.n_ctx) for d, q in predicted], i, rig)
+        by = predicted[j][0] if j is not None else c
+        records.append(_record(c, rig, status="pruned", predicted_n_ctx=p.n_ctx,
+                               devices_mib=[round(u, 2) for u in p.used_mib],
+                               reason=f"predicted {p.n_ctx:,} tokens; {by.label(rig)} is predicted to hold at least "
+                                      "as many and gives up nothing it keeps"))
+    progress.message(f"tune stage one: {len(predicted)} feasible by prediction, {len(keep)} on the predicted front: "
+                     "verifying each by a dry run")
+    for i in sorted(keep):
+        c, p = predicted[i]
+        records.append(_verify(c, p, rig, dr, floor, cap))
+    return records
+
+
+def _verify(c: ts.Candidate, p: ts.Prediction, rig: ts.Rig, dr: _Runner, floor: int, cap: int) -> dict:
+    """Dry runs of the candidate's exact command: at the predicted context, then stepped (at most three more) to
+    the largest context every device holds."""
+    slopes = list(p.slopes)
+    tried: dict[int, ts.Measured] = {}
+    ctx: int | None = p.n_ctx
+    runs = 0
+    last_error = None
+    while ctx is not None and ctx >= max(floor, ts.STEP) and ctx not in tried and runs < 4:
+        m, d = dr.measure(c, ctx)
+        runs += 1
+        if m is None:
+            last_error = d.error
+            break
+        if tried:  # measured slopes from two points replace the predicted ones
+            prev = tried[max(tried)] if max(tried) != ctx else tried[min(tried)]
+            dc = ctx - prev.n_ctx
+            if dc:
+                slopes = [max((a - b) / dc, s * 0.5) for a, b, s in
+                          zip(m.used(), prev.used(), slopes, strict=True)]
+        tried[ctx] = m
+        ctx = ts.next_context(m, slopes, rig, cap)
+    ok = {n: m for n, m in tried.items() if all(o <= 0 for o in ts.over_budget(m, rig))}
+    if not ok:
+        worst = tried[min(tried)] if tried else None
+        why = (f"the dry run failed: {last_error}" if last_error else
+               f"over a budget even at {min(tried):,} tokens" if worst else "no context was left to try")
+        return _record(c, rig, status="infeasible", reason=why, predicted_n_ctx=p.n_ctx, dry_runs=runs,
+                       devices_mib=[round(u, 2) for u in worst.used()] if worst else None)
+    best = ok[max(ok)]
+    if best.n_ctx < floor:
+        return _record(c, rig, status="infeasible", reason=f"holds {best.n_ctx:,} tokens, fewer than {floor:,}",
+                       predicted_n_ctx=p.n_ctx, dry_runs=runs, n_ctx=best.n_ctx)
+    return _record(c, rig, status="verified", predicted_n_ctx=p.n_ctx, n_ctx=best.n_ctx, dry_runs=runs,
+                   devices_mib=[round(u, 2) for u in best.used()], host_mib=round(best.host.used, 2))
+
+
+def candidate_of(rec: dict) -> ts.Candidate:
+    return ts.Candidate(split=rec["split"], ctk=rec["ctk"], ctv=rec["ctv"], ubatch=rec["ubatch"],
+                        n_cpu_moe=rec["n_cpu_moe"], ts=tuple(rec["ts"]) if rec.get("ts") else None,
+                        main_gpu=rec.get("main_gpu") or 0)
+
+
+def _front(records: list[dict], rig: ts.Rig, spec: TuneSpec, floor: int) -> list[tuple[ts.Candidate, int, dict]]:
+    """Verified candidates → the front (statuses `front` / `dominated`), and which of it runs for real."""
+    ver = [r for r in records if r["status"] == "verified"]
+    items = [(candidate_of(r), int(r["n_ctx"])) for r in ver]
+    keep = ts.front(items, rig)
+    for i, r in enumerate(ver):
+        if i in keep:
+            r["status"] = "front"
+            continue
+        j = ts.beaten_by(items, i, rig)
+        r["status"] = "dominated"
+        r["reason"] = (f"{items[j][0].label(rig)} holds {items[j][1]:,} tokens and gives up nothing this keeps"
+                       if j is not None else "dominated")
+    members = [(items[i][0], items[i][1], ver[i]) for i in keep]
+    chosen = ts.for_real([(c, n) for c, n, _ in members], spec.goal, spec.max_real, rig)
+    for k, (_, _, r) in enumerate(members):
+        if k not in chosen:
+            r["reason"] = f"on the front, not run for real ([tune] max_real = {spec.max_real})"
+    return [members[k] for k in chosen]
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+# ---------------------------------------------------------------- stage two and the whole
+
+
+@dataclass
+class TuneResult:
+    run_id: str
+    doc: dict
+
+
+def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
+    t0 = time.monotonic()
+    study = tune_study(study)
+    spec = study.tune or TuneSpec()
+    planmod._check_fit_on(study)
+    budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
+        budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
+    if budgets:
+        study = study.model_copy(update={"devices": study.devices.model_copy(
+            update={"vram": [f"{b}MiB" for b in budgets]})})
+    prep = runner.prepare(study, runner.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=opts.model,
+                                                jobs=opts.jobs), progress)
+    if study.builds[0].name not in prep.artifacts:
+        raise ConfigError(f"build {study.builds[0].name} could not be made: {prep.skipped.get(study.builds[0].name)}",
+                          tip="tune runs the study's first build; check `llamalab build STUDY`.")
+    logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-tune-"))
+    try:
+        one = stage_one(prep, budgets, logs, opts.timeout_s, progress)
+    finally:
+        if opts.logs_dir is None:
+            shutil.rmtree(logs, ignore_errors=True)
+    counts = _counts(one)
+    progress.message(f"tune stage one: {counts['enumerated']} candidates, {one.dry_runs} dry runs in "
+                     f"{one.seconds:.1f} s → {counts['front']} on the front, {len(one.chosen)} to run for real")
+    # stage two
+    art0 = prep.artifacts[study.builds[0].name]
+    b0 = study.builds[0]
+    builds = [b0.model_copy(update={"name": DEFAULT, "label": "llama.cpp's default (--fit, no flags)",
+                                    "args": [*b0.args, *one.default_extra]})]
+    for k, (c, ctx, rec) in enumerate(one.chosen, start=1):
+        name = f"t{k:02d}"
+        rec["build"] = name
+        builds.append(b0.model_copy(update={"name": name, "label": f"{c.label(one.rig)}, -c {ctx:,}",
+                                            "args": [*b0.args, *c.args(ctx)]}))
+    for b in builds[1:]:
+        servermod.check_flags(art0.binary("llama-server"), [*study.server.args, *b.args], env=art0.env())
+    s2 = study.model_copy(update={"builds": builds, "settings": [SettingSpec(name="tune", label=f"tune: {spec.goal}")]})
+    prep2 = dataclasses.replace(prep, study=s2, skipped={},
+                                artifacts={b.name: dataclasses.replace(art0, name=b.name) for b in builds})
+    passes = _passes(s2, spec)
+    ctx_of = {DEFAULT: one.default.get("n_ctx") or 0} | {rec["build"]: int(rec["n_ctx"]) for _, _, rec in one.chosen}
+    screened: dict[str, str] = {}
+
+    def skip(store: Store, run_id: str, p: Pass) -> str | None:
+        if p.config.build.name == DEFAULT or 1 in p.trials:
+            return None
+        ms = ts.measures(store.trials(run_id), ctx_of, spec.parallel, _ledger_ctx(store, run_id))
+        me = next((m for m in ms if m.name == p.config.build.name), None)
+        why = ts.clearly_dominated(me, ms, s2.workload.threshold) if me else None
+        if why:
+            screened[p.config.build.name] = why
+        return why
+
+    t2 = time.monotonic()
+    ropts = runner.Options(home=opts.home, db=opts.db, runs_dir=opts.runs_dir, model=prep.model_path,
+                           fresh=opts.fresh, jobs=opts.jobs)
+    run_id = runner.execute(prep2, None, ropts, progress, passes=passes, skip=skip)
+    stage2_s = round(time.monotonic() - t2, 2)
+    doc = {
+        "version": 1,
+        "goal": spec.goal, "min_context": spec.min_context, "min_gen_tps": spec.min_gen_tps,
+        "parallel": spec.parallel, "need_context": need_context(study),
+        "rig": {"devices": list(one.rig.names), "budgets_mib": list(one.rig.budgets_mib),
+                "margins_mib": list(one.rig.margins_mib), "backend": one.rig.backend,
+                "shared_processor": one.rig.shared_processor, "copies": one.rig.copies, "budgets_given": bool(budgets)},
+        "model": {"path": str(prep.model_path), "n_layer": one.layout.n_layer, "n_ctx_train": one.layout.n_ctx_train,
+                  "n_expert": one.layout.n_expert},
+        "space": {"splits": list(one.space.splits), "kv": ["/".join(p) for p in one.space.kv],
+                  "ubatch": list(one.space.ubatch), "n_cpu_moe": list(one.space.n_cpu_moe),
+                  "not_searched": one.space.not_searched},
+        "default": one.default,
+        "candidates": one.records,
+        "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds},
+        "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": screened,
+                   "seconds": stage2_s, "screen": bool(spec.screen)},
+        "seconds": round(time.monotonic() - t0, 2),
+        "threshold": s2.workload.threshold,
+        "notes": one.notes,
+    }
+    with Store(opts.db) as store:
+        store.save_tune(run_id, doc)
+    return TuneResult(run_id=run_id, doc=doc)
+
+
+def _counts(one: StageOne) -> dict:
+    by: dict[str, int] = {}
+    for r in one.records:
+        by[r["status"]] = by.get(r["status"], 0) + 1
+    return {"enumerated": len(one.records), "front": by.get("front", 0), "by_status": by,
+            "real": len(one.chosen)}
+
+
+def _passes(study: Study, spec: TuneSpec) -> list[Pass]:
+    """A first trial of every configuration, then the remaining trials (each only if `skip` lets it run)."""
+    cfgs = [Config(build=b, setting=study.settings[0]) for b in study.builds]
+    n = study.workload.repeats
+    if not spec.screen or n == 1:
+        return [Pass(config=c, trials=tuple(range(1, n + 1))) for c in cfgs]
+    return ([Pass(config=c, trials=(1,)) for c in cfgs]
+            + [Pass(config=c, trials=tuple(range(2, n + 1))) for c in cfgs])
+
+
+def _ledger_ctx(store: Store, run_id: str) -> dict[str, int]:
+    out = {}
+    for c in store.configs(run_id):
+        led = c.get("ledger") or {}
+        if c["status"] == "ok" and led.get("n_ctx"):
+            out[c["build"]] = int(led["n_ctx"])
+    return out
