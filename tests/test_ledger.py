@@ -460,3 +460,27 @@ def test_every_host_buffer_type_is_kept_apart():
     assert {n: b.model_mib for n, b in amx.host.items()} == {"AMX": 1325.25, "CPU_Mapped": 1186.25}
     text = inspect_view.render(led)
     assert "CPU_REPACK" in text
+
+
+# NVML's per-process figure while each H200 server ran (tests/fixtures/logs/SOURCES.md)
+H200_NVML_MIB = {"cuda-b11312-h200-sm-tensor": 19980, "cuda-b11312-h200-sm-tensor-ts31": 19978}
+
+
+@pytest.mark.parametrize("name, ts, per_device", [
+    # equal shares: every device holds the printed part of each buffer
+    ("cuda-b11312-h200-sm-tensor", None, [(7218.64, 2304.00, 128.01), (7218.64, 2304.00, 128.01)]),
+    # -ts 3,1: the printed figures are CUDA0's; CUDA1 holds the rest of the 4,608 MiB cache and a third of CUDA0's
+    # weights (an estimate: mirrored tensors are not in the log), and the same compute buffer
+    ("cuda-b11312-h200-sm-tensor-ts31", [3.0, 1.0], [(10827.39, 3456.00, 128.01), (3609.13, 1152.00, 128.01)]),
+])
+def test_meta_buffers_on_cuda_as_the_h200_printed_them(name, ts, per_device):
+    """Real CUDA logs of `-sm tensor` on the H200 (two virtual devices): the Meta() lines land on CUDA0 and CUDA1,
+    and what the ledger holds on the devices stays within NVML's figure for the process (the rest is the CUDA
+    contexts and what the log cannot show)."""
+    led = parse(lines_of(name), tensor_split=ts)
+    assert led.meta["devices"] == ["CUDA0", "CUDA1"] and "Meta()" not in led.devices
+    got = [(led.devices[d].model_mib, led.devices[d].kv_mib, led.devices[d].compute_mib) for d in ("CUDA0", "CUDA1")]
+    assert got == per_device
+    assert led.sched_copies == 1 and led.n_ctx == 32768
+    on_gpu = sum(m + k + c for m, k, c in got)
+    assert 0 < H200_NVML_MIB[name] - on_gpu < 1024

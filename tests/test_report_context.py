@@ -2,6 +2,7 @@
 emulated 1200 MiB devices (fit chose the context) and 1 and 4 parallel requests."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,24 @@ def test_single_stream_run_without_parallel_levels_says_so(tmp_path):
         d = rdata.load(store, fill(store, DEMO))
     text = recommend.recommendation(d)
     assert "parallel requests were not measured" in text and "concurrency=[1,4]" in text
+
+
+SPLIT_MODES_H200 = Path(__file__).parent.parent / "benchmarks" / "split-modes-h200" / "export.json"
+
+
+def test_a_reload_over_the_budgets_is_said_as_such(tmp_path):
+    """On the H200 (benchmarks/split-modes-h200), `-sm tensor` has no fit and ran at the model's 131,072 tokens; the
+    verifying reload with fit off started fine, but its buffers exceed both emulated cards. The report says it
+    loaded, over which budget, rather than "did NOT load"; the layer-split arms verify plainly."""
+    from llamalab.store.exchange import encode_row
+
+    doc = json.loads(SPLIT_MODES_H200.read_text(encoding="utf-8"))
+    with Store(tmp_path / "r.db") as s:
+        rid = s.restore_run({t: [encode_row(r) for r in rows] for t, rows in doc["tables"].items()})
+        data = rdata.load(s, rid)
+    said = {line.split("'s fitted context")[0].split(": ", 1)[1]: line for line in context.sentences(data)
+            if "'s fitted context" in line}
+    assert said["copies4"].endswith("loads again with fit off.")
+    tensor = said["sm-tensor"]
+    assert "loads again with fit off but NOT within the budgets (over budget: device 0: " in tensor
+    assert "> 16,384 MiB; device 1: " in tensor and "> 12,288 MiB)" in tensor

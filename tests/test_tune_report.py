@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,37 @@ def test_cli_report_renders_a_tune(tmp_path, capsys):
     assert "plot-tune_front" in (tmp_path / "t.html").read_text()
     v = rtune.as_json(rtune.view(rdata.load(Store(db, readonly=True), rid)))
     assert json.loads(json.dumps(v, default=str))["pick"]["command"].startswith("llama-server")
+
+
+H200_MOE = Path(__file__).parent.parent / "benchmarks" / "tune-h200" / "export-moe.json"
+
+
+def test_a_default_that_does_not_fit_does_not_set_the_pace_when_nothing_that_fits_matches_it(tmp_path):
+    """The H200 tune of the 30B-A3B-shape MoE (benchmarks/tune-h200/export-moe.json): llama.cpp's default keeps every
+    expert on the GPUs at 4,096 tokens and goes over a budget, and every configuration that fits moves experts to the
+    host and generates slower than it. The default's speed cannot be the floor there (the pick would be "keep the
+    default", which these cards cannot run): the fastest configuration that fits sets it, and the most context
+    generating not measurably slower than that one is the pick."""
+    from llamalab.store.exchange import encode_row
+
+    doc = json.loads(H200_MOE.read_text(encoding="utf-8"))
+    with Store(tmp_path / "r.db") as s:
+        rid = s.restore_run({t: [encode_row(r) for r in rows] for t, rows in doc["tables"].items()})
+        data = rdata.load(s, rid)
+    v = rtune.view(data)
+    assert v.doc["default"]["over_budget"]
+    ms = {m.name: m for m in rtune.measures_of(data, v)}
+    fits = [m for name, m in ms.items() if name != "default"]
+    default_gen = ms["default"].median("output_tps")
+    assert all(m.median("output_tps") < default_gen for m in fits)  # the situation this test is about
+    fastest = max(fits, key=lambda m: m.median("output_tps"))
+    assert v.pick.name != "default" and f"than {fastest.name}, the fastest configuration that fits" in v.pick.reason
+    picked = ms[v.pick.name]
+    for name in v.pick.considered:
+        r = stats.ratio(fastest.samples["output_tps"], ms[name].samples["output_tps"])
+        assert stats.verdict(r, 0.02) != "slower" and r.ratio >= 0.96
+        assert ms[name].n_ctx <= picked.n_ctx
+    assert picked.n_ctx > ms["default"].n_ctx
+    # the same data with a default that fits: its speed is the floor again, and nothing slower is picked
+    p = rtune.pick(list(ms.values()), "default", "context", threshold=0.02, default_fits=True)
+    assert p.name == "default" and p.considered == ("default",)

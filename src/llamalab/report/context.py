@@ -85,6 +85,20 @@ def _checks(data: RunData) -> dict[tuple[str, str], dict]:
     return {(r["build"], r["setting"]): r for r in data.tables.get("context_checks", [])}
 
 
+def _first_probe_reason(chk: dict | None) -> str | None:
+    """Why the verifying reload did not count as loaded: the server did not start, or it started and its buffers
+    went over a budget (then it did load, just not within what the emulated cards hold)."""
+    steps = (chk or {}).get("steps_json")
+    if isinstance(steps, str):
+        try:
+            steps = json.loads(steps)
+        except ValueError:
+            return None
+    if not isinstance(steps, list) or not steps or not isinstance(steps[0], dict) or steps[0].get("loaded"):
+        return None
+    return steps[0].get("reason") or None
+
+
 def rows(data: RunData) -> list[dict]:
     """One row per build × setting with a stored ledger: fitted context, and predicted vs measured difference
     from the setting's baseline (the study's first build with a ledger)."""
@@ -126,6 +140,7 @@ def rows(data: RunData) -> list[dict]:
                 "prediction_error_tokens": None if predicted is None or measured is None else measured - predicted,
                 "verified": None if (chk := checks.get((b, setting))) is None else bool(chk["verified"]),
                 "max_loaded_n_ctx": chk["max_loaded_n_ctx"] if chk and chk["mode"] == "search" else None,
+                "verify_reason": _first_probe_reason(chk),
             })
     return out
 
@@ -168,8 +183,14 @@ def sentences(data: RunData) -> list[str]:
                    "check above is llamalab's.")
     for r in rows(data):
         if r["verified"] is not None:
-            s = (f"{r['setting']}: {r['build']}'s fitted context of {r['fitted_n_ctx']:,} tokens "
-                 f"{'loads again with fit off' if r['verified'] else 'did NOT load again with fit off'}")
+            why = r.get("verify_reason") or ""
+            if r["verified"]:
+                verdict = "loads again with fit off"
+            elif why.startswith("over budget"):
+                verdict = f"loads again with fit off but NOT within the budgets ({why})"
+            else:
+                verdict = "did NOT load again with fit off" + (f" ({why})" if why else "")
+            s = f"{r['setting']}: {r['build']}'s fitted context of {r['fitted_n_ctx']:,} tokens {verdict}"
             if r["max_loaded_n_ctx"]:
                 s += (f"; the largest that loads{' within the budgets' if r['budgets_mib'] else ''} is "
                       f"{r['max_loaded_n_ctx']:,} (fit keeps a safety margin)")

@@ -96,36 +96,51 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
     so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation.
     Throughput: the highest aggregate output t/s at K requests among those that hold the context asked for (and
     meet a generation floor if one is given); ties go to more context. The default is a candidate too, unless it
-    does not fit the budgets (`default_fits`); its speed is the floor either way: it is what the user has without
-    tuning."""
+    does not fit the budgets (`default_fits`). Its speed is the floor, as what the user has without tuning — but a
+    default that does not fit is not something these cards can run: where nothing that fits is as fast as it (an
+    MoE model whose experts must leave the GPUs), the floor is the fastest configuration that fits instead, and
+    the reason says so."""
     by = {m.name: m for m in ms}
     floor = max(min_context, need_context)
-    base = by.get(default)
-    ok: list[ts.Measures] = []
     why_out: dict[str, str] = {}
+    fits: list[ts.Measures] = []
     for m in ms:
+        gen = m.median("output_tps")
         if m.name == default and not default_fits:
             why_out[m.name] = "does not fit the budgets"
-            continue
-        if m.n_ctx < floor:
+        elif m.n_ctx < floor:
             why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
-            continue
-        gen = m.median("output_tps")
-        if gen is None:
+        elif gen is None:
             why_out[m.name] = "no generation measured"
-            continue
-        if min_gen_tps is not None:
-            if gen < min_gen_tps:
-                why_out[m.name] = f"generates {gen:.1f} t/s, under the {min_gen_tps:g} t/s floor"
-                continue
-        elif goal == "context" and base is not None and m.name != base.name:
-            v = compare(base, m, "output_tps", threshold)
+        elif min_gen_tps is not None and gen < min_gen_tps:
+            why_out[m.name] = f"generates {gen:.1f} t/s, under the {min_gen_tps:g} t/s floor"
+        else:
+            fits.append(m)
+
+    def as_fast(base: ts.Measures | None, who: str) -> tuple[list[ts.Measures], dict[str, str]]:
+        """Those in `fits` not measurably slower in generation than `base` (all of them without a base)."""
+        if min_gen_tps is not None or goal != "context" or base is None:
+            return list(fits), {}
+        keep, out = [], {}
+        for m in fits:
+            v = None if m.name == base.name else compare(base, m, "output_tps", threshold)
             if v is not None and (v[1] == "slower" or v[0].ratio < 1 - 2 * threshold):
-                why_out[m.name] = (f"generation {stats.format_ratio(v[0])} of the default's: "
-                                   + ("measurably slower" if v[1] == "slower" else
-                                      f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
-                continue
-        ok.append(m)
+                out[m.name] = (f"generation {stats.format_ratio(v[0])} of {who}: "
+                               + ("measurably slower" if v[1] == "slower" else
+                                  f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
+            else:
+                keep.append(m)
+        return keep, out
+
+    ok, slower = as_fast(by.get(default), "the default's")
+    speed_floor = "the default"
+    if not ok and not default_fits and fits:
+        # the default cannot run on these cards: the fastest configuration that can sets the pace instead
+        fastest = max(fits, key=lambda m: m.median("output_tps") or 0.0)
+        ok, slower = as_fast(fastest, f"{fastest.name}'s")
+        speed_floor = (f"{fastest.name}, the fastest configuration that fits (llama.cpp's default does not fit "
+                       f"the budgets and everything that fits is slower than it)")
+    why_out |= slower
     if not ok:
         return Pick(default, "no configuration met the constraints (" + "; ".join(
             f"{k}: {v}" for k, v in list(why_out.items())[:4]) + "): keep llama.cpp's default"
@@ -140,7 +155,7 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
     else:
         best = max(ok, key=lambda m: (m.n_ctx, m.median("output_tps") or 0.0))
         floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
-                     else "generating not measurably slower than the default")
+                     else f"generating not measurably slower than {speed_floor}")
         reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
     return Pick(best.name, reason, tuple(m.name for m in ok))
 

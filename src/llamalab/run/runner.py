@@ -509,30 +509,34 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
             inapplicable = _record_inapplicable(prep, store, run_id)
             done = store.done_trials(run_id)
             levels = study.workload.concurrency
+            cells = study.workload.cells()
             passes = expand(study) if passes is None else passes
+            # a trial is done when every cell at every level is stored (the keys are `Trial.key`'s)
             todo = [(i, p, tuple(t for t in p.trials
-                                 if any((p.config.build.name, p.config.setting.name, t, c) not in done for c in levels)))
+                                 if any((p.config.build.name, p.config.setting.name, t, c, prompt, output) not in done
+                                        for c in levels for prompt, output in cells)))
                     for i, p in enumerate(passes) if p.config.build.name in prep.artifacts
                     and (p.config.build.name, p.config.setting.name) not in inapplicable]
             todo = [(i, p, ts) for i, p, ts in todo if ts]
-            total = sum(len(ts) * len(levels) for _, _, ts in todo)
+            per_trial = len(levels) * len(cells)  # trials stored per trial number: one per cell and level
+            total = sum(len(ts) * per_trial for _, _, ts in todo)
             counter = [0]
             run_dir = opts.runs_dir / run_id
             for i, p, trials in todo:
                 proc.check_stop()
                 key = (p.config.build.name, p.config.setting.name)
                 if key in inapplicable:  # llama.cpp refused it on an earlier pass: said once, not tried again
-                    counter[0] += len(trials) * len(levels)
+                    counter[0] += len(trials) * per_trial
                     continue
                 why = skip(store, run_id, p) if skip is not None else None
                 if why:
                     progress.message(f"not measuring {p.config.build.name} × {p.config.setting.name} further: {why}")
-                    counter[0] += len(trials) * len(levels)
+                    counter[0] += len(trials) * per_trial
                     continue
                 if _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter,
                              total) == NOT_APPLICABLE:
                     inapplicable.add(key)
-                    counter[0] += len(trials) * len(levels)  # they will never run: the progress total stays true
+                    counter[0] += len(trials) * per_trial  # they will never run: the progress total stays true
             if opts.crosscheck:
                 _crosscheck(prep, store, run_id, run_dir / "logs", progress)
             if opts.max_context != "off":
@@ -675,11 +679,12 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
             with device_setup(prep, art, log_dir) as dev:
                 env = {**art.env(), **dev.env}
                 args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+                probe_args = maxctx.probe_args(args, n)
                 try:
-                    with launch(art.binary("llama-server"), prep.model_path, args=maxctx.probe_args(args, n),
+                    with launch(art.binary("llama-server"), prep.model_path, args=probe_args,
                                 log_path=log_dir / "llama-server.log", env=env, host=prep.study.server.host,
                                 ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
-                        led = ledger.parse(srv.log_lines())
+                        led = ledger.parse(srv.log_lines(), tensor_split=argvmod.tensor_split(probe_args))
                 except LaunchError as e:
                     return {"loaded": False, "reason": e.message.splitlines()[0]}
             names = report_device_names(led)
