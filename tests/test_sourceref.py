@@ -194,3 +194,12 @@ def test_trust_local_sources_in_a_study_file_but_not_pinned_releases():
                                               {"name": "d", "source": "dir:/tmp/x"}]})
     risky = [r.key for r in trust.risks(st)]
     assert risky == ["builds[2] (c).source", "builds[3] (d).source"]
+
+
+def test_a_builds_source_is_part_of_the_study_hash(tmp_path):
+    """Resume must not join a run of other llama.cpp versions."""
+    from llamalab.run import runner
+
+    st, _ = study.load("versions")
+    other, _ = study.load("versions", ['builds=[{name="b11312", source="b11312"}, {name="b11434", source="dir:/x"}]'])
+    assert runner.study_hash(st, tmp_path / "m") != runner.study_hash(other, tmp_path / "m")
