@@ -201,5 +201,8 @@ def test_a_builds_source_is_part_of_the_study_hash(tmp_path):
     from llamalab.run import runner
 
     st, _ = study.load("versions")
-    other, _ = study.load("versions", ['builds=[{name="b11312", source="b11312"}, {name="b11434", source="dir:/x"}]'])
+    d = st.model_dump()
+    d["builds"][1]["source"] = "dir:/x"
+    other = study.parse(d)
+    assert other.builds[1].label == st.builds[1].label and other.builds[1].source != st.builds[1].source
     assert runner.study_hash(st, tmp_path / "m") != runner.study_hash(other, tmp_path / "m")
