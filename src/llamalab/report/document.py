@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 from ..store import jsoncol
-from . import context, grid, recommend, speed, summary, tables, verdict
+from . import context, grid, recommend, speed, summary, tables, verdict, versions
 from .data import RunData
 
 FORMAT = "llamalab-report"
@@ -101,6 +101,7 @@ def document(data: RunData, *, seed: int = 0) -> dict:
         "memory": verdict.memory_comparisons(data),
         "memory_notes": summary.ledger_notes(data),
         "context": context.rows(data),
+        "versions": versions.rows(data) if versions.applies(data) else [],
         "decision_table": {s: [r.as_json() for r in recommend.decision_table(data, s)]
                            for s in verdict.study_settings(data)},
         "pp_gain": _pp_gain(data, seed),

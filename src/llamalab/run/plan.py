@@ -570,7 +570,9 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                      "reports as its own; pass --budget 16GiB,12GiB to plan for particular cards")
     return Plan(study=study.name, backend=prep.backend, target=opts.target or prep.backend,
                 model=prep.model_info.as_dict(), model_standin=made or _is_standin(model_path),
-                llama_cpp=f"{prep.source.version} ({prep.source.short_commit})"
+                llama_cpp=", ".join(dict.fromkeys(f"{a.source.version} ({a.source.short_commit})"
+                                                  for a in prep.artifacts.values() if a.made)
+                                    or [f"{prep.source.version} ({prep.source.short_commit})"])
                 + "".join(f"; binaries in {d}" for d in prep.binaries), configs=plans,
                 skipped=dict(prep.skipped), not_applicable=dict(prep.not_applicable),
                 copies_costs=copies_costs(plans, prep.artifacts, {b.name: b.args for b in study.builds}, at_ctx),

@@ -58,6 +58,9 @@ def llama_cpp_info(prep: Prepared) -> dict:
     """What the run stores as its llama.cpp: the source it built from (or the given binaries' version), and every
     folder of given binaries with its --version output, backends and programs."""
     info = prep.source.as_dict()
+    sources = {a.source.key: a.source for a in prep.artifacts.values() if a.made}
+    if len(sources) > 1:  # a versions study: every source its builds were made from
+        info["sources"] = [s.as_dict() for s in sources.values()]
     if prep.binaries:
         info["binaries"] = [b.as_dict() for b in prep.binaries.values()]
     return info

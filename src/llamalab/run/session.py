@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..llamacpp import applicability, binaries, budget, build as buildmod, models, source, toolchain, vulkan as vulkanmod
+from ..llamacpp import applicability, binaries, budget, build as buildmod, models, source, sourceref, toolchain, vulkan as vulkanmod
 from ..llamacpp import argv as argvmod
 from ..llamacpp import server as servermod
 from ..machine import detect, gpu
@@ -91,11 +91,15 @@ def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str
 
 
 def study_hash(study: Study, model_path: Path) -> str:
-    # a study without [source] (or without min_devices, or without [tune]) hashes as before that key existed, so its
-    # unfinished runs still resume
+    # a study without [source] (or without min_devices, without [tune], or builds without a source of their own)
+    # hashes as before that key existed, so its unfinished runs still resume
     exclude: dict = {"source": True} if study.source == SourceSpec() else {}
     for table in ("builds", "settings"):
         unset = {i: {"min_devices"} for i, x in enumerate(getattr(study, table)) if x.min_devices is None}
+        if table == "builds":
+            for i, b in enumerate(study.builds):
+                if b.source is None:
+                    unset[i] = unset.get(i, set()) | {"source"}
         if unset:
             exclude[table] = unset
     if study.tune is None:
@@ -135,15 +139,28 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
         info = models.read_info(model_path)
     given = given_binaries(study, backend, progress)
     src = _source(study, opts, given, progress)
+    own = build_sources(study, opts, given, progress)  # builds with a source of their own (a versions study)
     if not user_model:
         shape = models.preset(study.model.preset or "tiny")
         model_path = models.synthetic(shape, opts.home)
         info = models.read_info(model_path)
     extra, build_env = build_setup(backend, opts.home)
     build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
-    builder = Builder(source=src, backend=build_backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
-                      extra_defines=extra, build_env=build_env, progress=progress.build,
-                      log=progress.message) if src else None
+    builders: dict[str, Builder] = {}
+
+    def builder_for(s: source.Source | None, *, own_source: bool) -> Builder | None:
+        if s is None:
+            return None
+        if s.key not in builders:
+            # a version's tree builds only what the run starts; the default source's tree keeps every program
+            # (plan, plancheck and the crosscheck use them)
+            targets = needed_targets(study, backend, crosscheck=opts.crosscheck) if own_source else \
+                buildmod.DEFAULT_TARGETS
+            builders[s.key] = Builder(source=s, backend=build_backend, home=opts.home, targets=targets,
+                                      jobs=opts.jobs or (os.cpu_count() or 2), extra_defines=extra,
+                                      build_env=build_env, progress=progress.build, log=progress.message)
+        return builders[s.key]
+
     artifacts: dict[str, BuildArtifact] = {}
     skipped: dict[str, str] = {}
     n_devices = rig_devices(study, backend)
@@ -163,6 +180,7 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
         if spec.name in given:
             artifacts[spec.name] = binaries.artifact(given[spec.name], spec.name, build_backend)
             continue
+        builder = builder_for(own.get(spec.name, src), own_source=spec.name in own)
         if builder is None:
             skipped[spec.name] = no_source_reason(spec, study.source.bin or "", given)
             progress.warn(f"skipping build {spec.name}: {skipped[spec.name]}")
@@ -196,8 +214,9 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
                          tip="pass --llama-cpp DIR to build them from a source, or give the study a build without "
                              "cmake options to run the binaries" if study.source.bin else
                              "run `llamalab doctor` to see what this machine lacks.")
-    for line in mixed_binaries(artifacts):
-        progress.warn(line)
+    if not all(b.source for b in study.builds if b.name in artifacts):  # unless comparing sources is the study
+        for line in mixed_binaries(artifacts):
+            progress.warn(line)
     first = next(iter(artifacts.values()))
     vk_devices: list = []
     local_gpus = 0
@@ -212,7 +231,7 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
         local_gpus = devices.count_named(first.binary("llama-server"), "ROCm", first.env())
     topology = _topology(study, backend, first, progress)
     first_given = next((given[b.name] for b in study.builds if b.name in given), None)
-    src = src or first_given.source()  # type: ignore[union-attr]  (no source: every build ran given binaries)
+    src = src or next(iter(own.values()), None) or first_given.source()  # type: ignore[union-attr]
     return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
                     artifacts=artifacts, skipped=skipped, topology=topology,
                     binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
@@ -239,14 +258,19 @@ def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, 
     return out
 
 
+def checkout(study: Study, opts: Options) -> Path | None:
+    """The user's llama.cpp folder: --llama-cpp, else [source] llama_cpp (also the repository of `git:REV`)."""
+    return opts.llama_cpp or (Path(study.source.llama_cpp).expanduser() if study.source.llama_cpp else None)
+
+
 def _source(study: Study, opts: Options, given: dict[str, binaries.Binaries], progress: Progress
             ) -> source.Source | None:
-    """The llama.cpp source to build from, when a build needs one: --llama-cpp, else [source] llama_cpp, else the
-    pinned source — except in a study that gives binaries ([source] bin), which never compiles anything it was
-    not given a source for. None when nothing is to be built."""
-    if all(b.name in given for b in study.builds):
+    """The llama.cpp source to build from, when a build without a source of its own needs one: --llama-cpp, else
+    [source] llama_cpp, else the pinned source — except in a study that gives binaries ([source] bin), which never
+    compiles anything it was not given a source for. None when nothing is to be built from it."""
+    if all(b.name in given or b.source is not None for b in study.builds):
         return None
-    explicit = opts.llama_cpp or (Path(study.source.llama_cpp).expanduser() if study.source.llama_cpp else None)
+    explicit = checkout(study, opts)
     if explicit:
         src = source.from_dir(explicit)
     elif study.source.bin is None:
@@ -255,6 +279,35 @@ def _source(study: Study, opts: Options, given: dict[str, binaries.Binaries], pr
         return None
     progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
     return src
+
+
+def needed_targets(study: Study, backend: str, *, crosscheck: bool = False) -> tuple[str, ...]:
+    """The programs a run (or a dry run) of this study starts (pure): llama-server; the rpc-server where llamalab
+    starts rpc-servers (local ones, or over ssh without a path of their own); llama-bench for the crosscheck."""
+    out = ["llama-server"]
+    if backend == "cpu-rpc" or any(r.ssh and not r.rpc_server_path for r in study.devices.rpc):
+        out.append("ggml-rpc-server")
+    if crosscheck:
+        out.append("llama-bench")
+    return tuple(out)
+
+
+def build_sources(study: Study, opts: Options, given: dict[str, binaries.Binaries], progress: Progress
+                  ) -> dict[str, source.Source]:
+    """Build name → the source of a build that names its own (`builds[].source`), each fetched, exported or
+    checked once, in study order, before anything is built."""
+    out: dict[str, source.Source] = {}
+    seen: dict[str, source.Source] = {}
+    for spec in study.builds:
+        if spec.source is None or spec.name in given:
+            continue
+        if spec.source not in seen:
+            s = source.resolve(sourceref.parse(spec.source), opts.home, checkout=checkout(study, opts),
+                               log=progress.message)
+            progress.message(f"build {spec.name}: llama.cpp {s.version} ({s.short_commit}) from {s.origin}")
+            seen[spec.source] = s
+        out[spec.name] = seen[spec.source]
+    return out
 
 
 def no_source_reason(spec: BuildSpec, folder: str, given: dict[str, binaries.Binaries]) -> str:

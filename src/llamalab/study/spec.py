@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
-from ..llamacpp import argv, budget
+from ..llamacpp import argv, budget, sourceref
 from . import endpoints
 from ..errors import ConfigError
 
@@ -207,6 +207,17 @@ class BuildSpec(_Named):
     cmake: dict[str, str | int | bool] = Field(default_factory=dict)
     requires: list[Literal["openblas"]] = Field(default_factory=list)
     bin: str | None = None  # a folder of llama.cpp binaries this build runs instead of being built
+    source: str | None = None  # the llama.cpp this build is made from (sourceref): b11434, git:REV, dir:PATH …
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                sourceref.parse(v)
+            except sourceref.RefError as e:
+                raise ValueError(str(e)) from None
+        return v
 
     @model_validator(mode="after")
     def _given(self) -> "BuildSpec":
@@ -216,6 +227,9 @@ class BuildSpec(_Named):
                                  "already built); make it a second build without bin")
             if self.requires:
                 raise ValueError("bin: requires applies to builds llamalab makes; leave it out")
+            if self.source is not None:
+                raise ValueError("bin: a build that runs given binaries is not made from a source; give it either "
+                                 "bin or source")
         return self
 
     @property
@@ -505,11 +519,11 @@ def to_toml(study: Study) -> str:
 
 
 def given_bin(study: Study, build: BuildSpec) -> str | None:
-    """The binaries folder a build runs (its own `bin`, else `[source] bin` for a build without cmake options),
-    or None when llamalab builds it."""
+    """The binaries folder a build runs (its own `bin`, else `[source] bin` for a build without cmake options or
+    source of its own), or None when llamalab builds it."""
     if build.bin is not None:
         return build.bin
-    if study.source.bin is not None and not build.cmake:
+    if study.source.bin is not None and not build.cmake and build.source is None:
         return study.source.bin
     return None
 
