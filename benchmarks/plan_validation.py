@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from llamalab.llamacpp import budget, models
-from llamalab.run import plancheck, runner
+from llamalab.run import plancheck, session
 from llamalab.study import spec as studymod
 from llamalab.paths import cache_home
 from llamalab.run.progress import StderrProgress
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         dry_model = models.synthetic(shape, home, data=False)
         full_model = models.synthetic(shape, home)
     progress = StderrProgress()
-    prep = runner.prepare(st, runner.Options(home=home, model=dry_model), progress)
+    prep = session.prepare(st, session.Options(home=home, model=dry_model), progress)
     budgets = budget.parse_budgets(a.budget) if a.budget else (
         budget.parse_budgets(st.devices.vram) if st.devices.vram else None)
     t0 = time.monotonic()

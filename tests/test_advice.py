@@ -20,10 +20,10 @@ import pytest
 from llamalab.store import exchange
 from llamalab.report import context, data as rdata, markdown, recommend, speed
 from llamalab.store.db import Store
-from runfixtures import BUDGET, CONCURRENCY, DEMO, GRID, fill
+from runfixtures import BUDGET, CONCURRENCY, DEMO, GRID, VERSIONS, fill
 
 H200 = Path(__file__).parent.parent / "benchmarks" / "h200" / "export.json"
-RUNS = [DEMO, CONCURRENCY, BUDGET, GRID, "h200"]
+RUNS = [DEMO, CONCURRENCY, BUDGET, GRID, VERSIONS, "h200"]
 
 
 @pytest.fixture(scope="module", params=RUNS)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llamalab.llamacpp import binaries
-from llamalab.run import runner
+from llamalab.run import session
 from llamalab.study import spec as studymod
 from llamalab.llamacpp.build import BuildArtifact
 from llamalab.errors import ConfigError, SourceError
@@ -184,8 +184,9 @@ def test_study_hash_unchanged_without_source(tmp_path):
     st, _ = studymod.load("demo")
     with_bin, _ = studymod.load("demo", ["source.bin=\"/opt/llama-b11312\""])
     model = tmp_path / "m.gguf"
-    assert runner.study_hash(st, model) != runner.study_hash(with_bin, model)
-    # the hash of a study without [source] (nor [tune], nor min_devices) is what it was before those keys existed
+    assert session.study_hash(st, model) != session.study_hash(with_bin, model)
+    # the hash of a study without [source] (nor [tune], min_devices or builds[].source) is what it was before those
+    # keys existed
     import hashlib
     import json
 
@@ -194,7 +195,10 @@ def test_study_hash_unchanged_without_source(tmp_path):
     for table in ("builds", "settings"):
         for entry in before[table]:
             del entry["min_devices"]
-    assert runner.study_hash(st, model) == hashlib.sha256(
+            if table == "builds":
+                del entry["source"]
+    before["workload"]["seed"] = 42  # a key that was dropped, hashed as it was
+    assert session.study_hash(st, model) == hashlib.sha256(
         (json.dumps(before, separators=(",", ":"), ensure_ascii=False) + "|" + str(model)).encode()).hexdigest()[:16]
 
 
@@ -202,9 +206,9 @@ def test_skip_reasons_say_what_to_do():
     st, _ = studymod.load("demo", ["source.bin=\"/opt/llama-b11312\""])
     specs = {b.name: b for b in st.builds}
     given = {"copies4": _given({"llama-server": "llama-server"}, ())}
-    copies = runner.no_source_reason(specs["copies1"], "/opt/llama-b11312", given)
+    copies = session.no_source_reason(specs["copies1"], "/opt/llama-b11312", given)
     assert "copies variant" in copies and "--llama-cpp DIR" in copies and "0c1e570" in copies
-    blas = runner.no_source_reason(specs["no-pp-blas"], "/opt/llama-b11312", given)
+    blas = session.no_source_reason(specs["no-pp-blas"], "/opt/llama-b11312", given)
     assert "-DGGML_BLAS=ON" in blas and "--llama-cpp DIR" in blas
 
 
@@ -214,9 +218,25 @@ def test_mixed_binaries_are_named():
     arts = {"copies4": binaries.artifact(b, "copies4", "cpu-rpc"),
             "copies1": BuildArtifact(name="copies1", key="k", source=src, backend="cpu-rpc",
                                      options={"GGML_SCHED_MAX_COPIES": "1"}, bin_dir=Path("/b"))}
-    (line,) = runner.mixed_binaries(arts)
+    (line,) = session.mixed_binaries(arts)
     assert "copies4 on binaries b11312" in line and "copies1 on a build of b11312" in line
-    assert runner.mixed_binaries({"copies4": arts["copies4"]}) == []
+    assert session.mixed_binaries({"copies4": arts["copies4"]}) == []
     assert not arts["copies4"].made and arts["copies1"].made
     assert arts["copies4"].binary("llama-server") == Path("/opt/llama-b11312/llama-server")
     assert os.fspath(arts["copies1"].binary("ggml-rpc-server")) == "/b/ggml-rpc-server"
+
+
+def test_study_hash_survives_the_dropped_seed_key():
+    """`workload.seed` was never read and is gone; a study file that still sets it loads, and a study hashes as it
+    did while the key existed (figures from the code before it was dropped), so unfinished runs still resume."""
+    from pathlib import Path
+
+    model = Path("/m/demo.gguf")
+    st, _ = studymod.load("demo")
+    assert "seed" not in st.workload.model_dump()
+    assert session.study_hash(st, model) == "8326b361a62611c9"
+    old, _ = studymod.load("demo", ["workload.seed=7"])
+    assert old.workload.model_dump() == st.workload.model_dump()
+    assert session.study_hash(old, model) == "c6712725090baea5"
+    with pytest.raises(Exception, match="whole number"):
+        studymod.load("demo", ["workload.seed=\"x\""])

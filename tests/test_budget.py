@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.llamacpp import budget
+from llamalab.llamacpp import argv, budget
 from llamalab.llamacpp.budget import DeviceMemory
 from llamalab.errors import ConfigError
 
@@ -127,4 +127,4 @@ def test_emulate_without_devices():
                  id="long-names"),
 ])
 def test_with_args(args, extra, out):
-    assert budget.with_args(args, extra) == out
+    assert argv.replaced(args, extra) == out

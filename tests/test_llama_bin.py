@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from llamalab.llamacpp import binaries, source
-from llamalab.run import runner
+from llamalab.run import session
 from llamalab.study import spec as studymod
 from llamalab.llamacpp.build import Builder
 from llamalab.errors import ConfigError, SourceError
@@ -148,10 +148,10 @@ def test_given_binaries_that_cannot_run_the_study(built, tmp_path):
     norpc = llamahelp.release_like(built.bin_dir, tmp_path / "no-rpc", programs={"llama-server": "llama-server"})
     st, _ = studymod.load("demo", [f"source.bin={json.dumps(str(norpc))}"])
     with pytest.raises(ConfigError, match="has no rpc-server"):
-        runner.given_binaries(st, "cpu-rpc", llamahelp.Progress())
+        session.given_binaries(st, "cpu-rpc", llamahelp.Progress())
     # the same binaries serve a one-device study
     st, _ = studymod.load("demo", [f"source.bin={json.dumps(str(norpc))}", 'devices.backend="cpu"'])
-    found = list(runner.given_binaries(st, "cpu", llamahelp.Progress()).values())
+    found = list(session.given_binaries(st, "cpu", llamahelp.Progress()).values())
     b = found[0]
     assert all(x is b for x in found)  # the folder is probed once for every build that runs it
     assert b.version.build_number == 11312 and not b.has("ggml-rpc-server")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llamalab.run import runner
+from llamalab.run import runner, session
 from llamalab.study import spec as studymod
 from llamalab.cli import _print_table, cli
 from llamalab.store.exchange import encode_row
@@ -104,8 +104,8 @@ def test_a_failure_is_still_a_failure(tmp_path):
     assert summary.not_applicable_lines(data) == [f"sm-row × kv-f16-q8_0: not applicable on this rig — {ROW}"]
 
 
-def _prep(st, *, rig_devices: int, not_applicable: dict[str, str]) -> runner.Prepared:
-    return runner.Prepared(study=st, backend="cpu-rpc", source=None, model_path=Path("m.gguf"), model_info=None,
+def _prep(st, *, rig_devices: int, not_applicable: dict[str, str]) -> session.Prepared:
+    return session.Prepared(study=st, backend="cpu-rpc", source=None, model_path=Path("m.gguf"), model_info=None,
                            artifacts={}, skipped={}, not_applicable=not_applicable, rig_devices=rig_devices)
 
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from llamalab.llamacpp import budget, models, standin
-from llamalab.run import plan, plancheck, runner
+from llamalab.run import plan, plancheck, session
 from llamalab.study import spec as studymod
 from llamalab.run.progress import Progress
 
@@ -18,7 +18,7 @@ def demo_plan_prep(llama_home):
     """The demo study's builds, with the tiny model's header-only stand-in as the model."""
     st, _ = studymod.load("demo")
     header = models.synthetic(models.preset(st.model.preset or "tiny"), llama_home, data=False)
-    return st, runner.prepare(st, runner.Options(home=llama_home, model=header), Progress())
+    return st, session.prepare(st, session.Options(home=llama_home, model=header), Progress())
 
 
 def test_dry_run_figures_equal_a_full_load(demo_plan_prep, llama_home, tmp_path):
@@ -80,7 +80,7 @@ def test_8b_memory_only_study_takes_under_a_minute(llama_home, tmp_path):
     with open(header, "rb") as f:
         head.write_bytes(f.read(8 << 20))
     st, _ = studymod.load("pipeline-parallel", ['devices.backend="cpu-rpc"'])
-    runner.prepare(st, runner.Options(home=llama_home, model=header), Progress())  # builds exist before timing
+    session.prepare(st, session.Options(home=llama_home, model=header), Progress())  # builds exist before timing
     t0 = time.monotonic()
     p = plan.plan_study(st, plan.PlanOptions(home=llama_home, model=head, budgets=["10GiB,9GiB"]), Progress())
     wall = time.monotonic() - t0

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from llamalab.llamacpp import models, standin
 from llamalab.run import plan, plancheck
+from llamalab.report import plan_view
 from llamalab.llamacpp.build import BuildArtifact
 from llamalab.errors import ModelError
 from llamalab.llamacpp.source import Source
@@ -74,7 +75,7 @@ def test_host_buffer_types_beside_host_are_kept_not_dropped():
     from rich.console import Console
 
     con = Console(width=250, record=True)
-    con.print(plan.render(p))
+    con.print(plan_view.render(p))
     text = con.export_text()
     assert "CPU_REPACK (host)" in text and "7 / 0 / 0" in text
     assert p.to_json()["configs"][0]["host_buffers"][0]["used_mib"] == 7.0
@@ -185,7 +186,7 @@ def test_plan_json_and_render():
     from rich.console import Console
 
     con = Console(width=200, record=True)
-    con.print(plan.render(p))
+    con.print(plan_view.render(p))
     text = con.export_text()
     assert "~52.1" in text and "no OpenBLAS" in text and "approximations" in text
     p.target = "cpu-rpc"
@@ -206,7 +207,7 @@ def test_render_reads_a_failed_fit_as_failed_and_names_one_copy_in_the_common_wo
     from rich.console import Console
 
     con = Console(width=250, record=True)
-    con.print(plan.render(p))
+    con.print(plan_view.render(p))
     text = con.export_text()
     assert "20224 (fit failed)" in text and "18176 (fit)" in text and "20224 (fit)" not in text
     assert "llama.cpp's fit FAILED in 1 configuration(s) (n_gpu_layers already set by user to 999, abort)" in text

@@ -13,7 +13,7 @@ import pytest
 
 from llamalab.rig import devices, remote
 from llamalab.llamacpp import ledger
-from llamalab.run import runner
+from llamalab.run import session
 from llamalab.study import endpoints, spec as studymod
 from llamalab.errors import ConfigError, LaunchError
 
@@ -104,9 +104,9 @@ def test_study_rpc_errors_name_the_key(devs, key, says):
 
 
 def test_auto_backend_with_remotes_and_no_gpu(monkeypatch):
-    monkeypatch.setattr(runner.gpu, "probe", lambda: [])
-    assert runner.resolve_backend(_study({"rpc": ["10.0.0.2:1"]})) == "rpc"
-    assert runner.resolve_backend(_study({})) == "cpu-rpc"
+    monkeypatch.setattr(session.gpu, "probe", lambda: [])
+    assert session.resolve_backend(_study({"rpc": ["10.0.0.2:1"]})) == "rpc"
+    assert session.resolve_backend(_study({})) == "cpu-rpc"
 
 
 # ---------------------------------------------------------------- security

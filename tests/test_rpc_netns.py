@@ -1,5 +1,5 @@
 """A study across a real network on this machine: two namespace "hosts", each with an rpc-server bound to its own
-address behind a shaped veth link (2 ms each way, 1 Gbit/s), run through llamalab (`runner.prepare` +
+address behind a shaped veth link (2 ms each way, 1 Gbit/s), run through llamalab (`session.prepare` +
 `runner.execute`), and the same study on loopback rpc-servers for comparison. Only the namespaces' addresses and
 loopback are contacted. Namespaces, links and processes go away in the fixture's finalizer, pass or fail.
 
@@ -24,7 +24,7 @@ import pytest
 import netns
 from llamalab import net, proc
 from llamalab.rig import remote
-from llamalab.run import runner
+from llamalab.run import runner, session
 from llamalab.study import spec as studymod
 from llamalab.run.progress import Progress, StderrProgress
 from llamalab.report import data as rdata, network
@@ -55,8 +55,8 @@ def lab(tmp_path_factory):
 
 def _run(data: dict, db: Path, runs: Path, home: Path) -> str:
     st = studymod.parse(data, "test study")
-    opts = runner.Options(home=home, db=db, runs_dir=runs, fresh=True)
-    prep = runner.prepare(st, opts, _progress())
+    opts = session.Options(home=home, db=db, runs_dir=runs, fresh=True)
+    prep = session.prepare(st, opts, _progress())
     return runner.execute(prep, json.dumps(data), opts, _progress())
 
 
@@ -229,7 +229,7 @@ def test_ssh_managed_rpc_server_stops_on_failure(lab, sshd, runs, llama_home, tm
     st = studymod.parse({"name": "x", "builds": BUILDS, "devices": {"backend": "rpc",
                                                                     "rpc": _ssh_remotes(lab, sshd, bin_dir)[:1]}})
     spec = st.devices.rpc[0]
-    prep = runner.prepare(st, runner.Options(home=llama_home, db=tmp_path / "r.db"), _progress())
+    prep = session.prepare(st, session.Options(home=llama_home, db=tmp_path / "r.db"), _progress())
     ep = remote.parse_endpoint(spec.endpoint)
     with pytest.raises(RuntimeError, match="boom"):
         with remote.managed(spec, prep.artifacts["copies4"], tmp_path) as m:
@@ -247,7 +247,7 @@ def test_ssh_hangup_alone_stops_the_rpc_server(lab, sshd, runs, llama_home, tmp_
     st = studymod.parse({"name": "x", "builds": BUILDS, "devices": {"backend": "rpc",
                                                                     "rpc": _ssh_remotes(lab, sshd, bin_dir)[1:]}})
     spec = st.devices.rpc[0]
-    prep = runner.prepare(st, runner.Options(home=llama_home, db=tmp_path / "r.db"), _progress())
+    prep = session.prepare(st, session.Options(home=llama_home, db=tmp_path / "r.db"), _progress())
     ep = remote.parse_endpoint(spec.endpoint)
     with remote.managed(spec, prep.artifacts["copies4"], tmp_path) as m:
         assert net.port_open(ep.host, ep.port)

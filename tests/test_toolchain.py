@@ -11,7 +11,7 @@ import pytest
 
 from llamalab.llamacpp import build, toolchain
 from llamalab.machine import detect
-from llamalab.run import runner
+from llamalab.run import session
 
 SCRIPT = Path(__file__).parent.parent / "scripts" / "vulkan-toolchain.sh"
 
@@ -46,7 +46,7 @@ def _fake_prefix(prefix: Path) -> None:
 
 def test_a_complete_prefix_is_used_by_vulkan_builds(tmp_path):
     _fake_prefix(tmp_path / "toolchains" / "vulkan")
-    defines, env = runner.build_setup("vulkan", tmp_path)
+    defines, env = session.build_setup("vulkan", tmp_path)
     assert defines["Vulkan_INCLUDE_DIR"] == f"{tmp_path}/toolchains/vulkan/root/usr/include" and env == {}
     argv = build.cmake_configure_argv(Path("/s"), Path("/b"), "vulkan", {}, defines)
     for flag in ("-DGGML_VULKAN=ON", "-DGGML_RPC=ON", f"-DVulkan_GLSLC_EXECUTABLE={tmp_path}/toolchains/vulkan/bin/glslc",
@@ -60,7 +60,7 @@ def test_a_complete_prefix_is_used_by_vulkan_builds(tmp_path):
 def test_copies_variant_of_a_vulkan_build_is_a_ggml_base_rebuild(tmp_path):
     """The copies variant's configure has the same Vulkan definitions and only GGML_SCHED_MAX_COPIES differs."""
     _fake_prefix(tmp_path / "toolchains" / "vulkan")
-    defines, _ = runner.build_setup("vulkan", tmp_path)
+    defines, _ = session.build_setup("vulkan", tmp_path)
     base = build.cmake_configure_argv(Path("/s"), Path("/b"), "vulkan", {}, defines)
     var = build.cmake_configure_argv(Path("/s"), Path("/v"), "vulkan", {"GGML_SCHED_MAX_COPIES": "1"}, defines)
     assert [a for a in var if a not in base] == ["/v", "-DGGML_SCHED_MAX_COPIES=1"]

@@ -166,11 +166,11 @@ def test_flags_llamalab_owns_are_checked_with_the_study(tmp_path, override, word
 
 def test_a_settings_own_slots_are_honoured():
     from llamalab.rig import devices
-    from llamalab.run import runner
+    from llamalab.run import runner, session
 
     st, _ = studymod.load("demo", ['settings=[{name="a",args=["-np","2"]},{name="b"}]', "workload.concurrency=[1,8]"])
     dev = devices.DeviceSetup(backend="cpu", count=1)
-    a, b = (runner.server_args(st, c, dev) for c in studymod.configs(st)[:2])
+    a, b = (session.server_args(st, c, dev) for c in studymod.configs(st)[:2])
     assert runner.n_slots(a) == 2 and a.count("-np") == 1
     assert runner.n_slots(b) == 8 and b[b.index("-np") + 1] == "8"
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from llamalab.machine import detect
-from llamalab.run import runner
+from llamalab.run import session
 from llamalab.study import spec as studymod
 from llamalab.llamacpp import vulkan as vk
 from llamalab.paths import cache_home
@@ -111,7 +111,7 @@ def test_physical_device_probe_finds_lavapipe():
     if _missing():
         pytest.skip(_missing())
     st, _ = studymod.load("demo", LAVAPIPE)
-    prep = runner.prepare(st, runner.Options(home=cache_home()), Progress())
+    prep = session.prepare(st, session.Options(home=cache_home()), Progress())
     assert prep.backend == "vulkan"
     assert prep.vulkan_devices and prep.vulkan_devices[0].software
     assert vk.select(2, prep.vulkan_devices).indices == (0, 0)

@@ -33,6 +33,8 @@ def cli() -> None:
       llamalab run pipeline-parallel --model m.gguf  the same study on your model and GPUs
       llamalab tune --model m.gguf --budget 16GiB,12GiB   the best llama-server command for your rig
       llamalab inspect server.log                    where did my VRAM go? (any llama.cpp log)
+      llamalab run versions                          the same configuration on two llama.cpp versions
+      llamalab bisect GOOD BAD --repo ~/llama.cpp    which commit changed the compute buffers?
       llamalab report                                the last run as Markdown
 
     \b
@@ -116,9 +118,9 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
     st, text = _load_study(ref, overrides, trust)
     # imported only now: a mistake in the command line or the study is reported without loading the run loop, and
     # the report modules (scipy) load after the run
-    from .run import runner
+    from .run import runner, session
     from .run.progress import RichProgress, StderrProgress
-    opts = runner.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
+    opts = session.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
                           crosscheck=crosscheck, max_context=max_context)
     if resume:
         runids.check_ref(resume, "--resume")
@@ -131,7 +133,7 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
             store.resumable(resume)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
-        prep = runner.prepare(st, opts, progress)
+        prep = session.prepare(st, opts, progress)
         run_id = runner.execute(prep, text, opts, progress)
     finally:
         progress.close()
@@ -324,14 +326,14 @@ def build_cmd(study, overrides, llama_cpp, llama_bin, as_json, trust) -> None:
       llamalab build pipeline-parallel
       llamalab build my-study.toml --llama-cpp ~/src/llama.cpp
     """
-    from .run import runner
+    from .run import session
     from .study import spec as studymod
     from .run.progress import RichProgress, StderrProgress
 
     st, _ = _load_study(study, [*overrides, *_bin_override(llama_bin)], trust)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
-        prep = runner.prepare(st, runner.Options(llama_cpp=llama_cpp), progress)
+        prep = session.prepare(st, session.Options(llama_cpp=llama_cpp), progress)
     finally:
         progress.close()
     items = [{"build": name, **art.as_dict()} for name, art in prep.artifacts.items()]
@@ -609,7 +611,67 @@ def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir
     if as_json:
         click.echo(planmod.dumps(result))
         return
-    Console(width=200 if not sys.stdout.isatty() else None).print(planmod.render(result))
+    from .report import plan_view
+
+    Console(width=200 if not sys.stdout.isatty() else None).print(plan_view.render(result))
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("good")
+@click.argument("bad")
+@click.option("--metric", type=click.Choice(["compute_mib", "kv_mib", "model_mib", "used_mib", "n_ctx", "copies",
+                                              "graph_splits"]), default="compute_mib", show_default=True,
+              help="The dry-run figure to follow: compute, KV or weight MiB summed over the devices and the host, "
+                   "their total, the fitted context, the scheduler's copies or the graph's splits.")
+@click.option("--config", "config", default="demo", show_default=True, metavar="STUDY",
+              help="The study (preset or file) whose configuration each commit is dry-run with.")
+@click.option("--build", "build_name", default=None, metavar="NAME",
+              help="The study's build whose CMake options and arguments apply (default: its first).")
+@click.option("--setting", "setting_name", default=None, metavar="NAME",
+              help="The study's setting (default: its first).")
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="The llama.cpp git checkout (default: the study's [source] llama_cpp, else the current folder). "
+                   "It is only read: llamalab checks commits out in its own shared clone.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a study key, e.g. --set devices.count=3 (repeatable).")
+@click.option("--model", type=click.Path(path_type=Path), default=None,
+              help="A GGUF model, or only the first MiB of one (a stand-in is made from its header).")
+@click.option("--budget", default=None, metavar="SIZES",
+              help="Free memory per device, e.g. 16GiB,12GiB (replaces [devices] vram).")
+@click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep the dry runs' logs in this folder (default: under the bisect's folder in $LLAMALAB_HOME).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
+def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides, model, budget, logs_dir, as_json,
+           trust) -> None:
+    """Find the first commit between GOOD and BAD of a llama.cpp checkout that changes a memory figure, from dry
+    runs (llama.cpp's no-alloc memory fit: no weights loaded) of one configuration of a study. Every commit is
+    built in one shared build folder (only the programs the dry run starts; ninja recompiles what the commit
+    changed); prints each measured commit, the first that changes the figure with its diff link, and the time
+    the bisect took.
+
+    \b
+    Examples:
+      llamalab bisect b11312 b11434 --repo ~/src/llama.cpp
+      llamalab bisect v1 HEAD --metric kv_mib --config pipeline-parallel --model m.gguf --budget 16GiB,16GiB
+    """
+    from .run import bisect as bisectmod
+    from .run.progress import RichProgress, StderrProgress
+
+    st, _ = _load_study(config, overrides, trust)
+    where = repo or (Path(st.source.llama_cpp) if st.source.llama_cpp else Path.cwd())
+    opts = bisectmod.BisectOptions(repo=where, good=good, bad=bad, metric=metric, build=build_name,
+                                   setting=setting_name, model=model, budgets=[budget] if budget else None,
+                                   logs_dir=logs_dir)
+    progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
+    try:
+        out = bisectmod.bisect(st, opts, progress)
+    finally:
+        progress.close()
+    if as_json:
+        click.echo(json.dumps(out.to_json(), indent=2))
+    else:
+        click.echo(bisectmod.render(out, where.expanduser().resolve()), nl=False)
 
 
 @cli.command(context_settings=CONTEXT)

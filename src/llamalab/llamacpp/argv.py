@@ -1,20 +1,86 @@
-"""llama-server argument lists [pure]."""
+"""llama-server argument lists [pure]: the one place they are read and edited.
+
+A flag is given as `-np 4` or `--parallel=4`; where a flag has aliases the caller names them all. Reading returns
+what llama.cpp would see (its argument parser lets the last occurrence win)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+PARALLEL = ("-np", "--parallel")
+TENSOR_SPLIT = ("-ts", "--tensor-split")
+SPLIT_MODE = ("-sm", "--split-mode")
+FIT_TARGET = ("-fitt", "--fit-target")
+CTX_SIZE = ("-c", "--ctx-size")
+CACHE_RAM = ("-cram", "--cache-ram")
+# the flags llamalab adds or replaces, by their short name: a replacement drops every alias
+ALIASES = {names[0]: names for names in (PARALLEL, TENSOR_SPLIT, SPLIT_MODE, FIT_TARGET, CTX_SIZE, CACHE_RAM)}
+
+
+def occurrences(args: Sequence[str], *names: str) -> list[tuple[str, str]]:
+    """(flag as written, value) of each occurrence of any of `names`, in order: `-np 4` and `--parallel=4` alike
+    (a flag at the end without its value has the value "")."""
+    out = []
+    for i, a in enumerate(args):
+        name, eq, inline = a.partition("=")
+        if name in names:
+            out.append((name, inline if eq else (args[i + 1] if i + 1 < len(args) else "")))
+    return out
+
+
+def value(args: Sequence[str], *names: str) -> str | None:
+    """The value of the last of `names` given (as llama.cpp reads it), or None where none is."""
+    found = occurrences(args, *names)
+    return found[-1][1] if found else None
+
+
+def has(args: Sequence[str], *names: str) -> bool:
+    """Whether any of `names` is given (bare or with a value, `=` form included)."""
+    return any(a.partition("=")[0] in names for a in args)
+
 
 def without(args: Sequence[str], with_value: Collection[str] = (), bare: Collection[str] = ()) -> list[str]:
-    """`args` without the flags in `with_value` (each with the value that follows it) and those in `bare`."""
+    """`args` without the flags in `with_value` (each with the value that follows it, or its `=` value) and those
+    in `bare`."""
     out: list[str] = []
     skip = False
     for a in args:
+        name, eq, _ = a.partition("=")
         if skip:
             skip = False
         elif a in with_value:
             skip = True
+        elif eq and name in with_value:
+            continue
         elif a not in bare:
+            out.append(a)
+    return out
+
+
+def replaced(args: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """`args` with each flag of `extra` (`-fitt X -ts Y …`, a flag and its value each) replaced, aliases and all,
+    or added where absent: the old occurrences are dropped and `extra` is appended."""
+    drop = {name for i in range(0, len(extra), 2) for name in ALIASES.get(extra[i], (extra[i],))}
+    return without(args, with_value=drop) + list(extra)
+
+
+def put(args: Sequence[str], flag: str, new: str) -> list[str]:
+    """`args` with the value of `flag` (no aliases) set to `new` where it first occurs (later occurrences dropped),
+    or `flag new` appended where absent."""
+    if not has(args, flag):
+        return [*args, flag, new]
+    out: list[str] = []
+    skip = placed = False
+    for a in args:
+        name, eq, _ = a.partition("=")
+        if skip:
+            skip = False
+        elif name == flag:
+            skip = not eq
+            if not placed:
+                out += [flag, new]
+                placed = True
+        else:
             out.append(a)
     return out
 
@@ -22,11 +88,7 @@ def without(args: Sequence[str], with_value: Collection[str] = (), bare: Collect
 def tensor_split(args: Sequence[str]) -> list[float] | None:
     """The `-ts`/`--tensor-split` proportions in `args` (llama.cpp's `3,1` or `3/1`; the last flag wins), or None
     where absent or not numbers."""
-    found = None
-    for i, a in enumerate(args):
-        name, eq, inline = a.partition("=")
-        if name in ("-ts", "--tensor-split"):
-            found = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+    found = value(args, *TENSOR_SPLIT)
     if not found:
         return None
     try:
@@ -39,12 +101,11 @@ SPLIT_MODES = ("none", "layer", "row", "tensor")
 
 
 def split_mode(args: Sequence[str]) -> str:
-    """The `-sm`/`--split-mode` in `args` (the last flag wins), or llama.cpp's default, `layer`."""
-    mode = "layer"
-    for i, a in enumerate(args):
-        name, eq, inline = a.partition("=")
-        if name in ("-sm", "--split-mode"):
-            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if value in SPLIT_MODES:
-                mode = value
-    return mode
+    """The `-sm`/`--split-mode` in `args` (the last valid one wins), or llama.cpp's default, `layer`."""
+    return next((v for _, v in reversed(occurrences(args, *SPLIT_MODE)) if v in SPLIT_MODES), "layer")
+
+
+def n_slots(args: Sequence[str]) -> int:
+    """The -np the server runs with: the last whole number given, as llama-server reads it (its own default, 4,
+    where the arguments do not say; the study checked each is a whole number)."""
+    return next((int(v) for _, v in reversed(occurrences(args, *PARALLEL)) if v.isdecimal()), 4)

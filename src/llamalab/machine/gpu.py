@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
@@ -112,11 +111,3 @@ def process_used_mib(pids: set[int]) -> dict[int, int] | None:
             return out
         except Exception:
             return None
-
-
-def visible_count() -> int:
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    n = len(probe())
-    if env is not None and env.strip() != "":
-        return min(n, len([x for x in env.split(",") if x.strip()]))
-    return n

@@ -8,18 +8,15 @@ Pure: takes two RunData, returns a dict and text.
 
 from __future__ import annotations
 
-import json
 
+from ..store import jsoncol
 from . import stats
 from . import speed, tables
 from .data import RunData, compute_by_label, host_compute
 
 
 def _model(d: RunData) -> dict:
-    try:
-        return json.loads(d.run.get("model_json") or "null") or {}
-    except ValueError:
-        return {}
+    return jsoncol.decode(d.run.get("model_json")) or {}
 
 
 def _llama(d: RunData) -> dict:

@@ -16,8 +16,8 @@ not hidden.
 
 from __future__ import annotations
 
-import json
 
+from ..store import jsoncol
 from ..llamacpp import memory
 from .data import RunData, compute_by_label, device_labels, device_names
 from .verdict import study_builds, study_settings
@@ -30,10 +30,7 @@ def _kv_by_label(ledger: dict) -> dict[str, float]:
 
 
 def _budgets(config: dict) -> list[int] | None:
-    try:
-        dev = json.loads(config.get("devices_json") or "null") or {}
-    except ValueError:
-        return None
+    dev = jsoncol.decode(config.get("devices_json")) or {}
     emu = dev.get("emulation") or {}
     return emu.get("budgets_mib")
 
@@ -88,12 +85,7 @@ def _checks(data: RunData) -> dict[tuple[str, str], dict]:
 def _first_probe_reason(chk: dict | None) -> str | None:
     """Why the verifying reload did not count as loaded: the server did not start, or it started and its buffers
     went over a budget (then it did load, just not within what the emulated cards hold)."""
-    steps = (chk or {}).get("steps_json")
-    if isinstance(steps, str):
-        try:
-            steps = json.loads(steps)
-        except ValueError:
-            return None
+    steps = jsoncol.decode((chk or {}).get("steps_json"))
     if not isinstance(steps, list) or not steps or not isinstance(steps[0], dict) or steps[0].get("loaded"):
         return None
     return steps[0].get("reason") or None

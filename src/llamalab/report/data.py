@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ..store import jsoncol
 from ..errors import StoreError
 from ..llamacpp.ledger import device_names
 from ..store.db import Store
@@ -84,20 +85,15 @@ class RunData:
         """The model's training context: from a ledger (`print_info: n_ctx_train`), else the run's model header."""
         v = (ledger or {}).get("n_ctx_train")
         if not v:
-            try:
-                v = (json.loads(self.run.get("model_json") or "null") or {}).get("n_ctx_train")
-            except (ValueError, AttributeError):
-                v = None
+            model = jsoncol.decode(self.run.get("model_json")) or {}
+            v = model.get("n_ctx_train") if isinstance(model, dict) else None
         return int(v) if v else None
 
     def server_argv(self, build: str, setting: str) -> list[str]:
         """The llama-server command the last successful configuration of (build, setting) ran ([] where unknown)."""
         for c in reversed(self.configs):
             if c["build"] == build and c["setting"] == setting and c["status"] == "ok":
-                try:
-                    argv = json.loads(c.get("server_argv_json") or "[]")
-                except ValueError:
-                    return []
+                argv = jsoncol.decode(c.get("server_argv_json"), [])
                 return [str(a) for a in argv] if isinstance(argv, list) else []
         return []
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 
-from . import context, grid, recommend, speed, summary, tables, verdict
+from ..store import jsoncol
+from . import context, grid, recommend, speed, summary, tables, verdict, versions
 from .data import RunData
 
 FORMAT = "llamalab-report"
@@ -24,13 +25,7 @@ SUFFIX = "_json"
 
 def readable(row: dict) -> dict:
     """A stored row with `x_json` text decoded under the key `x`."""
-    out = {}
-    for k, v in row.items():
-        if k.endswith(SUFFIX):
-            out[k[: -len(SUFFIX)]] = json.loads(v) if isinstance(v, str) else v
-        else:
-            out[k] = v
-    return out
+    return jsoncol.columns(row)
 
 
 def stored(row: dict, columns: list[str]) -> dict:
@@ -106,6 +101,7 @@ def document(data: RunData, *, seed: int = 0) -> dict:
         "memory": verdict.memory_comparisons(data),
         "memory_notes": summary.ledger_notes(data),
         "context": context.rows(data),
+        "versions": versions.rows(data) if versions.applies(data) else [],
         "decision_table": {s: [r.as_json() for r in recommend.decision_table(data, s)]
                            for s in verdict.study_settings(data)},
         "pp_gain": _pp_gain(data, seed),

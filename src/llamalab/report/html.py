@@ -12,7 +12,7 @@ import html
 import re
 
 from ..safetext import plain
-from . import context, grid, plots, recommend, speed, summary, tables, tune
+from . import context, grid, plots, recommend, speed, summary, tables, tune, versions
 from .data import RunData
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -227,6 +227,12 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
     if thr:
         parts += ["<h2>Throughput by concurrency</h2>", thr]
     parts += _pp_gain(data, images)
+    if versions.applies(data):
+        vrows = versions.rows(data)
+        parts += ["<h2>Versions</h2>", _table(*versions.table(vrows), text_cols=5)]
+        lines = versions.sentences(vrows)
+        if lines:
+            parts.append('<ul class="verdict">' + "".join(f"<li>{prose(s)}</li>" for s in lines) + "</ul>")
     trust = summary.noise_lines(data) + summary.fidelity_lines(data)
     if trust:
         parts += ["<h2>How far to trust the figures</h2>",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..safetext import plain
-from . import context, grid, network, recommend, speed, summary, tables, tune
+from . import context, grid, network, recommend, speed, summary, tables, tune, versions
 from .data import RunData
 
 
@@ -43,6 +43,18 @@ def pp_gain(data: RunData) -> list[str]:
             f"the threshold ({speed.threshold_of(data):.0%}) and an interval that excludes 1.", ""]
 
 
+def versions_section(data: RunData) -> list[str]:
+    """Memory and speed per llama.cpp version, where the builds ran more than one."""
+    if not versions.applies(data):
+        return []
+    rows = versions.rows(data)
+    return ["## Versions", "",
+            "The same configuration on each llama.cpp the builds ran: compute, KV cache and weights summed over the "
+            "devices and the host (MiB, as each version's log prints them), the context it ran with, and speed "
+            "(medians; the speed section below has the verdicts).", "",
+            tables.markdown_table(*versions.table(rows)), ""] + [f"- {s}" for s in versions.sentences(rows)] + [""]
+
+
 def render(data: RunData) -> str:
     r = data.run
     out = [f"# llamalab: {r['study']} — run {r['id']}", ""]
@@ -69,6 +81,7 @@ def render(data: RunData) -> str:
     if len({int(t["concurrency"]) for t in data.trials}) > 1 or len(data.cells) > 1:
         out += ["## Throughput by concurrency", "", _throughput(data), ""]
     out += pp_gain(data)
+    out += versions_section(data)
     builds = summary.build_items(data)
     if builds:
         out += ["## Builds", ""]

@@ -5,8 +5,8 @@ Pure: takes RunData, returns rows, dicts and text.
 
 from __future__ import annotations
 
-import json
 
+from ..store import jsoncol
 from ..rig import remote
 from . import stats
 from . import compare, speed, tables
@@ -15,10 +15,7 @@ from .data import RunData
 
 def _remotes_of(config: dict) -> dict[str, dict]:
     """key (RPC0[host:port]) → the stored RemoteDevice of one configuration (configs.devices_json)."""
-    try:
-        dev = json.loads(config.get("devices_json") or "null") or {}
-    except ValueError:
-        return {}
+    dev = jsoncol.decode(config.get("devices_json")) or {}
     return {r["key"]: r for r in dev.get("remotes") or [] if r.get("key")}
 
 

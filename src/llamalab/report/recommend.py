@@ -53,6 +53,17 @@ def action(data: RunData, build: str) -> str:
     return " and ".join(parts) or "use llama.cpp's defaults"
 
 
+def baseline_is(data: RunData, build: str) -> str:
+    """What the baseline build is, in words: llama.cpp's default, or, in a study of llama.cpp versions (where no
+    build is "the default"), its version."""
+    from . import versions
+
+    row = next((b for b in data.builds if b["name"] == build), None)
+    if row is None or not versions.applies(data):
+        return "llama.cpp's default"
+    return f"llama.cpp {versions.source_of(row)['version']}"
+
+
 def ratio_text(c: dict | None) -> str:
     if c is None:
         return "not measured"
@@ -216,6 +227,7 @@ class Row:
     versus: str | None = None  # keeping the default: the alternative it is weighed against
     context_only: bool = False  # the build buys context alone and pays for it in speed
     measured_any: bool = True
+    baseline_is: str = "llama.cpp's default"  # what the baseline is, in words ("llama.cpp b11312" among versions)
 
     def as_json(self) -> dict:
         return {"use": self.use, "title": self.title, "setting": self.setting, "build": self.build,
@@ -314,9 +326,10 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
             for c in alt.speed_costs:  # the alternative is slower: keeping the default keeps that speed
                 buys.append(Claim("speed", f"{c.label} ({alt.build}: {ratio_text(c.comparison)})", c.comparison,
                                   c.label))
-            for c in alt.costs:
+            for c in alt.costs:  # a verb for each: "it needs more compute buffer …, has -512 tokens of context …"
+                verb = {"memory": "needs ", "context": "has "}.get(c.kind, "")
                 if c.kind in ("weights", "context", "memory"):
-                    notes.append(f"{alt.build} {c.text}")
+                    notes.append(f"{alt.build} {verb}{c.text}")
             if alt.context_gain > 0:
                 costs.append(Claim("context", f"{alt.context_gain:,} tokens of context less than {alt.build}"
                                               + (" (short prompts do not need them)" if scope.use == SHORT else "")))
@@ -326,7 +339,7 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
                         f"keep {base}" + ("" if how == "use llama.cpp's defaults" else f" ({how})"), buys, costs,
                         alt.same if alt else [], alt.unlike if alt else [], notes,
                         _measured(data, scope, alt.build if alt else base, base), [],
-                        alt.build if alt else None, False, measured_any))
+                        alt.build if alt else None, False, measured_any, baseline_is(data, base)))
     return rows
 
 
@@ -351,7 +364,7 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
     if not r.measured_any:
         return f"{r.title}: {r.measured}."
     if r.keep_default:
-        s = f"{r.title}: keep {r.baseline} (llama.cpp's default)"
+        s = f"{r.title}: keep {r.baseline} ({r.baseline_is})"
         if r.versus is None:
             return s + ": no other build was measured."
         reasons = []

@@ -4,19 +4,15 @@ and how to reproduce each configuration. Plain strings; each renderer escapes th
 
 from __future__ import annotations
 
-import json
 import shlex
 
+from ..store import jsoncol
 from ..llamacpp.applicability import NOT_APPLICABLE
 from . import speed, verdict
 from .data import RunData
 
 
-def _json(text: str | None):
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return None
+_json = jsoncol.decode
 
 
 def model(data: RunData) -> dict:

@@ -9,7 +9,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..llamacpp import argv
 from ..run import tunespace as ts
+from ..store import jsoncol
 from . import stats
 from .data import RunData
 from .tables import markdown_table
@@ -167,14 +169,7 @@ def doc_of(data: RunData) -> dict | None:
     rows = data.tables.get("tunes") or []
     if not rows:
         return None
-    raw = rows[0].get("result_json")
-    if isinstance(raw, str):
-        import json
-
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return None
+    raw = jsoncol.decode(rows[0].get("result_json"))
     return raw if isinstance(raw, dict) else None
 
 
@@ -197,10 +192,8 @@ def command(data: RunData, build: str, parallel: int, model: str) -> str:
     (llama.cpp's "no split given", there only to keep the emulation from adding one) left out."""
     server = list((data.study.get("server") or {}).get("args") or [])
     args = list(data.study_entry("builds", build).get("args") or [])
-    if build == DEFAULT and "-ts" in args:
-        i = args.index("-ts")
-        if i + 1 < len(args) and set(args[i + 1].replace(",", "")) <= {"0"}:
-            del args[i:i + 2]
+    if build == DEFAULT and (split := argv.value(args, "-ts")) and set(split.replace(",", "")) <= {"0"}:
+        args = argv.without(args, with_value={"-ts"})
     return shlex.join(["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"])
 
 

@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..llamacpp import budget, vulkan as vk
+from ..llamacpp import argv, budget, vulkan as vk
 from .. import net, proc
 from ..llamacpp.build import BuildArtifact
 from ..errors import ConfigError, LaunchError
@@ -167,10 +167,8 @@ def list_memory(binary: Path, server_args: Sequence[str], env: dict[str, str] | 
                 ) -> list[budget.DeviceMemory]:
     """The devices llama-server sees with these device arguments, and their memory (`--list-devices`, ~0.04 s,
     no model loaded): what budgets are emulated against."""
-    dev_args: list[str] = []
-    for i, a in enumerate(server_args):  # only the arguments that add devices; --rpc must come first
-        if a == "--rpc" and i + 1 < len(server_args):
-            dev_args += [a, server_args[i + 1]]
+    # only the arguments that add devices; --rpc must come first
+    dev_args = [x for _, v in argv.occurrences(server_args, "--rpc") if v for x in ("--rpc", v)]
     rc, out = proc.capture([str(binary), *dev_args, "--list-devices"], timeout_s=60, env=env)
     if rc != 0:
         raise LaunchError(f"`llama-server --list-devices` failed (exit {rc}): {out.strip()[-300:]}",

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import net, proc
+from ..llamacpp import argv, ledger
 from ..errors import ConfigError, LaunchError
 from ..study.endpoints import is_ipv4, parse_endpoint
 
@@ -140,11 +141,6 @@ class RemoteDevice:
                 "description": self.description, "backend_source": self.backend_source}
 
 
-# linear in the line: the description is at most 512 characters (and stripped), the name at most 128
-_LISTED = re.compile(r"\s*+(?P<name>[A-Za-z][\w.-]{0,127}):\s(?P<desc>.{0,512}?)\s"
-                     r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)\s*$")
-
-
 def list_devices_argv(llama_server: Path | str, endpoints: Sequence[str]) -> list[str]:
     """llama-server's device listing with the RPC endpoints added. `--rpc` must come first: `--list-devices` prints
     and exits as soon as it is parsed."""
@@ -154,11 +150,7 @@ def list_devices_argv(llama_server: Path | str, endpoints: Sequence[str]) -> lis
 def parse_device_lines(lines: Iterable[str]) -> list[tuple[str, str, int, int]]:
     """(name, description, total MiB, free MiB) from `--list-devices` output or an rpc-server's start-up lines
     (`  CPU: AMD EPYC (24105 MiB, 24105 MiB free)`)."""
-    out = []
-    for line in lines:
-        if "MiB free)" in line and (m := _LISTED.match(line)):
-            out.append((m.group("name"), m.group("desc").strip(), int(m.group("total")), int(m.group("free"))))
-    return out
+    return [found for line in lines if (found := ledger.device_line(line))]
 
 
 def backend_of(device_name: str) -> str:
@@ -438,20 +430,17 @@ def merge_setup(dev: "DeviceSetup", endpoints: Sequence[str],
                 found: Mapping[str, Sequence[RemoteDevice]]) -> "DeviceSetup":
     """The local setup with the remote endpoints added to its `--rpc` list (local rpc-servers first)."""
     args = list(dev.server_args)
-    local: list[str] = []
-    if "--rpc" in args:
-        i = args.index("--rpc")
-        local = args[i + 1].split(",")
-        del args[i:i + 2]
+    rpc = argv.value(args, "--rpc")
+    local: list[str] = rpc.split(",") if rpc is not None else []
+    args = argv.without(args, with_value={"--rpc"})
     all_eps = local + [e for e in endpoints if e not in local]
     n_remote = sum(len(found.get(e, ())) for e in endpoints)
     def backends(ep: str) -> str:
         return ", ".join(sorted({d.backend.upper() if d.backend != "unknown" else "?" for d in found.get(ep, ())})) or "?"
 
-    if "-dev" in args:  # named local devices (two Vulkan devices on one GPU): name the remote ones too, first,
-        i = args.index("-dev")  # where llama.cpp puts RPC devices by default
-        names = [d.key for e in endpoints for d in found.get(e, ())]
-        args[i + 1] = ",".join([*names, args[i + 1]])
+    if (named := argv.value(args, "-dev")) is not None:  # named local devices (two Vulkan devices on one GPU):
+        names = [d.key for e in endpoints for d in found.get(e, ())]  # name the remote ones too, first, where
+        args = argv.put(args, "-dev", ",".join([*names, named]))  # llama.cpp puts RPC devices by default
 
     remote_desc = "; ".join(f"{e} ({backends(e)})" for e in endpoints)
     desc = (f"{dev.description} + " if dev.description and dev.count else "") + f"remote rpc-servers {remote_desc}"

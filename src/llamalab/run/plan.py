@@ -37,7 +37,7 @@ from pathlib import Path
 from ..llamacpp import applicability, argv, budget, build as buildmod, ledger, models, standin
 from ..llamacpp.applicability import NOT_APPLICABLE
 from .. import net, proc
-from . import runner
+from . import session
 from ..llamacpp.build import BuildArtifact
 from ..errors import ConfigError
 from ..paths import cache_home
@@ -119,20 +119,13 @@ class DryRun:
 
 # Linear in the line, like ledger's patterns: what follows a keyword is bounded or cannot contain the keyword.
 # A device description is at most 512 characters (and stripped); it may hold `:` (an endpoint) but the name not.
-_DEVICE_INFO = re.compile(r"common_param:\s+-\s+(?P<name>[^\s:]{1,128})\s*:\s*+(?P<desc>.{0,512}?)"
-                          r"\((?P<total>\d+) MiB,\s*(?P<free>\d+) MiB free\)")
 _USING = re.compile(r"using device (?P<name>\S{1,128}) \(")
 _KV_LAYER = re.compile(r"llama_kv_cache: layer\s+\d+: dev = (?P<dev>\S+)")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
-_COMPUTE = re.compile(r"sched_reserve:\s*(?P<buf>\S{1,256}?)\s+compute buffer size =\s*(?P<mib>[\d.]+) MiB")
-# descriptions may nest parentheses: `CUDA0 (H200 (dev p0/v0))` with GGML_CUDA_DEVICES; the row's numbers run
-# to the last `|` of the line (_table_row)
-_TABLE_ROW = re.compile(r"memory_breakdown_print: \|\s+-\s+(?P<name>\S{1,128}?)(?:\s+\((?P<desc>[^|]{0,512})\))?\s*\|")
 _INT = re.compile(r"-?\d+")
 _CTX = re.compile(r"llama_context: (n_ctx|n_seq_max|n_ubatch|kv_unified)\s*=\s*(\S+)")
 _TRAIN = re.compile(r"print_info: n_ctx_train\s*=\s*(\d+)")
 _EMBD = re.compile(r"print_info: n_embd\s*=\s*(\d+)")
-_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
 _FIT_FAIL = re.compile(r"failed to fit params to free device memory: (.*)"
                        r"|encountered an error while trying to fit params[^:]{0,256}: (.*)")
 _COPIES = re.compile(r"sched copies = (\d+)")
@@ -149,14 +142,17 @@ def _using(line: str) -> tuple[str, str] | None:
 
 
 def _table_row(line: str) -> tuple[str, str, str] | None:
-    """(name, description, numbers) of a `memory_breakdown_print: | - NAME (DESC) | NUMBERS |` row."""
-    m = _TABLE_ROW.search(line)
-    if not m:
+    """(name, description, numbers) of a `memory_breakdown_print: | - NAME (DESC) | NUMBERS |` row (the ledger's
+    reader of breakdown rows; descriptions may nest parentheses: `CUDA0 (H200 (dev p0/v0))` with
+    GGML_CUDA_DEVICES)."""
+    row = ledger.breakdown_row(line)
+    if not row or not line.rstrip().endswith("|"):
         return None
-    body = line.rstrip()
-    if not body.endswith("|") or len(body) - 1 < m.end():
+    name, _, desc = row[0].partition(" ")
+    desc = desc.strip()
+    if desc and not (desc.startswith("(") and desc.endswith(")")):
         return None
-    return m.group("name"), m.group("desc") or "", body[m.end():-1]
+    return name, desc[1:-1], row[1]
 
 
 def _endpoint(buf: str) -> str | None:
@@ -175,8 +171,8 @@ class _DryState:
 
 def _dry_run_line(st: _DryState, line: str) -> None:
     out, seg = st.out, st.seg
-    if "MiB free)" in line and (m := _DEVICE_INFO.search(line)):
-        st.info.setdefault(m.group("name"), (m.group("desc").strip(), int(m.group("total")), int(m.group("free"))))
+    if "common_param:" in line and (dev := ledger.device_line(line)):
+        st.info.setdefault(dev[0], dev[1:])
         return
     if "llama_model_loader: loaded meta data" in line:
         st.seg = _new_segment()
@@ -189,10 +185,10 @@ def _dry_run_line(st: _DryState, line: str) -> None:
     elif m := _KV_SIZE.search(line):
         if len(seg["kv_sizes"]) < 64:
             seg["kv_sizes"].append((float(m.group(1)), int(m.group(3))))
-    elif m := _COMPUTE.search(line):
-        buf, mib = m.group("buf"), float(m.group("mib"))
-        if buf in seg["compute"] or len(seg["compute"]) < ledger.MAX_TABLE_ROWS:
-            seg["compute"][buf] = max(mib, seg["compute"].get(buf, 0.0))
+    elif "sched_reserve:" in line and "compute buffer size" in line:
+        for buf, kind, mib in ledger.buffers(line):
+            if kind == "compute" and (buf in seg["compute"] or len(seg["compute"]) < ledger.MAX_TABLE_ROWS):
+                seg["compute"][buf] = max(mib, seg["compute"].get(buf, 0.0))
     elif "memory_breakdown_print" in line and (row := _table_row(line)):
         if len(seg["table"]) < ledger.MAX_TABLE_ROWS:
             seg["table"].append((row[0], row[1], [int(x) for x in _INT.findall(row[2])[:16]]))
@@ -210,11 +206,11 @@ def _dry_run_line(st: _DryState, line: str) -> None:
         out.n_ctx_train = int(m.group(1))
     elif m := _EMBD.search(line):
         out.n_embd = int(m.group(1))
-    elif m := _REDUCED.search(line):
+    elif m := ledger.FIT_REDUCED.search(line):
         out.fit_ctx_from, out.fit_ctx_to = int(m.group(1)), int(m.group(2))
     elif m := _FIT_FAIL.search(line):
         out.fit_ok, out.fit_message = False, (m.group(1) or m.group(2) or "").strip()
-    elif "successfully fit params" in line:
+    elif ledger.FIT_OK.search(line):
         out.fit_ok = True
     elif END_OF_FIT in line:
         out.finished = True
@@ -346,15 +342,6 @@ class Expectation:
     reason: str
 
 
-def _flag(args: Sequence[str], *names: str) -> str | None:
-    val = None
-    for i, a in enumerate(args):
-        key, _, inline = a.partition("=")
-        if key in names:
-            val = inline or (args[i + 1] if i + 1 < len(args) else "")
-    return val
-
-
 def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, options: dict[str, str]) -> Expectation:
     """Pipeline parallelism and scheduler copies by llama-cpp-facts.md §1's rules, before anything runs."""
     copies = int(options.get(buildmod.COPIES, buildmod.DEFAULT_COPIES))
@@ -362,14 +349,14 @@ def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, 
         return Expectation(False, 1, "one device")
     if str(options.get("GGML_BLAS", "")).upper() in ("ON", "1", "TRUE"):
         return Expectation(False, 1, "the BLAS backend has no async compute or events")
-    sm = _flag(args, "-sm", "--split-mode")
+    sm = argv.value(args, *argv.SPLIT_MODE)
     if sm not in (None, "layer"):
         return Expectation(False, 1, f"-sm {sm}")
-    if any(a in ("-nkvo", "--no-kv-offload") for a in args):
+    if argv.has(args, "-nkvo", "--no-kv-offload"):
         return Expectation(False, 1, "-nkvo keeps the KV cache on the host")
-    if any(a.split("=")[0] in ("-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe") for a in args):
+    if argv.has(args, "-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe"):
         return Expectation(False, 1, "tensor overrides (-ot, --cpu-moe)")
-    ngl = _flag(args, "-ngl", "--gpu-layers", "--n-gpu-layers")
+    ngl = argv.value(args, "-ngl", "--gpu-layers", "--n-gpu-layers")
     if ngl not in (None, "all", "auto", "-1") and n_layer is not None:
         try:
             if int(ngl) <= n_layer:
@@ -510,8 +497,8 @@ def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, st
     """Start llama-server with `args`, stop it when its memory fit ends, and read the figures."""
     from ..llamacpp.server import server_argv
 
-    argv = server_argv(binary, model, host="127.0.0.1", port=net.free_port("127.0.0.1"), args=args)
-    argv[argv.index("-lv") + 1] = "5"  # debug: 0.01 MiB buffer sizes and the KV layer placement
+    cmd = argv.put(server_argv(binary, model, host="127.0.0.1", port=net.free_port("127.0.0.1"), args=args),
+                      "-lv", "5")  # debug: 0.01 MiB buffer sizes and the KV layer placement
     loading: list[str] = []
 
     def until(line: str) -> bool:
@@ -520,7 +507,7 @@ def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, st
             return True
         return END_OF_FIT in line
 
-    done, stopped = proc.run_until(argv, log_path=log_path, env=env, timeout_s=timeout_s, until=until)
+    done, stopped = proc.run_until(cmd, log_path=log_path, env=env, timeout_s=timeout_s, until=until)
     dr = parse_dry_run(log_path.read_text(errors="replace").splitlines())
     if loading and not dr.finished:
         dr.error = ("llama-server began loading the weights without a memory fit: is the fit off (--fit off, or "
@@ -548,7 +535,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
     budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
         budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
     model_path, made = _model(study, opts, progress)
-    prep = runner.prepare(study, runner.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=model_path,
+    prep = session.prepare(study, session.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=model_path,
                                                 jobs=opts.jobs), progress)
     logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-plan-"))
     plans: list[ConfigPlan] = []
@@ -558,9 +545,9 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
             if art is None:
                 continue
             cfgs = [c for c in configs(study) if c.build.name == bspec.name]
-            with runner.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
+            with session.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
                 env = {**art.env(), **dev.env}
-                emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
                 for cfg in cfgs:
                     why = prep.inapplicable(cfg)
                     if why:
@@ -583,14 +570,16 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                      "reports as its own; pass --budget 16GiB,12GiB to plan for particular cards")
     return Plan(study=study.name, backend=prep.backend, target=opts.target or prep.backend,
                 model=prep.model_info.as_dict(), model_standin=made or _is_standin(model_path),
-                llama_cpp=f"{prep.source.version} ({prep.source.short_commit})"
+                llama_cpp=", ".join(dict.fromkeys(f"{a.source.version} ({a.source.short_commit})"
+                                                  for a in prep.artifacts.values() if a.made)
+                                    or [f"{prep.source.version} ({prep.source.short_commit})"])
                 + "".join(f"; binaries in {d}" for d in prep.binaries), configs=plans,
                 skipped=dict(prep.skipped), not_applicable=dict(prep.not_applicable),
                 copies_costs=copies_costs(plans, prep.artifacts, {b.name: b.args for b in study.builds}, at_ctx),
                 seconds=round(time.monotonic() - t0, 2), notes=notes)
 
 
-def _baselines_at_ctx(prep: runner.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
+def _baselines_at_ctx(prep: session.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
                       timeout_s: float, progress: Progress) -> dict[tuple[str, str, int], ConfigPlan]:
     """Where a copies-1 baseline fitted another context than the build it is compared with, measure the
     baseline again at that build's context, so that the copies' cost is not mixed with the context's."""
@@ -608,9 +597,9 @@ def _baselines_at_ctx(prep: runner.Prepared, plans: list[ConfigPlan], budgets: l
     for bname, wanted in need.items():
         art = prep.artifacts[bname]
         bspec = next(b for b in study.builds if b.name == bname)
-        with runner.device_setup(prep, art, _mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
+        with session.device_setup(prep, art, _mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
             env = {**art.env(), **dev.env}
-            emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
             for setting, n_ctx in sorted(wanted):
                 cfg = next(c for c in configs(study) if c.build.name == bname and c.setting.name == setting)
                 progress.message(f"dry run: {bname} × {setting} at n_ctx {n_ctx} (for the copies' cost)")
@@ -626,7 +615,7 @@ def _mkdir(path: Path) -> Path:
 
 def _check_fit_on(study: Study) -> None:
     for args in [study.server.args, *(b.args for b in study.builds), *(s.args for s in study.settings)]:
-        if _flag(args, "-fit", "--fit") in ("off", "0", "false"):
+        if argv.value(args, "-fit", "--fit") in ("off", "0", "false"):
             raise ConfigError("this study turns llama.cpp's memory fit off (--fit off), and the fit is the dry run "
                               "`llamalab plan` reads.", tip="drop --fit off for planning (--set server.args=[...]).")
 
@@ -651,14 +640,14 @@ def _model(study: Study, opts: PlanOptions, progress: Progress) -> tuple[Path, b
     return path, made
 
 
-def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str],
+def plan_config(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str],
                  emu: budget.Emulation | None, logs: Path, timeout_s: float,
                  extra_args: Sequence[str] = ()) -> ConfigPlan:
     """One configuration's dry run(s): the study's llama-server arguments, with the budgets' -fitt/-ts."""
     study = prep.study
-    args = runner.server_args(study, cfg, dev)
+    args = session.server_args(study, cfg, dev)
     if emu is not None:
-        args = budget.with_args(args, emu.args())
+        args = argv.replaced(args, emu.args())
     args = [*args, *extra_args]
     t0 = time.monotonic()
     stem = f"{cfg.build.name}-{cfg.setting.name}{''.join(extra_args)}".replace("/", "_")
@@ -671,7 +660,7 @@ def plan_config(prep: runner.Prepared, cfg: Config, art: BuildArtifact, dev, env
     cp.logs.append(str(logs / f"{stem}.log"))
     cp.dry_runs = 1
     final = first
-    if first.error is None and first.fit_ctx_to is not None and "-c" not in args:
+    if first.error is None and first.fit_ctx_to is not None and not argv.has(args, *argv.CTX_SIZE):
         # the fit shrank the context: measure what the server would load at that context
         final = dry_run(binary, model, [*args, "-c", str(first.fit_ctx_to)], env=env,
                         log_path=logs / f"{stem}-c{first.fit_ctx_to}.log", timeout_s=timeout_s)
@@ -715,7 +704,7 @@ def _read_lines(path: Path) -> list[str]:
         return []
 
 
-# ---------------------------------------------------------------- rendering
+# ---------------------------------------------------------------- figures the views and checks share
 
 
 def input_copies_mib(cp: ConfigPlan) -> float | None:
@@ -724,122 +713,6 @@ def input_copies_mib(cp: ConfigPlan) -> float | None:
     if not (cp.sched_copies and cp.n_ubatch and cp.n_embd):
         return None
     return cp.sched_copies * cp.n_ubatch * cp.n_embd * 4 / 2**20
-
-
-def _mib(v: float | None, approx: bool = False) -> str:
-    if v is None:
-        return "–"
-    s = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,.2f}".rstrip("0").rstrip(".")
-    return ("~" if approx else "") + s
-
-
-def render(plan: Plan, width: int | None = None):
-    """A rich renderable: the table, the copies' cost and the notes."""
-    from rich.console import Group
-    from rich.table import Table
-
-    from ..safetext import rich_text as Text  # never markup, no control sequences: names and reasons come from logs
-
-    basis = plan.basis()
-    approx = {k: v == BASIS_APPROX for k, v in basis.items()}
-    names: list[str] = []
-    for c in plan.configs:
-        for d in c.devices:
-            if d.name not in names:
-                names.append(d.name)
-    t = Table(title=Text(f"{plan.study}: memory plan (MiB) — dry runs on {plan.backend}, for {plan.target}"),
-              show_lines=False)
-    for h in ("build", "setting", "PP", "n_ctx"):
-        t.add_column(h, justify="left" if h in ("build", "setting") else "right")
-    hosts = list(dict.fromkeys(h.name for c in plan.configs for h in c.host_buffers))
-    for n in [*names, "host", *hosts]:
-        t.add_column(Text(f"{n}{' (host)' if n in hosts else ''}\nmodel / ctx / compute"), justify="right")
-    for c in plan.configs:
-        if c.status == NOT_APPLICABLE:
-            t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"not applicable: {(c.reason or '')[:120]}",
-                                                                   style="yellow"))
-            continue
-        if c.status != "ok":
-            t.add_row(Text(c.build), Text(c.setting), "", "", Text(f"failed: {(c.reason or '')[:80]}", style="red"))
-            continue
-        pp = ledger.pp_label(c.pipeline_parallel, c.sched_copies, c.pipeline_parallel)
-        if c.copies_mismatch:
-            pp += " !"
-        ctx = _mib(c.n_ctx, approx["n_ctx"]) if c.n_ctx is not None else "–"
-        if c.fit_ok is False:
-            ctx = Text(ctx.replace(",", "") + " (fit failed)", style="yellow")
-        elif c.ctx_reduced_from:
-            ctx += " (fit)"
-        cells = []
-        for n in names:
-            d = next((x for x in c.devices if x.name == n), None)
-            if d is None:
-                cells.append("")
-                continue
-            cell = f"{_mib(d.model_mib)} / {_mib(d.context_mib)} / {_mib(d.compute_mib, approx['compute'])}"
-            cells.append(Text(cell, style="red") if n in c.over_budget else cell)
-        h = c.host
-        cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx['compute'])}" if h else "")
-        for n in hosts:
-            h = next((x for x in c.host_buffers if x.name == n), None)
-            cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib)}" if h else "")
-        t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
-    parts: list = [t]
-    for b, why in plan.not_applicable.items():
-        parts.append(Text(f"build {b} does not apply to this rig: {why}", style="yellow"))
-    for b, why in plan.skipped.items():
-        parts.append(Text(f"build {b} not planned: {why}", style="yellow"))
-    failed = [c for c in plan.configs if c.status == "ok" and c.fit_ok is False]
-    for msg in dict.fromkeys(c.fit_message or "no reason printed" for c in failed):
-        these = [c for c in failed if (c.fit_message or "no reason printed") == msg]
-        reduced = any(c.ctx_reduced_from for c in these)
-        parts.append(Text(
-            f"llama.cpp's fit FAILED in {len(these)} configuration(s) ({msg})"
-            + (": it had reduced the context to fit the total memory, then stopped before fitting the layers to "
-               "each device, so the n_ctx shown is the reduced one and a device may hold more than its budget "
-               "(red cells); to let the fit place layers, leave -ngl out of the study's server args"
-               if reduced else ": the server would run with the parameters as given"), style="yellow"))
-    thin: dict[tuple[str, int], list[float]] = {}  # (device, margin) → MiB left free, per configuration
-    for c in plan.configs:
-        if c.copies_mismatch:
-            parts.append(Text(f"{c.build} × {c.setting}: {c.copies_mismatch}", style="yellow"))
-        for n, over in c.over_budget.items():
-            i = next((k for k, d in enumerate(c.devices) if d.name == n), 0)
-            margin = (c.margins_mib or [0])[min(i, len(c.margins_mib or [0]) - 1)]
-            if over > margin:
-                parts.append(Text(f"{c.build} × {c.setting}: {n} needs {over - margin:,.0f} MiB more than its budget: "
-                                  "this configuration would not load on that card", style="red"))
-            else:
-                thin.setdefault((n, margin), []).append(margin - over)
-    for (n, margin), left in thin.items():
-        parts.append(Text(f"{n} keeps less than its {margin} MiB margin free in {len(left)} configuration(s) "
-                          f"({min(left):,.0f}–{max(left):,.0f} MiB): llama.cpp's fit balances the total over the "
-                          "devices, and a fixed -ngl keeps it from moving layers", style="yellow"))
-    for cc in plan.copies_costs:
-        devs = ", ".join(f"{n} {v:+,.2f}" for n, v in cc.devices_mib.items())
-        ctx = f"; context {cc.n_ctx_delta:+,} tokens with {cc.baseline}" if cc.n_ctx_delta else ""
-        at = f" at n_ctx {cc.at_n_ctx}" if cc.at_n_ctx else ""
-        parts.append(Text(f"• {cc.setting}: {cc.build}'s {cc.copies} scheduler copies cost {cc.total_mib:,.2f} MiB "
-                          f"of compute over {cc.baseline}{at} ({devs}; host {cc.host_mib:+,.2f}){ctx}"))
-    if plan.configs and plan.configs[0].budgets_mib:
-        c0 = plan.configs[0]
-        parts.append(Text(f"budgets {', '.join(f'{b:,} MiB' for b in c0.budgets_mib)} free per device, llama.cpp "
-                          f"margin {', '.join(str(m) for m in c0.margins_mib or [])} MiB → -fitt "
-                          f"{','.join(str(x) for x in c0.fit_targets_mib or [])} here", style="dim"))
-    slack = max((input_copies_mib(c) or 0.0 for c in plan.configs if len(c.devices) > 1), default=0.0)
-    if slack:
-        parts.append(Text(f"compute after the first device: a full load may differ by up to the pipeline's input "
-                          f"copies, n_copies × n_ubatch × n_embd × 4 B (here ≤ {slack:,.2f} MiB; measured on "
-                          "CPU-RPC, benchmarks/plan-validation.md)", style="dim"))
-    legend = ("figures from dry runs on the target backend: model and context exact; compute is llama.cpp's "
-              "projection (see --json accuracy)" if plan.target == plan.backend else
-              f"model and context: backend-independent, exact for {plan.target}; ~ marks CPU-RPC approximations "
-              f"of {plan.target}'s compute buffers and context")
-    parts.append(Text(legend, style="dim"))
-    for n in plan.notes:
-        parts.append(Text(n, style="dim"))
-    parts.append(Text(f"{sum(c.dry_runs for c in plan.configs)} dry runs in {plan.seconds:.1f} s", style="dim"))
-    return Group(*parts)
 
 
 def dumps(plan: Plan) -> str:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..llamacpp import budget, ledger
-from . import plan as planmod, runner
+from . import plan as planmod, session
 from .. import proc
 from ..errors import LlamalabError
 from .progress import Progress
@@ -129,7 +129,7 @@ class Result:
     rows: list[Row]
 
 
-def validate(study: Study, prep: runner.Prepared, model_full: Path, *, logs: Path, progress: Progress,
+def validate(study: Study, prep: session.Prepared, model_full: Path, *, logs: Path, progress: Progress,
              budgets: list[int] | None = None, timeout_s: float = 600.0) -> list[Result]:
     """For every build × setting: dry run (on `prep.model_path`, e.g. a stand-in) and full load (on
     `model_full`, the same model with its weights), in one device setup with the same arguments."""
@@ -142,9 +142,9 @@ def validate(study: Study, prep: runner.Prepared, model_full: Path, *, logs: Pat
             stem = f"{cfg.build.name}-{cfg.setting.name}".replace("/", "_")
             dev_logs = logs / f"devices-{stem}"
             dev_logs.mkdir(parents=True, exist_ok=True)
-            with runner.device_setup(prep, art, dev_logs) as dev:
+            with session.device_setup(prep, art, dev_logs) as dev:
                 env = {**art.env(), **dev.env}
-                emu = runner.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
                 progress.message(f"dry run and full load: {cfg.build.name} × {cfg.setting.name}")
                 cp = planmod.plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s)
                 fitp = None

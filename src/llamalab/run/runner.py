@@ -1,397 +1,35 @@
 """The run loop: study → source → builds → devices → server → ledger → workload → store.
 
-It drives a run through every stage; `plan.py` and `plancheck.py` reuse its set-up (`prepare`, `device_setup`,
-`budget_emulation`, `server_args`). All builds finish before any timing starts. Each finished trial is
-stored before the next starts; a configuration that fails is recorded with its reason and the study goes on.
+It drives a run through every stage from the set-up `run.session` prepares (which `plan` and `tune` share). All
+builds finish before any timing starts. Each finished trial is stored before the next starts; a configuration that fails is recorded with its reason and the study goes on.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
 import tomllib
 from collections.abc import Callable
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__, proc
-from ..llamacpp import (applicability, binaries, budget, build as buildmod, crosscheck, ledger, maxctx, models,
-                        server as servermod, source, toolchain, vulkan as vulkanmod)
+from ..llamacpp import applicability, budget, crosscheck, ledger, maxctx
 from ..llamacpp import argv as argvmod
-from ..machine import detect, gpu, sysinfo
-from ..rig import devices, remote
+from ..machine import sysinfo
 from . import drivercheck, workload
 from ..llamacpp.applicability import NOT_APPLICABLE
-from ..llamacpp.build import BuildArtifact, Builder
-from ..errors import BuildError, ConfigError, LaunchError, LlamalabError, WorkloadError
-from ..paths import cache_home, data_home, default_db
+from ..llamacpp.build import BuildArtifact
+from ..errors import LaunchError, LlamalabError, WorkloadError
 from .progress import Progress
 from ..records import ConfigOutcome
 from ..llamacpp.server import launch
 from ..store.db import Store
-from ..study.spec import (BuildSpec, Config, Pass, SourceSpec, Study, configs, expand, given_bin, rig_devices,
-                          to_toml)
-
-
-@dataclass
-class Options:
-    home: Path = field(default_factory=cache_home)
-    db: Path = field(default_factory=default_db)
-    runs_dir: Path = field(default_factory=lambda: data_home() / "runs")
-    llama_cpp: Path | None = None
-    model: Path | None = None
-    resume: str | None = None
-    fresh: bool = False  # never resume automatically
-    jobs: int | None = None
-    crosscheck: bool = False  # after the study: llama-bench on the first configuration, and wall vs server time
-    max_context: str = "off"  # off | verify (load each fitted context again, fit off) | search (bisect -c upwards)
-    max_context_probes: int = 6
-
-
-@dataclass
-class Prepared:
-    """Everything built and resolved before the first timed request."""
-
-    study: Study
-    backend: str
-    source: source.Source
-    model_path: Path
-    model_info: models.ModelInfo
-    artifacts: dict[str, BuildArtifact]
-    skipped: dict[str, str]  # build name → reason
-    topology: dict = field(default_factory=dict)  # local devices and remote endpoints (remote.topology)
-    binaries: dict[str, "binaries.Binaries"] = field(default_factory=dict)  # given binaries, by folder
-    vulkan_devices: list = field(default_factory=list)  # vulkan: every physical device this build sees
-    local_gpus: int = 0  # cuda/rocm: GPUs this build sees
-    not_applicable: dict[str, str] = field(default_factory=dict)  # build name → why it does not apply to this rig
-    rig_devices: int = 0  # the devices min_devices counts (study.rig_devices)
-
-    def inapplicable(self, cfg: Config) -> str | None:
-        """llamalab's reason when a configuration does not apply to this rig (its build's or setting's
-        min_devices), None when it does."""
-        if cfg.build.name in self.not_applicable:
-            return self.not_applicable[cfg.build.name]
-        why = applicability.too_few_devices(cfg.min_devices, self.rig_devices, self.backend)
-        return f"setting {cfg.setting.name}: {why}" if why else None
-
-
-def resolve_backend(study: Study, home: Path | None = None, progress: Progress | None = None) -> str:
-    """The study's backend; "auto" is chosen from this machine's GPUs and toolchains (detect.auto_backend)."""
-    b = study.devices.backend
-    if b == "auto":
-        choice, why = detect.auto_backend(detect.facts(home or cache_home()), remotes=bool(study.devices.rpc))
-        if progress:
-            progress.message(f"devices.backend = \"auto\" → {choice}: {why}")
-        return choice
-    return b
-
-
-def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """CMake definitions and build environment a backend needs on this machine: the CUDA architecture, the Vulkan
-    toolchain prefix (scripts/vulkan-toolchain.sh), HIP's compiler and GPU targets."""
-    if backend == "cuda":
-        return {"CMAKE_CUDA_ARCHITECTURES": os.environ.get("LLAMALAB_CUDA_ARCH", "native")}, {}
-    if backend == "vulkan":
-        return toolchain.vulkan_defines(home), {}
-    if backend == "rocm":
-        return toolchain.hip_defines(), toolchain.hip_env()
-    return {}, {}
-
-
-def study_hash(study: Study, model_path: Path) -> str:
-    # a study without [source] (or without min_devices, or without [tune]) hashes as before that key existed, so its
-    # unfinished runs still resume
-    exclude: dict = {"source": True} if study.source == SourceSpec() else {}
-    for table in ("builds", "settings"):
-        unset = {i: {"min_devices"} for i, x in enumerate(getattr(study, table)) if x.min_devices is None}
-        if unset:
-            exclude[table] = unset
-    if study.tune is None:
-        exclude["tune"] = True
-    blob = study.model_dump_json(exclude=exclude or None) + "|" + str(model_path)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str]:
-    """llama-server arguments for one configuration (pure)."""
-    args = [*study.server.args, *cfg.build.args, *cfg.setting.args, *dev.server_args]
-    if not any(a.partition("=")[0] in ("-np", "--parallel") for a in args):  # a setting may choose its own slots
-        args += ["-np", str(study.server.parallel or max(4, max(study.workload.concurrency)))]
-    args += ["-kvu"]
-    # No host-RAM prompt cache: with it, each new request first copies the idle slots' KV state to host memory
-    # (measured on an H200: ~750 ms before the first token after a 4-request level), which is neither prompt
-    # nor generation time and not what a study of build options measures. Requests use cache_prompt: false anyway.
-    if not any(a in ("-cram", "--cache-ram") for a in args):
-        args += ["-cram", "0"]
-    if study.server.ctx:
-        args += ["-c", str(study.server.ctx)]
-    if study.server.fit_target_mib:
-        args += ["-fitt", ",".join(str(x) for x in study.server.fit_target_mib)]
-    return args
-
-
-def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
-    """The set-up `run`, `build` and `plan` share. What the user gave is checked before anything is contacted,
-    fetched or built: the model's header first (before the machine is even probed for its backend), then the given
-    binaries (against that backend), then the remote endpoints (exposure warnings, reachability, ssh logins); only
-    then is a source fetched and built."""
-    user_model = opts.model or study.model.path
-    if user_model:
-        model_path = Path(user_model).expanduser()
-        info = models.read_info(model_path)
-    backend = resolve_backend(study, opts.home, progress)
-    given = given_binaries(study, backend, progress)
-    if study.devices.rpc:
-        remote.preflight(study.devices.rpc, progress.warn)
-    src = _source(study, opts, given, progress)
-    if not user_model:
-        shape = models.preset(study.model.preset or "tiny")
-        model_path = models.synthetic(shape, opts.home)
-        info = models.read_info(model_path)
-    extra, build_env = build_setup(backend, opts.home)
-    build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
-    builder = Builder(source=src, backend=build_backend, home=opts.home, jobs=opts.jobs or (os.cpu_count() or 2),
-                      extra_defines=extra, build_env=build_env, progress=progress.build,
-                      log=progress.message) if src else None
-    artifacts: dict[str, BuildArtifact] = {}
-    skipped: dict[str, str] = {}
-    n_devices = rig_devices(study, backend)
-    not_applicable: dict[str, str] = {}
-    for spec in study.builds:  # an arm the rig cannot run is said once, here, and never built
-        why = applicability.too_few_devices(spec.min_devices or 1, n_devices, backend)
-        if why:
-            not_applicable[spec.name] = why
-            progress.message(f"build {spec.name} does not apply to this rig: {why}")
-    for st in study.settings:
-        why = applicability.too_few_devices(st.min_devices or 1, n_devices, backend)
-        if why:
-            progress.message(f"setting {st.name} does not apply to this rig: {why}")
-    for spec in study.builds:
-        if spec.name in not_applicable:
-            continue
-        if spec.name in given:
-            artifacts[spec.name] = binaries.artifact(given[spec.name], spec.name, build_backend)
-            continue
-        if builder is None:
-            skipped[spec.name] = no_source_reason(spec, study.source.bin or "", given)
-            progress.warn(f"skipping build {spec.name}: {skipped[spec.name]}")
-            continue
-        if "openblas" in spec.requires:
-            ok, why = buildmod.openblas_available()
-            if not ok:
-                skipped[spec.name] = why
-                progress.warn(f"skipping build {spec.name}: {why}")
-                continue
-        try:
-            artifacts[spec.name] = builder.build(spec.name, spec.cmake)
-        except BuildError as e:
-            skipped[spec.name] = f"build failed: {e.message}"
-            progress.warn(str(e))
-        finally:
-            progress.build_done()
-    for spec in study.builds:  # unknown llama-server flags are a user mistake: say so before anything runs
-        if spec.name in artifacts:
-            art = artifacts[spec.name]
-            for st in study.settings:
-                args = [*study.server.args, *spec.args, *st.args]
-                servermod.check_flags(art.binary("llama-server"), args, env=art.env())
-    if not artifacts and not skipped:
-        raise ConfigError("no build of this study applies to this rig: " + "; ".join(
-            f"{k}: {v}" for k, v in not_applicable.items()),
-            tip="run it on a rig with more devices, or raise [devices] count (local rpc-servers, or virtual CUDA "
-                "devices on one GPU).")
-    if not artifacts:
-        raise BuildError("no build of this study could be made: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
-                         tip="pass --llama-cpp DIR to build them from a source, or give the study a build without "
-                             "cmake options to run the binaries" if study.source.bin else
-                             "run `llamalab doctor` to see what this machine lacks.")
-    for line in mixed_binaries(artifacts):
-        progress.warn(line)
-    first = next(iter(artifacts.values()))
-    vk_devices: list = []
-    local_gpus = 0
-    if backend == "vulkan":
-        vk_devices = vulkanmod.physical_devices(first.binary("llama-server"), first.env())
-        for d in vk_devices:
-            progress.message(f"Vulkan device #{d.index}: {d.description}, {d.free_mib:,} MiB free"
-                             + (" (a CPU implementation)" if d.software else ""))
-    elif backend == "cuda":
-        local_gpus = len(gpu.probe())
-    elif backend == "rocm":
-        local_gpus = devices.count_named(first.binary("llama-server"), "ROCm", first.env())
-    topology = _topology(study, backend, first, progress)
-    first_given = next((given[b.name] for b in study.builds if b.name in given), None)
-    src = src or first_given.source()  # type: ignore[union-attr]  (no source: every build ran given binaries)
-    return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
-                    artifacts=artifacts, skipped=skipped, topology=topology,
-                    binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
-                    local_gpus=local_gpus, not_applicable=not_applicable, rig_devices=n_devices)
-
-
-def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, binaries.Binaries]:
-    """Build name → the binaries it runs (--llama-bin / [source] bin, or its own bin), each folder probed once
-    and checked against the study's devices before anything else happens."""
-    probed: dict[str, binaries.Binaries] = {}
-    out: dict[str, binaries.Binaries] = {}
-    local_rpc = backend == "cpu-rpc" or any(r.ssh and not r.rpc_server_path for r in study.devices.rpc)
-    for spec in study.builds:
-        folder = given_bin(study, spec)
-        if folder is None:
-            continue
-        where = f"builds[{spec.name}].bin" if spec.bin is not None else "--llama-bin (source.bin)"
-        if folder not in probed:
-            b = binaries.probe(folder, where)
-            binaries.check_devices(b, backend, local_rpc=local_rpc, where=where)
-            progress.message(f"binaries {b.describe()}")
-            probed[folder] = b
-        out[spec.name] = probed[folder]
-    return out
-
-
-def _source(study: Study, opts: Options, given: dict[str, binaries.Binaries], progress: Progress
-            ) -> source.Source | None:
-    """The llama.cpp source to build from, when a build needs one: --llama-cpp, else [source] llama_cpp, else the
-    pinned source — except in a study that gives binaries ([source] bin), which never compiles anything it was
-    not given a source for. None when nothing is to be built."""
-    if all(b.name in given for b in study.builds):
-        return None
-    explicit = opts.llama_cpp or (Path(study.source.llama_cpp).expanduser() if study.source.llama_cpp else None)
-    if explicit:
-        src = source.from_dir(explicit)
-    elif study.source.bin is None:
-        src = source.pinned(opts.home, log=progress.message)
-    else:
-        return None
-    progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
-    return src
-
-
-def no_source_reason(spec: BuildSpec, folder: str, given: dict[str, binaries.Binaries]) -> str:
-    """Why a build with CMake options is not measured in a study of given binaries without a source (pure)."""
-    opts = buildmod.normalize(spec.cmake)
-    commit = next((b.version.commit for b in given.values() if b.version.commit), None)
-    if set(opts) == {buildmod.COPIES}:
-        what = f"a copies variant ({buildmod.COPIES}={opts[buildmod.COPIES]}) is a rebuild of ggml-base from a llama.cpp source"
-    else:
-        what = f"it needs {' '.join(f'-D{k}={v}' for k, v in opts.items())}, a build from a llama.cpp source"
-    return (f"{what}, and this study has only the binaries in {folder}: add --llama-cpp DIR"
-            + (f" (a checkout of their commit {commit})" if commit else "") + " to build it")
-
-
-def mixed_binaries(artifacts: dict[str, BuildArtifact]) -> list[str]:
-    """A warning when the study's builds run on different llama.cpp binaries (given ones beside built ones, or two
-    folders): their differences then include everything that differs between those binaries (pure)."""
-    where: dict[str, list[str]] = {}
-    for name, art in artifacts.items():
-        if art.given:
-            key = f"binaries {art.given.get('version', '?')} ({(art.given.get('commit') or '?')[:9]}) in {art.bin_dir}"
-        else:
-            key = f"a build of {art.source.version} ({art.source.short_commit}) from {art.source.origin}"
-        where.setdefault(key, []).append(name)
-    if len(where) < 2:
-        return []
-    return ["the builds run on different llama.cpp binaries, so their differences include the binaries' own: "
-            + "; ".join(f"{', '.join(names)} on {k}" for k, names in where.items())]
-
-
-def _topology(study: Study, backend: str, art: BuildArtifact, progress: Progress) -> dict:
-    """The devices before the first run: local count, and what each remote endpoint llamalab does not start
-    offers (those it starts over ssh are asked when they run)."""
-    specs = study.devices.rpc
-    unmanaged = [s.endpoint for s in specs if not s.ssh]
-    found = remote.query_offers(art.binary("llama-server"), unmanaged, env=art.env(),
-                                declared={s.endpoint: s.backend for s in specs})
-    for line in remote.describe(found):
-        progress.message(f"remote device {line}")
-    local = {"rpc": 0, "cpu": 1}.get(backend, study.devices.count)
-    return remote.topology(backend, local, found, specs)
-
-
-@contextmanager
-def device_setup(prep: Prepared, art: BuildArtifact, log_dir: Path):
-    """The study's local devices, with its remote rpc-servers (started over ssh where asked) joined to them."""
-    with _local_devices(prep, art, log_dir) as dev:
-        if prep.study.devices.rpc:
-            with remote.attached(dev, prep.study.devices.rpc, art, log_dir) as joined:
-                yield joined
-        else:
-            yield dev
-
-
-@contextmanager
-def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
-    d = prep.study.devices
-    if prep.backend == "cpu-rpc":
-        with devices.local_rpc(art, d.count, log_dir, host=d.host, threads=d.rpc_threads) as dev:
-            yield dev
-    elif prep.backend == "cuda":
-        with devices.cuda(d.count, prep.local_gpus or len(gpu.probe())) as dev:
-            yield dev
-    elif prep.backend == "vulkan":
-        with devices.vulkan(d.count, prep.vulkan_devices) as dev:
-            yield dev
-    elif prep.backend == "rocm":
-        with devices.rocm(d.count, prep.local_gpus) as dev:
-            yield dev
-    elif prep.backend == "cpu":
-        with devices.cpu() as dev:
-            yield dev
-    elif prep.backend == "rpc":
-        with devices.none() as dev:
-            yield dev
-    else:
-        raise ConfigError(f"backend {prep.backend!r} is not supported by this llamalab yet.",
-                          tip="use cpu-rpc, cuda, vulkan, rocm or cpu.")
-
-
-def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
-                     user_args: list[str], budgets: list[int] | None = None) -> budget.Emulation | None:
-    """With memory budgets (`budgets`, else the study's `[devices] vram`), how these devices stand in for the
-    budgeted ones, computed from what llama.cpp reports free right now (see budget.py); None without budgets. A
-    budget that cannot be emulated here is a ConfigError: the whole study stops, since every configuration would
-    fail the same way."""
-    if budgets is None and study.devices.vram:
-        budgets = budget.parse_budgets(study.devices.vram)
-    if not budgets:
-        return None
-    mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
-    return budget.emulate(budgets, mem, margins_mib=study.server.fit_target_mib, user_args=user_args)
-
-
-def check_budgets(prep: Prepared, progress: Progress) -> None:
-    """With `[devices] vram`: start the devices once and check that they can stand in for the budgeted ones (a
-    ConfigError if not), so that a study that cannot run stops before it writes anything. Each configuration checks
-    again when it starts (free memory may change meanwhile)."""
-    if not prep.study.devices.vram or not prep.artifacts:
-        return
-    art = next(iter(prep.artifacts.values()))
-    progress.message("checking the [devices] vram budgets against what the devices report free")
-    with tempfile.TemporaryDirectory(prefix="llamalab-budgets-") as tmp:
-        with device_setup(prep, art, Path(tmp)) as dev:
-            budget_emulation(prep.study, art, dev, {**art.env(), **dev.env}, [*prep.study.server.args,
-                                                                             *dev.server_args])
-
-
-def emulate_budgets(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
-                    args: list[str]) -> tuple[list[str], dict | None]:
-    """The server arguments with the budgets' -fitt (and -ts) in place, and the emulation as stored."""
-    emu = budget_emulation(study, art, dev, env, args)
-    return (args, None) if emu is None else (budget.with_args(args, emu.args()), emu.as_dict())
+from ..study.spec import Pass, configs, expand, to_toml
+from .session import (Options, Prepared, check_budgets, device_setup, emulate_budgets, server_args,
+                      study_hash)
 
 
 def n_slots(args: list[str]) -> int:
-    """The -np the server runs with: the last one given, as llama-server reads it (its own default, 4, where the
-    arguments do not say; the study checked each is a whole number)."""
-    slots = 4
-    for i, a in enumerate(args):
-        name, eq, inline = a.partition("=")
-        if name in ("-np", "--parallel"):
-            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if value.isdecimal():
-                slots = int(value)
-    return slots
+    """The -np the server runs with (`llamacpp.argv.n_slots`)."""
+    return argvmod.n_slots(args)
 
 
 def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger) -> tuple[list[int], list[int]]:
@@ -420,6 +58,9 @@ def llama_cpp_info(prep: Prepared) -> dict:
     """What the run stores as its llama.cpp: the source it built from (or the given binaries' version), and every
     folder of given binaries with its --version output, backends and programs."""
     info = prep.source.as_dict()
+    sources = {a.source.key: a.source for a in prep.artifacts.values() if a.made}
+    if len(sources) > 1:  # a versions study: every source its builds were made from
+        info["sources"] = [s.as_dict() for s in sources.values()]
     if prep.binaries:
         info["binaries"] = [b.as_dict() for b in prep.binaries.values()]
     return info

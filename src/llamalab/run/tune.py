@@ -30,7 +30,7 @@ from ..paths import cache_home, data_home, default_db
 from ..rig import devices
 from ..store.db import Store
 from ..study.spec import Config, Pass, SettingSpec, Study, TuneSpec
-from . import plan as planmod, runner, tunespace as ts
+from . import plan as planmod, runner, session, tunespace as ts
 from .progress import Progress
 
 DEFAULT = "default"  # the build name of llama.cpp's default in a tune run
@@ -87,7 +87,7 @@ class StageOne:
 class _Runner:
     """Dry runs of candidate command lines on one device setup, counted."""
 
-    def __init__(self, prep: runner.Prepared, study: Study, art, dev, env: dict, logs: Path, timeout_s: float,
+    def __init__(self, prep: session.Prepared, study: Study, art, dev, env: dict, logs: Path, timeout_s: float,
                  rig: ts.Rig):
         self.prep, self.study, self.art, self.dev, self.env = prep, study, art, dev, env
         self.logs, self.timeout_s, self.rig = logs, timeout_s, rig
@@ -96,7 +96,7 @@ class _Runner:
     def args(self, extra: list[str]) -> list[str]:
         b = self.study.builds[0]
         cfg = Config(build=b.model_copy(update={"args": [*b.args, *extra]}), setting=SettingSpec(name="tune"))
-        return runner.server_args(self.study, cfg, self.dev)
+        return session.server_args(self.study, cfg, self.dev)
 
     def measure(self, c: ts.Candidate, n_ctx: int) -> tuple[ts.Measured | None, planmod.DryRun]:
         self.count += 1
@@ -130,7 +130,7 @@ def _record(c: ts.Candidate, rig: ts.Rig, **kw) -> dict:
     return rec
 
 
-def _rig(names: list[str], budgets: list[int], margins: list[int], prep: runner.Prepared, art, dev) -> ts.Rig:
+def _rig(names: list[str], budgets: list[int], margins: list[int], prep: session.Prepared, art, dev) -> ts.Rig:
     shared = (prep.backend == "cpu-rpc" and not prep.study.devices.rpc) or (
         dev.virtual and len(set(dev.gpu_of)) <= 1) or (len(dev.gpu_of) > 1 and len(set(dev.gpu_of)) == 1)
     blas = str(art.options.get("GGML_BLAS", "")).upper() in ("ON", "1", "TRUE")
@@ -138,14 +138,14 @@ def _rig(names: list[str], budgets: list[int], margins: list[int], prep: runner.
                   shared_processor=bool(shared), copies=art.expected_copies, pp_capable=not blas)
 
 
-def _layout(prep: runner.Prepared) -> ts.ModelLayout:
+def _layout(prep: session.Prepared) -> ts.ModelLayout:
     hdr = standin.read_header(prep.model_path)
     info = prep.model_info
     return ts.model_layout(((n, b) for n, _, b in hdr.tensors), info.n_layer or 0, info.n_ctx_train or 0,
                            info.n_expert or 0)
 
 
-def stage_one(prep: runner.Prepared, budgets: list[int] | None, logs: Path, timeout_s: float,
+def stage_one(prep: session.Prepared, budgets: list[int] | None, logs: Path, timeout_s: float,
               progress: Progress) -> StageOne:
     study = prep.study
     spec = study.tune or TuneSpec()
@@ -156,7 +156,7 @@ def stage_one(prep: runner.Prepared, budgets: list[int] | None, logs: Path, time
         raise ConfigError("the model's header does not give its layers and training context, which tune needs.",
                           tip="check the file with `llamalab plan --model M`.")
     floor = max(spec.min_context, need_context(study))
-    with runner.device_setup(prep, art, _mkdir(logs / "devices")) as dev:
+    with session.device_setup(prep, art, _mkdir(logs / "devices")) as dev:
         env = {**art.env(), **dev.env}
         mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
         if not mem:
@@ -381,7 +381,7 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     if budgets:
         study = study.model_copy(update={"devices": study.devices.model_copy(
             update={"vram": [f"{b}MiB" for b in budgets]})})
-    prep = runner.prepare(study, runner.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=opts.model,
+    prep = session.prepare(study, session.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=opts.model,
                                                 jobs=opts.jobs), progress)
     if study.builds[0].name not in prep.artifacts:
         raise ConfigError(f"build {study.builds[0].name} could not be made: {prep.skipped.get(study.builds[0].name)}",
@@ -425,7 +425,7 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
         return why
 
     t2 = time.monotonic()
-    ropts = runner.Options(home=opts.home, db=opts.db, runs_dir=opts.runs_dir, model=prep.model_path,
+    ropts = session.Options(home=opts.home, db=opts.db, runs_dir=opts.runs_dir, model=prep.model_path,
                            fresh=opts.fresh, jobs=opts.jobs)
     run_id = runner.execute(prep2, None, ropts, progress, passes=passes, skip=skip)
     stage2_s = round(time.monotonic() - t2, 2)

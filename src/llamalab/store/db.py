@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, StoreError
 from ..llamacpp import memory
-from . import migrations as migrationsmod, owner as ownermod, runids
+from . import jsoncol, migrations as migrationsmod, owner as ownermod, runids
 from ..llamacpp.ledger import Ledger
 from ..records import ConfigOutcome, Trial
 from .migrations import legacy_cell
@@ -280,13 +280,6 @@ class Store:
             db.execute("UPDATE runs SET status=?, finished=? WHERE id=?",
                        (status, _now() if status != "running" else None, run_id))
 
-    def update_run(self, run_id: str, *, model: dict | None = None, devices: dict | None = None) -> None:
-        with self.tx() as db:
-            if model is not None:
-                db.execute("UPDATE runs SET model_json=? WHERE id=?", (_j(model), run_id))
-            if devices is not None:
-                db.execute("UPDATE runs SET devices_json=? WHERE id=?", (_j(devices), run_id))
-
     def save_system(self, run_id: str, info: dict) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO system_info VALUES (?, ?)", (run_id, _j(info)))
@@ -380,7 +373,7 @@ class Store:
     def tune(self, run_id: str) -> dict | None:
         """What `llamalab tune` stored with the run (None for other runs)."""
         row = self.db.execute("SELECT result_json FROM tunes WHERE run_id=?", (run_id,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return jsoncol.decode(row[0]) if row else None
 
     def save_crosscheck(self, run_id: str, build: str, setting: str, result: dict, error: str | None) -> None:
         with self.tx() as db:
@@ -395,7 +388,7 @@ class Store:
         for r in self.db.execute(sql, params):
             d = dict(r)
             raw = d.pop(column)
-            d[column.removesuffix("_json")] = json.loads(raw) if raw else None
+            d[column.removesuffix(jsoncol.SUFFIX)] = jsoncol.decode(raw)
             out.append(d)
         return out
 
@@ -452,7 +445,7 @@ class Store:
 
     def system(self, run_id: str) -> dict | None:
         row = self.db.execute("SELECT info_json FROM system_info WHERE run_id=?", (run_id,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return jsoncol.decode(row[0]) if row else None
 
     def done_trials(self, run_id: str) -> set[tuple[str, str, int, int, int | None, int | None]]:
         """The keys (`Trial.key`) of the run's clean trials: build, setting, trial, concurrency and the workload
@@ -577,5 +570,4 @@ def _insert(db: sqlite3.Connection, table: str, row: dict) -> int:
     return int(cur.lastrowid)
 
 
-def _j(v) -> str | None:
-    return None if v is None else json.dumps(v, sort_keys=True, default=str)
+_j = jsoncol.encode

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from .. import __version__
-from . import migrations, runrows
+from . import jsoncol, migrations, runrows
 from ..errors import ConfigError, StoreError
 from .db import LOCAL_RUN_COLUMNS, Store, with_trial_cells
 
@@ -25,13 +25,12 @@ VERSION = 1
 
 def decode_row(row: dict) -> dict:
     """A stored row with each `*_json` column's text decoded (the column keeps its name)."""
-    return {k: (json.loads(v) if k.endswith("_json") and isinstance(v, str) else v) for k, v in row.items()}
+    return {k: (jsoncol.decode(v) if k.endswith(jsoncol.SUFFIX) else v) for k, v in row.items()}
 
 
 def encode_row(row: dict) -> dict:
     """The inverse of `decode_row`: `*_json` values back to the text the store writes."""
-    return {k: (json.dumps(v, sort_keys=True, default=str) if k.endswith("_json") and v is not None else v)
-            for k, v in row.items()}
+    return {k: (jsoncol.encode(v) if k.endswith(jsoncol.SUFFIX) else v) for k, v in row.items()}
 
 
 def decode_tables(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:

@@ -14,9 +14,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_validator)
 
-from ..llamacpp import budget
+from ..llamacpp import argv, budget, sourceref
 from . import endpoints
 from ..errors import ConfigError
 
@@ -30,16 +31,13 @@ class _Strict(BaseModel):
 def check_server_args(args: list[str]) -> list[str]:
     """llama-server flags llamalab owns or reads: --host and --port are llamalab's ([server] host; it picks the
     port), -np/--parallel must be a whole number ≥ 1."""
-    for i, a in enumerate(args):
-        name, eq, inline = a.partition("=")
-        if name in ("--host", "--port", "--reuse-port"):
+    for name, value in argv.occurrences(args, "--host", "--port", "--reuse-port", *argv.PARALLEL):
+        if name not in argv.PARALLEL:
             raise ValueError(f"{name}: llamalab sets where llama-server listens; use [server] host "
                              "(it picks a free port itself)")
-        if name in ("-np", "--parallel"):
-            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if not value.isdecimal() or int(value) < 1:
-                raise ValueError(f"{name} {value!r}: the number of server slots is a whole number ≥ 1 "
-                                 "(or set [server] parallel)")
+        if not value.isdecimal() or int(value) < 1:
+            raise ValueError(f"{name} {value!r}: the number of server slots is a whole number ≥ 1 "
+                             "(or set [server] parallel)")
     return args
 
 
@@ -209,6 +207,17 @@ class BuildSpec(_Named):
     cmake: dict[str, str | int | bool] = Field(default_factory=dict)
     requires: list[Literal["openblas"]] = Field(default_factory=list)
     bin: str | None = None  # a folder of llama.cpp binaries this build runs instead of being built
+    source: str | None = None  # the llama.cpp this build is made from (sourceref): b11434, git:REV, dir:PATH …
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                sourceref.parse(v)
+            except sourceref.RefError as e:
+                raise ValueError(str(e)) from None
+        return v
 
     @model_validator(mode="after")
     def _given(self) -> "BuildSpec":
@@ -218,6 +227,9 @@ class BuildSpec(_Named):
                                  "already built); make it a second build without bin")
             if self.requires:
                 raise ValueError("bin: requires applies to builds llamalab makes; leave it out")
+            if self.source is not None:
+                raise ValueError("bin: a build that runs given binaries is not made from a source; give it either "
+                                 "bin or source")
         return self
 
     @property
@@ -241,6 +253,9 @@ class SourceSpec(_Strict):
 Tokens = Annotated[int, Field(ge=1)]
 
 
+LEGACY_SEED = 42  # what `workload.seed` defaulted to while the key existed
+
+
 class WorkloadSpec(_Strict):
     prompt_tokens: Tokens | list[Tokens] = 256  # a list makes a grid: every length × every concurrency level
     output_tokens: Tokens | list[Tokens] = 32
@@ -251,7 +266,26 @@ class WorkloadSpec(_Strict):
     order: Literal["grouped", "interleaved"] = "grouped"
     threshold: Annotated[float, Field(gt=0, lt=1)] = 0.02
     request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
-    seed: int = 42
+    # `seed` was a key that nothing read (requests always use seed 42): older study files that set it still
+    # load, and the value is kept only so that their unfinished runs hash, and so resume, as before
+    _legacy_seed: int = PrivateAttr(default=LEGACY_SEED)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _old_seed(cls, data: Any, handler: Any) -> "WorkloadSpec":
+        seed = LEGACY_SEED
+        if isinstance(data, dict) and "seed" in data:
+            data = dict(data)
+            seed = data.pop("seed")
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                raise ValueError(f"seed {seed!r}: a whole number (the key is no longer used; it can be dropped)")
+        model = handler(data)
+        model._legacy_seed = seed
+        return model
+
+    @property
+    def legacy_seed(self) -> int:
+        return self._legacy_seed
 
     @field_validator("prompt_tokens", "output_tokens", "concurrency")
     @classmethod
@@ -485,11 +519,11 @@ def to_toml(study: Study) -> str:
 
 
 def given_bin(study: Study, build: BuildSpec) -> str | None:
-    """The binaries folder a build runs (its own `bin`, else `[source] bin` for a build without cmake options),
-    or None when llamalab builds it."""
+    """The binaries folder a build runs (its own `bin`, else `[source] bin` for a build without cmake options or
+    source of its own), or None when llamalab builds it."""
     if build.bin is not None:
         return build.bin
-    if study.source.bin is not None and not build.cmake:
+    if study.source.bin is not None and not build.cmake and build.source is None:
         return study.source.bin
     return None
 

@@ -9,7 +9,9 @@ presets that ship with llamalab are trusted. Pure: no I/O.
 
 What counts (docs/study-files.md, "Study files from others"):
 - `[source] bin`, `builds[].bin`, `[source] llama_cpp`: programs to run, or a source tree whose CMakeLists.txt
-  runs at configure time, from a folder the file names (`--llama-bin`/`--llama-cpp` are the user's own).
+  runs at configure time, from a folder the file names (`--llama-bin`/`--llama-cpp` are the user's own);
+  `builds[].source` naming `git:REV` or `dir:PATH` (a tree llamalab has not checked; the pinned PyPI releases,
+  `bNNNN` and `pypi:…`, are sha256-checked and need no trust).
 - `[server] host`, `[devices] host` not on loopback: llama-server (no API key unless one is set) and rpc-server
   (no authentication at all) reachable from the network.
 - llama-server flags that run programs (`--tools`, `--agent`, `--mcp-servers-*`, `--video-ffmpeg-dir` …), write
@@ -154,6 +156,15 @@ def _args_risks(args: Sequence[str], key: str, path: tuple) -> list[Risk]:
     return [Risk(f"{key} {a!r}", path, what) for a in args if a.startswith("-") and (what := server_flag_risk(a))]
 
 
+def _ref(text: str | None):
+    from ..llamacpp.sourceref import RefError, parse
+
+    try:
+        return parse(text) if text else None
+    except RefError:
+        return None
+
+
 def risks(study: "Study") -> list[Risk]:
     """Everything in `study` that runs code on this machine or opens it to the network (see the module doc)."""
     out: list[Risk] = []
@@ -176,6 +187,11 @@ def risks(study: "Study") -> list[Risk]:
         if getattr(b, "bin", None):
             out.append(Risk(f"builds[{i}] ({b.name}).bin", ("builds", i, "bin"),
                             f"runs the programs in {b.bin} as llama-server and rpc-server, whatever they are"))
+        ref = _ref(getattr(b, "source", None))
+        if ref is not None and ref.compiles_local_code:
+            out.append(Risk(f"builds[{i}] ({b.name}).source", ("builds", i, "source"),
+                            f"builds {ref.text}: a source llamalab has not checked, whose CMakeLists.txt runs as "
+                            "code at configure time"))
     out += _args_risks(study.server.args, "server.args", ("server", "args"))
     for what, items in (("builds", study.builds), ("settings", study.settings)):
         for i, item in enumerate(items):
