@@ -11,12 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
+
+import runfixtures
 from click.testing import CliRunner
 
 from llamalab.run import runner, session
 from llamalab.study import spec as studymod
 from llamalab.cli import _print_table, cli
-from llamalab.store.exchange import encode_row
 from llamalab.report import csvfile, data as rdata, document, html, markdown, summary
 from llamalab.store.db import Store
 
@@ -31,9 +32,7 @@ def exported() -> dict:
 
 def stored(tmp_path: Path, doc: dict | None = None) -> tuple[Store, str]:
     store = Store(tmp_path / "r.db")
-    d = doc or exported()
-    rid = store.restore_run({t: [encode_row(r) for r in rows] for t, rows in d["tables"].items()})
-    return store, rid
+    return store, runfixtures.fill(store, document=doc or exported())
 
 
 @pytest.fixture

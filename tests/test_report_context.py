@@ -87,12 +87,8 @@ def test_a_reload_over_the_budgets_is_said_as_such(tmp_path):
     """On the H200 (benchmarks/split-modes-h200), `-sm tensor` has no fit and ran at the model's 131,072 tokens; the
     verifying reload with fit off started fine, but its buffers exceed both emulated cards. The report says it
     loaded, over which budget, rather than "did NOT load"; the layer-split arms verify plainly."""
-    from llamalab.store.exchange import encode_row
-
-    doc = json.loads(SPLIT_MODES_H200.read_text(encoding="utf-8"))
     with Store(tmp_path / "r.db") as s:
-        rid = s.restore_run({t: [encode_row(r) for r in rows] for t, rows in doc["tables"].items()})
-        data = rdata.load(s, rid)
+        data = rdata.load(s, fill(s, document=json.loads(SPLIT_MODES_H200.read_text(encoding="utf-8"))))
     said = {line.split("'s fitted context")[0].split(": ", 1)[1]: line for line in context.sentences(data)
             if "'s fitted context" in line}
     assert said["copies4"].endswith("loads again with fit off.")

@@ -119,12 +119,8 @@ def test_a_default_that_does_not_fit_does_not_set_the_pace_when_nothing_that_fit
     host and generates slower than it. The default's speed cannot be the floor there (the pick would be "keep the
     default", which these cards cannot run): the fastest configuration that fits sets it, and the most context
     generating not measurably slower than that one is the pick."""
-    from llamalab.store.exchange import encode_row
-
-    doc = json.loads(H200_MOE.read_text(encoding="utf-8"))
     with Store(tmp_path / "r.db") as s:
-        rid = s.restore_run({t: [encode_row(r) for r in rows] for t, rows in doc["tables"].items()})
-        data = rdata.load(s, rid)
+        data = rdata.load(s, runfixtures.fill(s, document=json.loads(H200_MOE.read_text(encoding="utf-8"))))
     v = rtune.view(data)
     assert v.doc["default"]["over_budget"]
     ms = {m.name: m for m in rtune.measures_of(data, v)}
