@@ -8,17 +8,14 @@ sentences compare every version with the study's first, figure by figure. Pure.
 
 from __future__ import annotations
 
-import json
-
+from ..store import jsoncol
 from . import speed
 from .data import RunData
 
 
 def _json(text) -> dict:
-    try:
-        v = json.loads(text) if isinstance(text, str) else text
-    except ValueError:
-        return {}
+    """A `*_json` column as a dict ({} for NULL, damaged or non-object text): the store's one decoder."""
+    v = jsoncol.decode(text, {})
     return v if isinstance(v, dict) else {}
 
 
