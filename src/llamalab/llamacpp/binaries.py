@@ -34,6 +34,8 @@ NAMES: dict[str, tuple[str, ...]] = {
     "ggml-rpc-server": ("ggml-rpc-server", "rpc-server"),
     "llama-bench": ("llama-bench",),
     "llama-fit-params": ("llama-fit-params",),
+    "llama-perplexity": ("llama-perplexity",),
+    "llama-gguf-split": ("llama-gguf-split",),
 }
 # Where in the given folder llama-server may be: the folder itself (an extracted archive, /usr/bin), bin/
 # (an install prefix), build/bin/ (a llama.cpp checkout that was built).

@@ -51,6 +51,8 @@ TARGETS: dict[str, str] = {
     "ggml-rpc-server": "ggml-rpc-server",
     "llama-bench": "llama-bench",
     "llama-fit-params": "llama-fit-params",
+    "llama-perplexity": "llama-perplexity",  # tune's KV-cache quality (--kl-divergence)
+    "llama-gguf-split": "llama-gguf-split",  # split models (gguf-split format) for the remote-model tests
 }
 DEFAULT_TARGETS = tuple(TARGETS)
 
