@@ -40,6 +40,30 @@ def line_forms(run: str, marker: str, n: int = LONG) -> list[str]:
     return [marker + body, body + marker, marker + body + marker, marker * max(1, n // max(1, len(marker)))]
 
 
+def prefixes() -> list[str]:
+    """Every marker and each start of it that ends before a blank (`graph splits = 1 (…` → `graph`, `graph splits`,
+    `graph splits =` …), plus the two lines issue 26 found: a pattern that backtracks once its keyword has matched
+    shows up on a keyword cut short and followed by a long run."""
+    out = dict.fromkeys(["graph splits", "llama_kv_cache: size = 1 MiB"])
+    for m in MARKERS:
+        for i, ch in enumerate(m):
+            if ch == " " and i:
+                out.setdefault(m[:i])
+        out.setdefault(m)
+    return list(out)
+
+
+def under_the_cap(run: str, cap: int) -> list[str]:
+    """Lines just shorter than the ledger's cap (which keeps a longer line's two ends with ` … ` between: the run
+    is then cut in two): each keyword prefix, a run of `run` filling the line, and an `x`; the run then the keyword;
+    the keyword on both sides. The issue's reproduction is `graph splits` + 8,150 blanks + `x`."""
+    out = []
+    for m in prefixes():
+        body = run * max(1, (cap - 2 * len(m) - 2) // len(run))
+        out += [m + body + "x", body + m, m + body + m]
+    return out
+
+
 def hostile_log(run: str, n: int = LONG) -> list[str]:
     """One crafted log: every marker with a long run of `run` before, after and around it, and repeated."""
     out = []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_lines import RUNS, hostile_log, issue_cases
+from hostile_lines import RUNS, hostile_log, issue_cases, under_the_cap
 from llamalab.llamacpp import budget, ledger
 from llamalab.report import inspect_view
 from llamalab.run import plan
@@ -64,6 +64,19 @@ def test_long_runs_next_to_every_keyword_parse_fast(run):
     times = [timed(every_parser, [line]) for line in lines]
     assert max(times) < 1.0 and sum(times) < 10.0
     assert timed(inspect_view.render, ledger.parse(lines)) < 1.0
+
+
+@pytest.mark.parametrize("run", [pytest.param(r, id=ascii(r), marks=() if r in QUICK_RUNS else pytest.mark.slow)
+                                 for r in RUNS])
+def test_keywords_padded_to_just_under_the_cap_parse_fast(run):
+    """Issue 26: `graph splits` or `llama_kv_cache: size = 1 MiB` followed by 8,150 blanks took 0.5 s a line (60 and 20
+    s per MB of log): the runs above are longer than the cap, which cuts them in two. Here every keyword prefix is
+    padded to just under MAX_LINE (~8,000 characters). A linear parse takes well under a millisecond a line; the
+    quadratic patterns took 80-500 ms."""
+    lines = under_the_cap(run, ledger.MAX_LINE)
+    times = sorted(((timed(ledger.parse, [line]), line[:40]) for line in lines), reverse=True)
+    assert times[0][0] < 0.05, times[:3]
+    assert timed(ledger.parse, lines) < 0.002 * len(lines) + 1.0
 
 
 def test_breakdown_row_of_the_issue_is_still_read_as_a_row():
@@ -136,6 +149,16 @@ def test_a_50_mb_single_line_parses_in_under_ten_seconds(tmp_path):
     path = tmp_path / "one-line.log"
     path.write_text("memory breakdown [MiB]\n" + keywords * (50 * 2**20 // len(keywords)) + "\n")
     assert _inspect_seconds(path) < 10.0
+
+
+@pytest.mark.parametrize("marker", ["graph splits", "llama_kv_cache: size = 1 MiB"])
+def test_the_issue_26_padded_lines_inspect_in_under_a_second_per_mb(tmp_path, marker):
+    """`python3 -c "l='graph splits'+' '*8150+'x\\n';open('gs.log','w').write(l*(1_000_000//len(l)))"` then
+    `llamalab inspect gs.log`: 60 s on 68344b3 (20 s for the kv_cache line), well under a second now."""
+    line = marker + " " * 8150 + "x\n"
+    path = tmp_path / "padded.log"
+    path.write_text(line * (1_000_000 // len(line)))
+    assert _inspect_seconds(path) < 2.0  # the interpreter's start and the imports included
 
 
 def test_many_contexts_keep_memory_small():

@@ -320,8 +320,10 @@ def _lines(raw_lines: Iterable, seen: dict | None = None) -> Iterable[str]:
 
 # ---------------------------------------------------------------- patterns
 
-# Every pattern here runs in time linear in the line: no two unbounded quantifiers can trade characters, runs
-# that follow a keyword cannot contain the keyword, and what could be long is bounded ({0,256}). Where a pattern
+# Every pattern here runs in time linear in the line: no two unbounded quantifiers can trade characters (an optional
+# group between two runs of blanks takes the second run inside it: `(?:\(x\)\s*)?`, never `(?:\(x\))?\s*`), runs
+# that follow a keyword cannot contain the keyword, and what could be long is bounded ({0,256}).
+# tests/test_parse_bounds.py times every prefix of every keyword padded to just under MAX_LINE with each run. Where a pattern
 # would need to look back from a keyword (buffer names, table rows), plain string operations do it.
 NUM = r"(\d+(?:\.\d+)?)"
 _BUF_TAIL = re.compile(r"buffer size\s*=\s*(\d+(?:\.\d+)?)\s*MiB")
@@ -343,7 +345,9 @@ _CTX_FAIL = re.compile(r"failed to (?:initialize|create) (?:the )?context|failed
 _GRAPH_NEW = re.compile(r"graph(?:\s*\(\s*pp bs\s*=\s*(\d+)\s*,\s*tg bs\s*=\s*(\d+)\s*\))?:\s*nodes\s*=\s*(\d+)"
                         r"(?:\s*/\s*(\d+))?\s*,\s*splits\s*=\s*(\d+)(?:\s*/\s*(\d+))?")
 _GRAPH_NODES = re.compile(r"graph nodes\s*=\s*(\d+)(?:\s*\(with bs=\d+\)\s*,\s*(\d+))?")
-_GRAPH_SPLITS = re.compile(r"graph splits\s*(?:\(measure\))?\s*[=:]\s*(\d+)(?:\s*\(with bs=\d+\)\s*,\s*(\d+))?")
+# `(measure)` takes the blanks after it with it: `\s*(?:\(measure\))?\s*` would let two runs of blanks trade
+# characters (a line with 8,000 blanks after `graph splits` took 60 s per MB of log)
+_GRAPH_SPLITS = re.compile(r"graph splits\s*(?:\(measure\)\s*)?[=:]\s*(\d+)(?:\s*\(with bs=\d+\)\s*,\s*(\d+))?")
 _CTX_FN = r"(?:llama_context|llama_new_context_with_model|llama_init_from_model)"
 _CTX_KEY = re.compile(_CTX_FN + r"\s*:\s+(n_ctx|n_ctx_per_seq|n_ctx_seq|n_seq_max|n_batch|n_ubatch|flash_attn|kv_unified)"
                       r"\s*=\s*(\S+)")
@@ -352,7 +356,8 @@ _METADATA = ("llama_model_loader: - ", "print_info:", "llm_load_print_meta:")
 _META = re.compile(r"(?:print_info|llm_load_print_meta)\s*:\s+(n_embd|n_layer|n_ctx_train)\s*=\s*(\d+)\s*$")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 # `size = …` (or `KV self size = …`) at the start of the line or after a blank or colon: checked by _kv_sum_match
-_KV_SUM = re.compile(r"size\s*=\s*" + NUM + r"\s*MiB\s*(?:\((?P<inner>[^)]{0,256})\))?\s*,\s*(?P<pairs>.*)$")
+# (the optional `(…)` takes the blanks after it, for the same reason as _GRAPH_SPLITS)
+_KV_SUM = re.compile(r"size\s*=\s*" + NUM + r"\s*MiB\s*(?:\((?P<inner>[^)]{0,256})\)\s*)?,\s*(?P<pairs>.*)$")
 _PAIR = re.compile(r"([^\s(]{1,32})\s*\((\w{1,32})\)\s*:\s*" + NUM + r"\s*MiB")
 _CELLS = re.compile(r"(?<!\d)(\d+)\s+cells")
 _LAYERS = re.compile(r"(?<!\d)(\d+)\s+layers")
@@ -1297,7 +1302,16 @@ def failure_reason(lines: Iterable) -> str | None:
 
 # ---------------------------------------------------------------- device order of a stored ledger
 
-_ENDPOINT_SUFFIX = re.compile(r"\[.*\]$")  # `RPC0[127.0.0.1:50052]`
+def without_endpoint(name: str) -> str:
+    """A device name without its `[host:port]` (`RPC0[127.0.0.1:50052]` → `RPC0`): from the first `[` of its last
+    line to a closing `]` at the end. String operations, not `\\[.*\\]$`, which is quadratic in a name of many `[`
+    (names come from imported runs too)."""
+    if not name.endswith("]"):
+        return name
+    i = name.find("[", name.rfind("\n") + 1)
+    return name[:i] if i >= 0 else name
+
+
 _NAME = re.compile(r"^(?P<base>[^\[\s(]+)\s*(?:[\[(](?P<inner>[^\])]*)[\])])?")
 
 
@@ -1329,4 +1343,4 @@ def device_names(ledger: dict) -> list[str]:
         return 1 << 30
 
     # unlisted: llama.cpp numbers devices in order (CUDA0 < CUDA2 < CUDA10); equal bases keep the stored order
-    return sorted(names, key=lambda n: (rank(n), _natural(_ENDPOINT_SUFFIX.sub("", n)), names.index(n)))
+    return sorted(names, key=lambda n: (rank(n), _natural(without_endpoint(n)), names.index(n)))

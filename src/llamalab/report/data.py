@@ -9,7 +9,7 @@ from functools import cached_property
 
 from ..store import jsoncol
 from ..errors import StoreError
-from ..llamacpp.ledger import device_names
+from ..llamacpp.ledger import device_names, without_endpoint
 from ..store.db import Store
 
 
@@ -125,16 +125,13 @@ def load(store: Store, run_id: str | None = None) -> RunData:
                          "good export of it into a new database (--db).")
 
 
-_ENDPOINT = re.compile(r"\[.*\]$")
-
-
 def device_labels(names: list[str]) -> list[str]:
     """Stable column names for devices: printed names without endpoints; position-numbered where they collide
     (every local rpc-server's device prints as RPC0[host:port], on a different port each run)."""
-    bases = [_ENDPOINT.sub("", n) for n in names]
+    bases = [without_endpoint(n) for n in names]
     if len(set(bases)) == len(bases):
         return bases
-    stems = [re.sub(r"\d+$", "", b) for b in bases]
+    stems = [b.rstrip("0123456789") for b in bases]
     return [f"{s}{i}" for i, s in enumerate(stems)]
 
 
