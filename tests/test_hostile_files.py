@@ -225,7 +225,7 @@ def test_output_never_replaces_anything_but_a_regular_file(tmp_path, env, kind, 
     assert os.lstat(out).st_mode == mode
     if kind == "symlink":
         assert (tmp_path / "target.txt").read_text() == "keep me"
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out-")]  # no temporary file left
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".llamalab-")]  # no temporary file left
 
 
 @pytest.mark.parametrize("kind, words", [("symlink", "is a symbolic link"), ("fifo", "is a named pipe")])
@@ -311,7 +311,7 @@ BAD_EXPORTS = [
     ("trials-wrong-type", _mutate(_all("trials", "output_tps", "fast")),
      "tables.trials[0].output_tps: Input should be a valid number (got 'fast')"),
     ("requests-not-a-list", _mutate(_all("trials", "requests_json", 7)),
-     "tables.trials[0].requests_json: Input should be a valid array"),
+     "tables.trials[0].requests_json: Input should be a valid list"),
     ("request-wrong-type", _mutate(_set("tables.trials.0.requests_json.0.predicted_tps", "1e9")),
      "tables.trials[0].requests_json[0].predicted_tps: Input should be a valid number"),
     ("ledger-wrong-type", _mutate(_set("tables.ledgers.0.ledger_json.n_ctx", [1])),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 
 from llamalab.report import stats
@@ -197,3 +199,32 @@ def test_verdict_rejects_negative_threshold():
 ])
 def test_sentence(r, context, expected):
     assert stats.sentence("copies4", "copies1", r, context) == expected
+
+
+@pytest.mark.parametrize("n_base, n_cand", [(300, 300), (301, 299),
+                                            pytest.param(1000, 1500, marks=pytest.mark.slow)])
+def test_exact_bootstrap_medians_agree_with_scipys_resampling(monkeypatch, n_base, n_cand):
+    """Issue 26: above EXACT_FROM samples a side, the resample medians are drawn from their exact distribution
+    (order statistics of uniforms) instead of resampling 10,000 × n values. Same percentile interval, within the
+    Monte Carlo error of 10,000 resamples (≈0.3% here), odd and even n, and far faster."""
+    rng = np.random.default_rng(5)
+    base, cand = list(rng.lognormal(3, 0.3, n_base)), list(rng.lognormal(3.05, 0.3, n_cand))
+    monkeypatch.setattr(stats, "EXACT_FROM", 10**9)
+    scipy_r = stats.ratio(base, cand)
+    monkeypatch.setattr(stats, "EXACT_FROM", 256)
+    exact_r = stats.ratio(base, cand)
+    assert exact_r.ratio == scipy_r.ratio
+    assert exact_r.ci_low == pytest.approx(scipy_r.ci_low, rel=0.004)
+    assert exact_r.ci_high == pytest.approx(scipy_r.ci_high, rel=0.004)
+    assert stats.ratio(base, cand) == exact_r  # deterministic for a seed
+
+
+def test_exact_bootstrap_medians_match_the_resampled_distribution():
+    """The drawn medians have the distribution of medians of real resamples (a two-sample KS test), ties included."""
+    from scipy.stats import ks_2samp
+
+    gen = np.random.default_rng(1)
+    for xs in (np.sort(gen.normal(size=401)), np.sort(gen.normal(size=400)), np.sort(np.repeat([1.0, 2.0, 3.0], 150))):
+        drawn = stats.bootstrap_medians(xs, 4000, np.random.default_rng(2))
+        resampled = np.median(gen.choice(xs, size=(4000, len(xs))), axis=1)
+        assert ks_2samp(drawn, resampled).pvalue > 0.001

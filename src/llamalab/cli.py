@@ -375,24 +375,26 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
     from .report import data as rdata
     from .store.db import Store
 
-    with Store(db or default_db(), readonly=True) as store:
+    db = db or default_db()
+    with Store(db, readonly=True) as store:
         data = rdata.load(store, run_id)
     from .report import formats  # the renderers (scipy, matplotlib) load once there is a run to render
-    from .write import atomic_write
+    from .write import Target, db_files, write_all
 
+    targets = []
     if output:
-        for path, text in formats.files(data, fmt, output).items():
-            atomic_write(path, text)
-            click.echo(f"wrote {path}", err=True)
+        targets += [Target(path, text, "-o" if path == output else "beside -o (the configurations CSV)")
+                    for path, text in formats.files(data, fmt, output).items()]
     else:
         click.echo(formats.render(data, fmt), nl=False)
         if fmt == "csv":
             click.echo("(the per-configuration ledger figures go to FILE.configs.csv when you pass -o FILE.csv)",
                        err=True)
     if plots_dir:
-        for path, blob in formats.plot_files(data, plots_dir).items():
-            atomic_write(path, blob)
-            click.echo(f"wrote {path}", err=True)
+        targets += [Target(path, blob, "--plots") for path, blob in formats.plot_files(data, plots_dir).items()]
+    # all or nothing, and never onto the database this command reads
+    for path in write_all(targets, reads=db_files(db)):
+        click.echo(f"wrote {path}", err=True)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -471,16 +473,54 @@ def export_cmd(run_id, db, output) -> None:
     """
     from .store import exchange
     from .paths import default_db
-    from .write import atomic_write
+    from .write import atomic_write, db_files
     from .store.db import Store
 
-    with Store(db or default_db(), readonly=True) as store:
-        text = exchange.dumps(exchange.export_run(store, run_id))
-    if output:
-        atomic_write(output, text)
-        click.echo(f"wrote {output}", err=True)
-    else:
-        click.echo(text, nl=False)
+    db = db or default_db()
+    with Store(db, readonly=True) as store:  # the run is checked whole before the first piece is written
+        pieces = exchange.export_chunks(store, run_id)
+        first = next(pieces)
+        if output:
+            atomic_write(output, _chain(first, pieces), reads=db_files(db))
+            click.echo(f"wrote {output}", err=True)
+        else:
+            for piece in _chain(first, pieces):
+                click.echo(piece, nl=False)
+
+
+def _chain(first: str, rest):
+    yield first
+    yield from rest
+
+
+class _Source:
+    """A file read as text in pieces, more than once, from one open file: the second reading must see the bytes the
+    first saw (their sha256), or it fails before its last piece, inside the import's transaction."""
+
+    PIECE = 1 << 20
+
+    def __init__(self, path: Path):
+        import hashlib
+
+        self.path = path
+        self.f = open(path, "rb")
+        self.digest: bytes | None = None
+        self._sha = hashlib.sha256
+
+    def pieces(self, check: bool = False):
+        import codecs
+
+        self.f.seek(0)
+        sha = self._sha()
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        while block := self.f.read(self.PIECE):
+            sha.update(block)
+            yield dec.decode(block)
+        if check and sha.digest() != self.digest:
+            raise ConfigError(f"{self.path} changed while it was being imported; nothing was imported.",
+                              tip="import it again once nothing writes to it.")
+        self.digest = sha.digest()
+        yield dec.decode(b"", final=True)
 
 
 @cli.command("import", context_settings=CONTEXT)
@@ -499,9 +539,11 @@ def import_cmd(file, db) -> None:
     from .paths import default_db
     from .store.db import Store
 
-    doc = exchange.loads(file.read_text(encoding="utf-8", errors="replace"), name=str(file))
+    source = _Source(file)
+    # read twice as a stream: checked whole before the database is opened, then put in one transaction
+    checked = exchange.check(exchange.scan(source.pieces()), name=str(file))
     with Store(db or default_db()) as store:
-        result = exchange.import_run(store, doc)
+        result = exchange.import_file(store, lambda: exchange.scan(source.pieces(check=True)), checked)
     from .safetext import plain
 
     click.echo(plain(result.message))  # it names the imported run: someone else's text
@@ -537,7 +579,10 @@ def inspect(log, as_json, tensor_split) -> None:
         if not split:
             raise ConfigError(f"--tensor-split {tensor_split!r} is not a list of numbers.",
                               tip="give the proportions as llama-server takes them, e.g. --tensor-split 3,1")
-    led = ledger.parse(log.read().splitlines(), tensor_split=split)
+        if min(split) < 0 or not sum(split) > 0:
+            raise ConfigError(f"--tensor-split {tensor_split!r}: the proportions are numbers ≥ 0, at least one above "
+                              "0.", tip="give the proportions as llama-server takes them, e.g. --tensor-split 3,1")
+    led = ledger.parse(ledger.lines_of(iter(lambda: log.read(1 << 20), "")), tensor_split=split)  # streamed
     if as_json:
         click.echo(json.dumps(inspect_view.inspect_json(led), indent=2))
     else:

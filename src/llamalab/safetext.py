@@ -13,19 +13,29 @@ from __future__ import annotations
 
 import re
 
+# C0 controls but tab and newline, DEL, C1 controls, the bidirectional overrides and isolates
+_CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 _CONTROL = re.compile(
     r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC … BEL or ST (window titles, hyperlinks)
     r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
     r"|\x1b\[[0-?]*[ -/]*[@-~]?"  # CSI (colours, cursor moves, erase)
     r"|\x1b[ -/]*[0-~]?"  # the other ESC sequences
     r"|\x9b[0-?]*[ -/]*[@-~]?"  # 8-bit CSI
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"  # C0 but \t \n, DEL, C1, bidi overrides
+    rf"|[{_CHARS}]"
 )
+_JSON_UNSAFE = re.compile(f"[{_CHARS}]")
 
 
 def plain(text: object) -> str:
     """`text` as a string without terminal control sequences or control characters (tab and newline kept)."""
     return _CONTROL.sub("", "" if text is None else str(text))
+
+
+def json_safe(text: str) -> str:
+    """JSON text (as `json.dumps(..., ensure_ascii=False)` writes it) with the characters `plain` strips written as
+    `\\uXXXX` escapes: the same JSON value, and nothing in it that a terminal would act on. Such characters can only
+    stand inside strings, where the escape means the same character."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def one_line(text: object) -> str:

@@ -5,6 +5,7 @@ what llama.cpp would see (its argument parser lets the last occurrence win)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 
 PARALLEL = ("-np", "--parallel")
@@ -87,14 +88,15 @@ def put(args: Sequence[str], flag: str, new: str) -> list[str]:
 
 def tensor_split(args: Sequence[str]) -> list[float] | None:
     """The `-ts`/`--tensor-split` proportions in `args` (llama.cpp's `3,1` or `3/1`; the last flag wins), or None
-    where absent or not numbers."""
+    where absent or not (finite) numbers."""
     found = value(args, *TENSOR_SPLIT)
     if not found:
         return None
     try:
-        return [float(x) for x in found.replace("/", ",").split(",") if x.strip()]
+        out = [float(x) for x in found.replace("/", ",").split(",") if x.strip()]
     except ValueError:
         return None
+    return out if all(math.isfinite(x) for x in out) else None  # nan and inf are no proportions
 
 
 SPLIT_MODES = ("none", "layer", "row", "tensor")

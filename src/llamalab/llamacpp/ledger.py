@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 KINDS = ("model", "kv", "rs", "compute", "output", "input")
@@ -193,6 +193,42 @@ def cap(line: str) -> str:
         return line
     half = MAX_LINE // 2
     return line[:half] + " … " + line[-half:]
+
+
+LONG_LINE = 1 << 20  # a line longer than this is held as its two ends (more than `cap` keeps) while it is read
+
+
+def lines_of(pieces: Iterable[str], limit: int = LONG_LINE) -> Iterator[str]:
+    """The lines of a text given in pieces of any size (a file read a MiB at a time), without their newlines, in
+    memory bounded by the piece size and `limit`: a line longer than `limit` is kept as its first and last
+    `limit // 2` characters joined by " … ", which `cap` then cuts exactly as it would the whole line. How
+    `llamalab inspect` reads a log of any size: the parser takes lines, never a path."""
+    half = limit // 2
+    head: str | None = None  # the start of a long line, once it is known to be long
+    tail: list[str] = []  # the rest of the current line so far (at most `limit` characters once it is long)
+    size = 0
+    for piece in pieces:
+        parts = piece.split("\n")
+        for k, part in enumerate(parts):
+            if k:  # a newline ended the current line
+                yield _joined(head, tail)
+                head, tail, size = None, [], 0
+            if not part:
+                continue
+            tail.append(part)
+            size += len(part)
+            if size > limit:
+                text = "".join(tail)
+                if head is None:
+                    head, text = text[:half], text[half:]
+                tail, size = [text[-half:]], min(len(text), half)
+    if head is not None or tail:
+        yield _joined(head, tail)
+
+
+def _joined(head: str | None, tail: list[str]) -> str:
+    text = "".join(tail)
+    return text if head is None else head + " … " + text
 
 
 def _no_ansi(line: str) -> str:

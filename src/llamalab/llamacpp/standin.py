@@ -20,13 +20,12 @@ import io
 import os
 import stat
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import ModelError
-from ..write import check_target, current_umask, output_error
+from ..errors import ModelError, OutputError
+from ..write import atomic_write
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -321,28 +320,22 @@ def write(src: Path, dest: Path) -> Path:
     if lay.split_count > 1:
         raise ModelError(f"{src} is one part of a {lay.split_count}-part split model; stand-ins of split models "
                          "are not supported.", tip="merge it first with llama-gguf-split --merge, then copy its head.")
-    check_target(dest)  # a link, FIFO, device or directory at `dest` is refused, never replaced
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="." + dest.name + ".", dir=dest.parent)
-    except OSError as e:
-        raise output_error(dest, e) from e
-    try:
-        with open_file(src) as f, os.fdopen(fd, "wb") as out:
+    src, dest = Path(src), Path(dest)
+
+    def fill(out) -> None:
+        with open_file(src) as f:
             _copy_head(f, lay.data_offset, out)
             out.truncate(lay.file_size)
-        os.chmod(tmp, 0o666 & ~current_umask())
-        check_target(dest)
-        os.replace(tmp, dest)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if not isinstance(e, OSError):
-            raise
-        if e.errno == errno.EFBIG:
+
+    try:  # a link, FIFO, device, directory, read-only file or the model itself at `dest` is refused, never replaced
+        atomic_write(dest, fill, reads=[src])
+    except OutputError as e:
+        cause = e.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.EFBIG:
             raise ModelError(f"the stand-in would be {lay.file_size:,} bytes, more than the file system at {dest.parent} "
                              "allows in one file.", tip="write it to another file system (ext4, xfs), e.g. -o /tmp/x.gguf.") \
                 from None
-        raise output_error(dest, e) from e
+        raise
     return dest
 
 

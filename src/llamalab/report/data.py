@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import re
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -22,7 +22,7 @@ class RunData:
     system: dict | None = None
     study_toml: str = ""
     extra: dict = field(default_factory=dict)
-    tables: dict = field(default_factory=dict)  # every stored row of the run, as Store.dump_run gives it
+    tables: dict = field(default_factory=dict)  # the run's stored rows as Store.dump_run gives them, but trials
 
     @property
     def id(self) -> str:
@@ -35,7 +35,7 @@ class RunData:
 
         try:
             d = tomllib.loads(self.study_toml or "")
-        except (tomllib.TOMLDecodeError, TypeError):
+        except (tomllib.TOMLDecodeError, TypeError, RecursionError):
             return {}
         return d if isinstance(d, dict) else {}
 
@@ -105,24 +105,43 @@ class RunData:
 
 
 def load(store: Store, run_id: str | None = None) -> RunData:
-    """One stored run, checked (`runrows`) before any renderer sees it: a database that an older llamalab filled
-    from an unchecked import may hold values of the wrong type, and that is an error with a tip, not a crash."""
+    """One stored run, checked (`runrows`, row by row) before any renderer sees it: a database that an older llamalab
+    filled from an unchecked import may hold values of the wrong type, and that is an error with a tip, not a crash.
+    Each trial row is read, decoded and checked once; `tables` keeps the other tables' rows as stored."""
     from ..store import exchange, runrows
 
     run = dict(store.run(run_id))
     rid = run["id"]
-    tables = store.dump_run(rid)
+    tables: dict[str, list[dict]] = {}
+    trials: list[dict] = []
     try:
-        runrows.Tables.model_validate_json(json.dumps(exchange.decode_tables(tables)))
-        return RunData(run=run, builds=store.builds(rid), configs=store.configs(rid), trials=store.trials(rid),
+        for t, raw, row in exchange.stored_rows(store, rid):
+            if t == "trials":
+                trials.append(_readable_trial(row))
+            else:
+                tables.setdefault(t, []).append(raw)
+        return RunData(run=run, builds=store.builds(rid), configs=store.configs(rid), trials=trials,
                        system=store.system(rid), study_toml=run.get("study_toml") or "", tables=tables)
-    except runrows.ValidationError as e:
-        problem = runrows.describe(e)
-    except ValueError as e:  # a JSON column that is not JSON
-        problem = f"a stored JSON column does not parse ({e})"
+    except runrows.Invalid as e:
+        problem = e.text
     raise StoreError(f"run {rid!r} in {store.path} cannot be reported: {problem}.",
                      tip="it was probably imported by an older llamalab from a damaged or altered file: import a "
                          "good export of it into a new database (--db).")
+
+
+_SHARED = ("run_id", "build", "setting")  # the same few strings in every trial row: kept once
+
+
+def _readable_trial(row: dict) -> dict:
+    """A trial row (JSON columns decoded) as reports read it: `requests_json` under `requests`, in its place."""
+    out = {}
+    for k, v in row.items():
+        if k.endswith(jsoncol.SUFFIX):
+            k = k[:-len(jsoncol.SUFFIX)]
+        elif k in _SHARED and isinstance(v, str):
+            v = sys.intern(v)
+        out[k] = v
+    return out
 
 
 def device_labels(names: list[str]) -> list[str]:

@@ -69,10 +69,11 @@ def configs_of(data: RunData) -> list[dict]:
 
 
 def trials_of(data: RunData) -> list[dict]:
-    """Every stored trial row, readable (`requests` decoded)."""
-    if not data.tables:
-        return data.trials
-    return [readable(x) for x in data.tables.get("trials", [])]
+    """Every stored trial row, readable (`requests` decoded): `RunData.trials` (a loaded run's rows as stored, in
+    their order; the store's tables are not kept twice)."""
+    if data.tables and "trials" in data.tables:  # a RunData made by hand from a dump
+        return [readable(x) for x in data.tables["trials"]]
+    return data.trials
 
 
 # Tables the report nests or reshapes; any other table of a run (crosschecks, …) appears top-level under its own

@@ -15,7 +15,7 @@ import json
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -27,19 +27,26 @@ from ..llamacpp.ledger import Ledger
 from ..records import ConfigOutcome, Trial
 from .migrations import legacy_cell
 
-def with_trial_cells(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
+def with_trial_cells(tables: dict[str, list[dict]], legacy: tuple[int, int] | None = None) -> dict[str, list[dict]]:
     """A run's tables (as `dump_run` or an export gives them) with every trial's workload cell filled in: trials
-    from before the grid have none, and carry their run's single workload."""
+    from before the grid have none, and carry their run's single workload (`legacy`, else read from the runs row)."""
     trials = tables.get("trials") or []
     if all(t.get("cell_prompt_tokens") is not None and t.get("cell_output_tokens") is not None for t in trials):
         return tables
-    runs = tables.get("runs") or [{}]
-    prompt, output = legacy_cell(runs[0].get("study_toml"))
+    if legacy is None:
+        runs = tables.get("runs") or [{}]
+        legacy = legacy_cell(runs[0].get("study_toml"))
+    prompt, output = legacy
     filled = [{**t, "cell_prompt_tokens": t.get("cell_prompt_tokens") if t.get("cell_prompt_tokens") is not None
                else prompt,
                "cell_output_tokens": t.get("cell_output_tokens") if t.get("cell_output_tokens") is not None
                else output} for t in trials]
     return {**tables, "trials": filled}
+
+
+class RunExists(StoreError):
+    """The run to restore is already in the database (found inside the transaction that would have added it)."""
+
 
 # Columns that describe a run's place in one database, not the run: not exported as facts, not compared.
 LOCAL_RUN_COLUMNS = ("owner_pid", "owner_host", "owner_started", "imported")
@@ -505,52 +512,74 @@ class Store:
 
     def dump_run(self, run_id: str) -> dict[str, list[dict]]:
         """Every stored row of one run, table by table, exactly as stored (JSON columns stay text)."""
-        return {t: [dict(r) for r in self.db.execute(self._DUMP[t], (run_id,))] for t in self.RUN_TABLES}
+        return {t: list(self.rows(t, run_id)) for t in self.RUN_TABLES}
+
+    def rows(self, table: str, run_id: str) -> Iterator[dict]:
+        """The stored rows of one table of a run, one at a time, exactly as stored (JSON columns stay text)."""
+        try:
+            for r in self.db.execute(self._DUMP[table], (run_id,)):
+                yield dict(r)
+        except sqlite3.DatabaseError as e:
+            raise self.error(e) from e
+
+    def count(self, table: str, run_id: str) -> int:
+        """How many rows of `table` the run has."""
+        return int(self.db.execute(f"SELECT COUNT(*) FROM ({self._DUMP[table]})", (run_id,)).fetchone()[0])
 
     def restore_run(self, tables: dict[str, list[dict]]) -> str:
-        """Insert a run as `dump_run` gives it (from this or another database) in one transaction; returns its id.
-        Config and trial ids are given anew; ledgers, buffers and trials follow their configuration. The run is
-        marked imported (so it is never resumed here) and has no owner in this database."""
+        """Insert a run as `dump_run` gives it (from this or another database) in one transaction; returns its id
+        (see `restore`)."""
         runs = tables.get("runs") or []
         if len(runs) != 1:
             raise StoreError(f"a run to restore needs exactly one runs row, not {len(runs)}.")
-        tables = with_trial_cells(tables)
         run_id = runids.check(runs[0].get("id"), "the run's id")
-        config_ids = {r.get("id") for r in tables.get("configs") or []}
-        for t in ("ledgers", "buffers", "trials"):
-            if any(r.get("config_id") not in config_ids for r in tables.get(t) or []):
-                raise StoreError(f"a row of {t} points at a configuration that the run does not hold.")
-        if self.has_run(run_id):
-            raise StoreError(f"run {run_id} is already in {self.path}.")
-        for t in self.RUN_TABLES:
-            extra = {k for row in tables.get(t) or [] for k in row} - set(self.columns(t))
-            if extra:
-                raise StoreError(f"table {t} of this llamalab has no column(s) {', '.join(sorted(extra))}.",
-                                 tip="upgrade llamalab (pip install -U llamalab) to read this run.")
+        tables = with_trial_cells(tables)
+        configs = [r.get("id") for r in tables.get("configs") or []]
+        self.restore(run_id, ((t, r) for t in self.RUN_TABLES for r in tables.get(t) or []), configs)
+        return run_id
 
+    def restore(self, run_id: str, rows: Iterable[tuple[str, dict]], config_ids: Sequence[int]) -> None:
+        """Insert a run's rows (table, row as stored), in any order of tables, in one transaction. Configuration
+        ids are given anew (`config_ids`: the run's, in order, known before the rows come), ledgers, buffers and
+        trials follow their configuration, trial ids are new. The run is marked imported (so it is never resumed
+        here) and has no owner in this database. RunExists where the run is already here: checked inside the
+        transaction, so of two processes restoring one run at once the second finds the first's."""
+        runids.check(run_id, "the run's id")
+        cols = {t: set(self.columns(t)) for t in self.RUN_TABLES}
         here = {"owner_pid": None, "owner_host": None, "owner_started": None, "imported": _now()}
         try:
             with self.tx() as db:
-                ids: dict[int, int] = {}
-                for t in ("runs", "system_info", "builds"):
-                    for row in tables.get(t) or []:
-                        _insert(db, t, {**row, **(here if t == "runs" else {"run_id": run_id})})
-                for row in tables.get("configs") or []:
-                    ids[row["id"]] = _insert(db, "configs", {**{k: v for k, v in row.items() if k != "id"},
-                                                             "run_id": run_id})
-                for t in ("ledgers", "buffers"):
-                    for row in tables.get(t) or []:
-                        _insert(db, t, {**row, "config_id": ids[row["config_id"]]})
-                for row in tables.get("trials") or []:
-                    _insert(db, "trials", {**{k: v for k, v in row.items() if k != "id"}, "run_id": run_id,
-                                           "config_id": ids[row["config_id"]]})
-                for t in ("crosschecks", "context_checks", "tunes"):
-                    for row in tables.get(t) or []:
-                        _insert(db, t, {**row, "run_id": run_id})
+                db.execute("PRAGMA defer_foreign_keys=ON")  # a file may list trials before their configurations
+                if self.has_run(run_id):
+                    raise RunExists(f"run {run_id} is already in {self.path}.")
+                base = max([db.execute("SELECT COALESCE(MAX(id), 0) FROM configs").fetchone()[0],
+                            *[r[0] for r in db.execute("SELECT seq FROM sqlite_sequence WHERE name='configs'")]])
+                ids = {old: base + 1 + i for i, old in enumerate(config_ids)}
+                if len(ids) != len(config_ids):
+                    raise StoreError("the run's configuration ids appear more than once; nothing was imported.")
+                for t, row in rows:
+                    extra = set(row) - cols.get(t, set())
+                    if t not in cols or extra:
+                        raise StoreError(f"table {t} of this llamalab has no column(s) {', '.join(sorted(extra))}.",
+                                         tip="upgrade llamalab (pip install -U llamalab) to read this run.")
+                    if t == "runs":
+                        row = {**row, **here}
+                    elif t == "configs":
+                        row = {**row, "id": ids[row["id"]], "run_id": run_id}
+                    elif t in ("ledgers", "buffers", "trials"):
+                        if row.get("config_id") not in ids:
+                            raise StoreError(f"a row of {t} points at a configuration that the run does not hold.")
+                        row = {**row, "config_id": ids[row["config_id"]]}
+                        if t == "trials":
+                            row = {**{k: v for k, v in row.items() if k != "id"}, "run_id": run_id}
+                    else:
+                        row = {**row, "run_id": run_id}
+                    _insert(db, t, row)
         except sqlite3.IntegrityError as e:
             raise StoreError(f"the run's rows contradict each other or this database ({e}); nothing was imported.",
                              tip="export the run again from the database that holds it.") from e
-        return run_id
+        except sqlite3.DatabaseError as e:
+            raise self.error(e) from e
 
 
 def _owner_live(row) -> bool:

@@ -1,24 +1,34 @@
 """Runs that travel: one run as a versioned JSON document, and back into another database.
 
-`export_run` gives every stored row of a run, table by table (JSON columns decoded, so the file reads as JSON);
-`import_run` puts such a document into another database under the same run id. Importing the same run again
-changes nothing; a different run under the same id is refused. Pure apart from the Store calls: the CLI reads
-and writes the files.
+`export_chunks` writes every stored row of a run, table by table (JSON columns decoded, so the file reads as JSON),
+as a stream of text: a run of 128,000 trials is never one string. `import_file` puts such a document into another
+database under the same run id, reading it twice as a stream: once to check every row (`runrows`) before the
+database is even opened, once to insert the rows in one transaction. Importing the same run again changes nothing;
+a different run under the same id is refused; of two imports of one run at once, the second finds the first's.
+Pure apart from the Store calls: the CLI opens the files (an `Opener` gives the file's text in pieces, from the
+start, each time it is called).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 from .. import __version__
 from . import jsoncol, migrations, runrows
 from ..errors import ConfigError, StoreError
-from .db import LOCAL_RUN_COLUMNS, Store, with_trial_cells
+from ..safetext import json_safe
+from .db import LOCAL_RUN_COLUMNS, RunExists, Store, legacy_cell, with_trial_cells
 
 FORMAT = "llamalab-run"
 VERSION = 1
+MAX_ROW = 64 << 20  # characters of one row: a row of a run llamalab stored is a few KiB (a tune's search: a few MiB)
+TIP = "pass a file written by `llamalab export RUN -o FILE`, unchanged."
+
+Opener = Callable[[], Iterable[str]]
 
 
 # ---------------------------------------------------------------- JSON columns
@@ -37,76 +47,338 @@ def decode_tables(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
     return {t: [decode_row(r) for r in rows] for t, rows in tables.items()}
 
 
+def stored_rows(store: Store, run_id: str) -> Iterator[tuple[str, dict, dict]]:
+    """(table, row as stored, row with its JSON columns decoded) for every stored row of a run, parents first, each
+    checked against `runrows` as it is read (runrows.Invalid at the first that is not valid; the checks between rows
+    after the last): what `report`, `compare` and `export` read, in memory that does not grow with the run."""
+    check = runrows.Check(run_id)
+    for t in Store.RUN_TABLES:
+        for raw in store.rows(t, run_id):
+            row = decode_row(raw)
+            check.row(t, row)
+            yield t, raw, row
+    check.done()
+
+
 # ---------------------------------------------------------------- export
 
+def _header(store: Store, rid: str) -> dict:
+    return {"format": FORMAT, "version": VERSION, "run_id": rid, "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "exported_by": f"llamalab {__version__}", "schema": store.migrations()}
+
+
+def _without_local_row(table: str, row: dict) -> dict:
+    """A row without what describes its place in one database (the run's owner process, when it was imported)."""
+    return {k: v for k, v in row.items() if k not in LOCAL_RUN_COLUMNS} if table == "runs" else row
+
+
 def export_run(store: Store, run_id: str | None = None) -> dict:
-    """The document for one stored run (default: the latest)."""
+    """The document for one stored run (default: the latest), in memory (`export_chunks` streams it)."""
     rid = store.run(run_id)["id"]
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "run_id": rid,
-        "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "exported_by": f"llamalab {__version__}",
-        "schema": store.migrations(),
-        "tables": _without_local(decode_tables(store.dump_run(rid))),
-    }
+    tables = {t: [_without_local_row(t, decode_row(r)) for r in store.rows(t, rid)] for t in Store.RUN_TABLES}
+    return {**_header(store, rid), "tables": tables}
 
 
-def _without_local(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
-    """The run without what describes its place in one database (its owner process, when it was imported)."""
-    return {**tables, "runs": [{k: v for k, v in r.items() if k not in LOCAL_RUN_COLUMNS} for r in tables["runs"]]}
+def export_chunks(store: Store, run_id: str | None = None) -> Iterator[str]:
+    """The export document of one stored run (default: the latest) as pieces of text, the same bytes `dumps` makes of
+    `export_run`. The run is checked first, row by row (a run an older llamalab imported unchecked may hold NaN,
+    which JSON cannot): a StoreError before the first piece, never half a document."""
+    rid = store.run(run_id)["id"]
+    try:
+        for _ in stored_rows(store, rid):
+            pass
+    except runrows.Invalid as e:
+        raise StoreError(f"run {rid!r} in {store.path} cannot be exported: {e.text}.",
+                         tip="it was probably imported by an older llamalab from a damaged or altered file: import "
+                             "a good export of it into a new database (--db).") from None
+    yield from _chunks(_header(store, rid), {t: (_without_local_row(t, decode_row(r)) for r in store.rows(t, rid))
+                                             for t in Store.RUN_TABLES})
+
+
+def _dump(value, indent: int) -> str:
+    """`value` as `json.dumps(..., indent=1)` writes it `indent` blanks deep; what would reach a terminal as a control
+    (C1 controls, bidirectional overrides) escaped as \\uXXXX (`safetext.json_safe`): the same value, safe to cat."""
+    text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
+    return json_safe(text.replace("\n", "\n" + " " * indent) if indent else text)
+
+
+def _chunks(header: dict, tables: dict[str, Iterable[dict]]) -> Iterator[str]:
+    out = ["{\n"]
+    for k, v in header.items():
+        out.append(f" {_dump(k, 0)}: {_dump(v, 1)},\n")
+    out.append(' "tables": {')
+    yield "".join(out)
+    names = list(tables)
+    for i, t in enumerate(names):
+        first = True
+        yield f'\n  {_dump(t, 0)}: ['
+        buf: list[str] = []
+        for row in tables[t]:
+            buf.append(("\n   " if first else ",\n   ") + _dump(row, 3))
+            first = False
+            if len(buf) >= 256:
+                yield "".join(buf)
+                buf = []
+        buf.append("]" if first else "\n  ]")
+        buf.append("," if i < len(names) - 1 else "")
+        yield "".join(buf)
+    yield "\n }\n}\n"
 
 
 def dumps(doc: dict) -> str:
-    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    return "".join(_chunks({k: v for k, v in doc.items() if k != "tables"}, doc.get("tables") or {}))
 
 
-# ---------------------------------------------------------------- import
+# ---------------------------------------------------------------- reading a document as a stream
 
-def loads(text: str, name: str = "the file") -> dict:
-    """Parse and check an exported document; a clear ConfigError for anything else. The document is untrusted
-    input: every table and column is checked against `runrows` (types, the run id's shape, references between
-    rows) before anything is written."""
+class Malformed(ValueError):
+    """The text is not JSON (or nests too deeply to read)."""
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+class _Text:
+    """Text read on demand from pieces: a window that grows where a value runs past its end (to twice its size at
+    each retry, so a long value costs linear time) and drops what has been read."""
+
+    def __init__(self, pieces: Iterable[str]):
+        self.it = iter(pieces)
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+
+    def more(self, at_least: int = 0) -> bool:
+        if self.eof:
+            return False
+        parts = [self.buf[self.pos:]]
+        size = len(parts[0])
+        while True:
+            try:
+                piece = next(self.it)
+            except StopIteration:
+                self.eof = True
+                break
+            parts.append(piece)
+            size += len(piece)
+            if size >= at_least and piece:
+                break
+        self.buf, self.pos = "".join(parts), 0
+        return True
+
+    def peek(self) -> str:
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self.more():
+                return self.buf[self.pos:self.pos + 1]
+
+    def take(self, ch: str, what: str) -> None:
+        if self.peek() != ch:
+            got = self.buf[self.pos:self.pos + 20]
+            raise Malformed(f"expected {ch!r} {what} at {got!r}" if got else f"the text ends before {ch!r} {what}")
+        self.pos += 1
+
+    def value(self):
+        self.peek()
+        while True:
+            try:
+                v, end = _DECODER.raw_decode(self.buf, self.pos)
+                if end < len(self.buf) or self.eof:  # a number at the window's end may go on in the next piece
+                    self.pos = end
+                    return v
+            except json.JSONDecodeError as e:
+                if self.eof:
+                    raise Malformed(str(e)) from None
+            except RecursionError:
+                raise Malformed("nested too deeply") from None
+            if len(self.buf) - self.pos > MAX_ROW:
+                raise Malformed(f"a value longer than {MAX_ROW >> 20} MiB")
+            self.more(2 * (len(self.buf) - self.pos) + 1)
+
+
+# events of `scan`: ("key", NAME, value) for a top-level key but "tables"; ("tables", None, value) where "tables" is
+# not an object; ("table", NAME, None) where a table starts, then ("row", NAME, row) for each of its rows, or
+# ("table", NAME, value) where a table is not a list
+Event = tuple[str, str | None, object]
+
+
+def scan(pieces: Iterable[str]) -> Iterator[Event]:
+    """A JSON object of the export's shape as events, reading `pieces` once, holding one row at a time [pure]."""
+    t = _Text(pieces)
+    t.take("{", "at the start")
+    if t.peek() == "}":
+        t.pos += 1
+    else:
+        while True:
+            key = t.value()
+            if not isinstance(key, str):
+                raise Malformed(f"a key that is not a string ({key!r:.40})")
+            t.take(":", f"after {key!r:.40}")
+            if key != "tables":
+                yield "key", key, t.value()
+            elif t.peek() != "{":
+                yield "tables", None, t.value()
+            else:
+                yield from _tables(t)
+            c = t.peek()
+            t.take("," if c == "," else "}", "between keys")
+            if c != ",":
+                break
+    if t.peek():
+        raise Malformed(f"extra data after the document ({t.buf[t.pos:t.pos + 20]!r})")
+
+
+def _tables(t: _Text) -> Iterator[Event]:
+    t.take("{", "")
+    if t.peek() == "}":
+        t.pos += 1
+        return
+    while True:
+        name = t.value()
+        if not isinstance(name, str):
+            raise Malformed(f"a table name that is not a string ({name!r:.40})")
+        t.take(":", f"after {name!r:.40}")
+        if t.peek() != "[":
+            yield "table", name, t.value()
+        else:
+            yield "table", name, None
+            t.take("[", "")
+            if t.peek() == "]":
+                t.pos += 1
+            else:
+                while True:
+                    yield "row", name, t.value()
+                    c = t.peek()
+                    t.take("," if c == "," else "]", "between rows")
+                    if c != ",":
+                        break
+        c = t.peek()
+        t.take("," if c == "," else "}", "between tables")
+        if c != ",":
+            return
+
+
+def events_of(doc: dict) -> Iterator[Event]:
+    """The events `scan` gives for the text of `doc` (a document already in memory)."""
+    for k, v in doc.items():
+        if k != "tables":
+            yield "key", k, v
+        elif not isinstance(v, dict):
+            yield "tables", None, v
+        else:
+            for name, rows in v.items():
+                if not isinstance(rows, list):
+                    yield "table", name, rows
+                    continue
+                yield "table", name, None
+                for r in rows:
+                    yield "row", name, r
+
+
+# ---------------------------------------------------------------- import: the check
+
+@dataclass
+class Checked:
+    """What the first reading of a document found: its run, the configuration ids in order, the rows per table."""
+    name: str
+    run_id: str
+    run: dict
+    config_ids: list[int]
+    counts: dict[str, int]
+    header: dict = field(default_factory=dict)
+
+    @property
+    def legacy(self) -> tuple[int, int]:
+        return legacy_cell(self.run.get("study_toml"))
+
+
+def _bad(name: str, what: str, tip: str = TIP) -> ConfigError:
+    return ConfigError(f"{name} {what}", tip=tip)
+
+
+def check(events: Iterable[Event], name: str = "the file") -> Checked:
+    """Read a document's events once and check everything before anything is written: its format, version and
+    schema, that it holds one run, and every row of every table against `runrows` (types, the run id's shape,
+    references between rows). A clear ConfigError for anything else. Where a row is wrong, the rest is still read
+    for what says more (a document that is not an export at all, a table llamalab does not have)."""
+    header: dict = {}
+    chk = runrows.Check()
+    first_bad: str | None = None
+    tables_seen = False
+    run: dict | None = None
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{name} is not JSON ({e}).",
-                          tip="pass a file written by `llamalab export RUN -o FILE`.") from e
-    except RecursionError as e:
-        raise ConfigError(f"{name} nests its JSON too deeply to be a llamalab run export.",
-                          tip="pass a file written by `llamalab export RUN -o FILE`.") from e
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ConfigError(f"{name} is not a llamalab run export (no \"format\": \"{FORMAT}\").",
-                          tip="pass a file written by `llamalab export RUN -o FILE`; "
-                              "`llamalab report --format json` output is a report, not an export.")
-    v = doc.get("version")
+        for kind, key, value in events:
+            if kind == "key":
+                header[key] = value
+                continue
+            tables_seen = True
+            if kind == "tables" or (kind == "table" and key == "runs" and value is not None):
+                raise _bad(name, 'holds no run (its "tables" must have exactly one row in "runs").')
+            if kind == "table":
+                if key not in Store.RUN_TABLES or value is not None:
+                    raise _bad(name, f'is wrong: "tables.{key}" is not a list of rows of a llamalab run table.')
+                continue
+            if not isinstance(value, dict):
+                raise _bad(name, f'is wrong: "tables.{key}" is not a list of rows of a llamalab run table.')
+            if key == "runs":
+                run = value
+            if first_bad is None:
+                try:
+                    chk.row(key, value)
+                except runrows.Invalid as e:
+                    first_bad = e.text
+            else:
+                chk.counts[key] += 1
+    except Malformed as e:
+        text = str(e)
+        if "nested too deeply" in text:
+            raise _bad(name, "nests its JSON too deeply to be a llamalab run export.") from None
+        raise _bad(name, f"is not JSON ({text}).", "pass a file written by `llamalab export RUN -o FILE`.") from None
+    _check_header(header, name)
+    if not tables_seen or chk.counts["runs"] != 1:
+        raise _bad(name, 'holds no run (its "tables" must have exactly one row in "runs").')
+    rid = header.get("run_id")
+    if first_bad is None:
+        try:
+            chk.done()
+            if chk.run is not None and rid != chk.run.id:
+                raise runrows.Invalid(f"run_id {str(rid)[:80]} is not the id of the run in tables.runs ({chk.run.id})")
+        except runrows.Invalid as e:
+            first_bad = e.text
+    if first_bad is not None:
+        raise _bad(name, f"is not a valid llamalab run export: {first_bad}.")
+    assert run is not None
+    return Checked(name, str(rid), run, chk.config_ids, dict(chk.counts), header)
+
+
+def _check_header(header: dict, name: str) -> None:
+    if header.get("format") != FORMAT:
+        raise _bad(name, f'is not a llamalab run export (no "format": "{FORMAT}").',
+                   "pass a file written by `llamalab export RUN -o FILE`; `llamalab report --format json` output is "
+                   "a report, not an export.")
+    v = header.get("version")
     if not isinstance(v, int) or isinstance(v, bool) or v > VERSION:
-        raise ConfigError(f"{name} is a version {v!r} export; this llamalab reads up to version {VERSION}.",
-                          tip="upgrade llamalab (pip install -U llamalab) to import it.")
-    schema = doc.get("schema") or []
+        raise _bad(name, f"is a version {v!r:.40} export; this llamalab reads up to version {VERSION}.",
+                   "upgrade llamalab (pip install -U llamalab) to import it.")
+    if v < 1:
+        raise _bad(name, f"is a version {v} export; llamalab export versions start at 1.")
+    schema = header.get("schema") or []
     if not isinstance(schema, list) or not all(isinstance(m, str) for m in schema):
-        raise ConfigError(f"{name}: \"schema\" must be a list of migration names, not {_short(schema)}.",
-                          tip="pass a file written by `llamalab export RUN -o FILE`.")
+        raise _bad(name, f'is wrong: "schema" must be a list of migration names, not {_short(schema)}.')
     newer = migrations.unknown(schema)
     if newer:
-        raise ConfigError(f"{name} was exported by a newer llamalab (schema {', '.join(newer)}).",
-                          tip="upgrade llamalab (pip install -U llamalab) to import it.")
-    tables = doc.get("tables")
-    if not isinstance(tables, dict) or not isinstance(tables.get("runs"), list) or len(tables["runs"]) != 1:
-        raise ConfigError(f"{name} holds no run (its \"tables\" must have exactly one row in \"runs\").",
-                          tip="pass a file written by `llamalab export RUN -o FILE`.")
-    for t, rows in tables.items():
-        if t not in Store.RUN_TABLES or not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise ConfigError(f"{name}: \"tables.{t}\" is not a list of rows of a llamalab run table.",
-                              tip="pass a file written by `llamalab export RUN -o FILE`, unchanged.")
-    try:
-        runrows.Export.model_validate_json(text)
-    except runrows.ValidationError as e:
-        raise ConfigError(f"{name} is not a valid llamalab run export: {runrows.describe(e)}.",
-                          tip="pass a file written by `llamalab export RUN -o FILE`, unchanged.") from e
-    return doc
+        raise _bad(name, f"was exported by a newer llamalab (schema {', '.join(newer)}).",
+                   "upgrade llamalab (pip install -U llamalab) to import it.")
 
+
+def loads(text: str, name: str = "the file") -> dict:
+    """Parse and check an exported document held in memory (`check`); the document."""
+    check(scan([text]), name)
+    return json.loads(text)
+
+
+# ---------------------------------------------------------------- import: the rows
 
 @dataclass(frozen=True)
 class ImportResult:
@@ -129,48 +401,87 @@ class ImportResult:
         return text
 
 
-def import_run(store: Store, doc: dict) -> ImportResult:
-    """Put an exported run (checked with `loads`) into `store` under its own id."""
-    tables = with_trial_cells(doc["tables"])  # an export from before the workload grid: one cell per run
-    run = tables["runs"][0]
-    rid = run["id"]
-    result = ImportResult(rid, True, len(tables.get("trials", [])), len(tables.get("configs", [])),
-                          str(run.get("host")), str(run.get("status")))
-    if store.has_run(rid):
-        here = canonical(_without_local(decode_tables(store.dump_run(rid))))
-        there = canonical(_without_local(tables))
-        if here == there:
-            return ImportResult(rid, False, result.trials, result.configs, result.host, result.status)
-        raise StoreError(f"{store.path} already holds a different run with the id {rid}: {difference(here, there)}.",
+def _rows(events: Iterable[Event], legacy: tuple[int, int]) -> Iterator[tuple[str, dict]]:
+    """(table, row as the store writes it) for each row, trials from before the grid with their run's one cell."""
+    for kind, table, row in events:
+        if kind == "row":
+            assert isinstance(table, str) and isinstance(row, dict)
+            if table == "trials":
+                row = with_trial_cells({"trials": [row]}, legacy)["trials"][0]
+            yield table, encode_row(row)
+
+
+def import_file(store: Store, events: Callable[[], Iterable[Event]], checked: Checked) -> ImportResult:
+    """Put a checked document (`check` of the same events) into `store` under its own id, reading its events once
+    more. The run already there (put there by another import a moment ago, too) is compared row by row."""
+    result = ImportResult(checked.run_id, True, checked.counts.get("trials", 0), checked.counts.get("configs", 0),
+                          str(checked.run.get("host")), str(checked.run.get("status")))
+    try:
+        store.restore(checked.run_id, _rows(events(), checked.legacy), checked.config_ids)
+    except RunExists:
+        why = _difference(store, checked, events)
+        if why is None:
+            return ImportResult(result.run_id, False, result.trials, result.configs, result.host, result.status)
+        raise StoreError(f"{store.path} already holds a different run with the id {checked.run_id}: {why}.",
                          tip="import it into another database with --db, or re-export the run once it has "
-                             "finished on its machine.")
-    store.restore_run({t: [encode_row(r) for r in rows] for t, rows in tables.items()})
+                             "finished on its machine.") from None
     return result
+
+
+def import_run(store: Store, doc: dict) -> ImportResult:
+    """Put an exported document held in memory (checked with `loads`) into `store` under its own id."""
+    return import_file(store, lambda: events_of(doc), check(events_of(doc)))
 
 
 # ---------------------------------------------------------------- comparing runs as stored
 
+def canonical_row(table: str, row: dict, position: int, config_pos: dict) -> dict:
+    """A decoded row with database-local ids (configuration and trial row ids) replaced by position, and the runs
+    row's database-local columns (owner, when it was imported) and empty values left out, so one run stored in two
+    databases compares equal."""
+    r = _without_local_row(table, dict(row))
+    if table in ("configs", "trials"):
+        r.pop("id", None)
+        if table == "configs":
+            r["position"] = position
+    if "config_id" in r:
+        r["config_id"] = config_pos.get(r["config_id"], r["config_id"])
+    return {k: v for k, v in r.items() if v is not None}
+
+
 def canonical(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
-    """Decoded tables with database-local ids (configuration and trial row ids) replaced by position and the runs
-    row's database-local columns (owner, when it was imported) left out, so one run stored in two databases compares
-    equal."""
+    """Every table of a run, decoded, each row `canonical_row`."""
     pos = {c.get("id"): i for i, c in enumerate(tables.get("configs") or [])}
-    out: dict[str, list[dict]] = {}
+    return {t: [canonical_row(t, r, i, pos) for i, r in enumerate(tables.get(t) or [])] for t in Store.RUN_TABLES}
+
+
+def _difference(store: Store, checked: Checked, events: Callable[[], Iterable[Event]]) -> str | None:
+    """The first way the stored run differs from the document, in words; None where they are the same run. Both are
+    read as streams: the row counts first, then each table row by row."""
+    rid = checked.run_id
     for t in Store.RUN_TABLES:
-        rows = []
-        for r in tables.get(t) or []:
-            r = dict(r)
-            if t == "runs":
-                r = {k: v for k, v in r.items() if k not in LOCAL_RUN_COLUMNS}
-            if t in ("configs", "trials"):
-                r.pop("id", None)
-                if t == "configs":
-                    r["position"] = len(rows)
-            if "config_id" in r:
-                r["config_id"] = pos.get(r["config_id"], r["config_id"])
-            rows.append({k: v for k, v in r.items() if v is not None})
-        out[t] = rows
-    return out
+        here, there = store.count(t, rid), checked.counts.get(t, 0)
+        if here != there:
+            return f"{here} {t} row(s) here, {there} in the file"
+    pos_here = {c["id"]: i for i, c in enumerate(store.rows("configs", rid))}
+    pos_there = {cid: i for i, cid in enumerate(checked.config_ids)}
+    stored = {t: store.rows(t, rid) for t in Store.RUN_TABLES}
+    index = dict.fromkeys(Store.RUN_TABLES, 0)
+    legacy = checked.legacy
+    for kind, t, row in events():
+        if kind != "row":
+            continue
+        assert isinstance(t, str) and isinstance(row, dict)
+        i = index[t]
+        index[t] += 1
+        if t == "trials":
+            row = with_trial_cells({"trials": [row]}, legacy)["trials"][0]
+        x = canonical_row(t, decode_row(next(stored[t])), i, pos_here)
+        y = canonical_row(t, row, i, pos_there)
+        if x != y:
+            k = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))[0]
+            return f"{t} row {i + 1} differs in {k} ({_short(x.get(k))} here, {_short(y.get(k))} in the file)"
+    return None
 
 
 def difference(here: dict[str, list[dict]], there: dict[str, list[dict]]) -> str:
@@ -181,8 +492,7 @@ def difference(here: dict[str, list[dict]], there: dict[str, list[dict]]) -> str
             return f"{len(a)} {t} row(s) here, {len(b)} in the file"
         for i, (x, y) in enumerate(zip(a, b)):
             if x != y:
-                keys = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
-                k = keys[0]
+                k = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))[0]
                 return f"{t} row {i + 1} differs in {k} ({_short(x.get(k))} here, {_short(y.get(k))} in the file)"
     return "no difference"
 

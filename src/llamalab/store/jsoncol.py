@@ -1,8 +1,8 @@
 """The store's `*_json` columns [pure]: the one encoder and the one decoder.
 
 A column named `x_json` holds JSON text (`encode`: keys sorted, what JSON cannot hold as its `str`). Reading, one
-convention everywhere: NULL, an empty text or text that is not JSON (a damaged or hand-edited database) reads as
-the caller's default, and a value already decoded (a row from an export file) passes through. A row read for use
+convention everywhere: NULL, an empty text or text that is not JSON (a damaged or hand-edited database, or JSON nested
+too deep to decode) reads as the caller's default, and a value already decoded (a row from an export file) passes through. A row read for use
 has each `x_json` column decoded under the key `x` (`columns`); an export file keeps the column names
 (`store.exchange`), because that file's format is the store's tables."""
 
@@ -27,7 +27,7 @@ def decode(text: Any, default: Any = None) -> Any:
         return default
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # damaged, or nested deeper than Python's stack
         return default
 
 

@@ -1,17 +1,25 @@
 """The shape of a stored run, as pydantic models: the check at the boundary where a run comes from outside (pure).
 
-`llamalab import` checks an exported document against these models before anything is written, and reports check
-a run read back from a database (which an older llamalab may have filled from an unchecked file) before rendering
-it. A value of the wrong type, a missing id, or a run id that is not one (`../../x`) is a clear error naming the
-place, never a traceback later. Columns a newer llamalab added are allowed here (`extra`) and refused, with an
-"upgrade" tip, by the store, which knows its own columns.
+`llamalab import` checks an exported document against these models before anything is written, and reports (and
+`export`) check a run read back from a database (which an older llamalab may have filled from an unchecked file)
+before rendering it. A value of the wrong type, a missing id, or a run id that is not one (`../../x`) is a clear
+error naming the place, never a traceback later. Columns a newer llamalab added are allowed here (`extra`) and
+refused, with an "upgrade" tip, by the store, which knows its own columns.
 
-Validation is strict and works on JSON text (`validate_json`): a string is never taken for a number, and JSON
-arrays stand for tuples.
+Validation is strict: a string is never taken for a number, nor `true` for 1; numbers are finite (no NaN or
+Infinity), whole numbers fit SQLite's 64 bits and other numbers lie within ±1e15, so that no report arithmetic
+overflows. What reports read inside the JSON columns (the model, the machine, the ledger, the requests) is typed
+too; the rest of a JSON column may hold anything JSON holds, nested at most MAX_DEPTH deep.
+
+Rows are checked one at a time (`Check`): a run of 128,000 trials is checked in memory that grows with its
+configurations and trial keys, not with its rows.
 """
 
 from __future__ import annotations
 
+import math
+import tomllib
+from collections import Counter
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -19,7 +27,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from . import runids
 from ..records import RequestResult
 
-__all__ = ["Export", "Tables", "ValidationError", "describe"]
+__all__ = ["Check", "Invalid", "ROWS", "ValidationError", "describe"]
+
+MAX_DEPTH = 64  # JSON nested deeper than this in a column is no llamalab's
+BIG = 1e15  # MiB, seconds, tokens per second: far beyond any real figure, far below overflow
 
 
 def _run_id(v: str) -> str:
@@ -28,14 +39,47 @@ def _run_id(v: str) -> str:
     return v
 
 
+def shallow(value: Any, limit: int = MAX_DEPTH) -> Any:
+    """`value` if it is nested at most `limit` deep and holds only finite numbers (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            if depth > limit:
+                raise ValueError(f"nested more than {limit} deep")
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{v} is not a finite number")
+    return value
+
+
+def _toml(v: str) -> str:
+    """A stored study: TOML that reads back (nested as a study is, not thousands deep)."""
+    try:
+        shallow(tomllib.loads(v), 16)
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as e:
+        raise ValueError(f"the stored study is not a TOML study file ({str(e)[:80] or type(e).__name__})") from None
+    return v
+
+
 RunId = Annotated[str, AfterValidator(_run_id)]
-Json = dict[str, Any]
-Num = float | None
-Int = int | None
+Json = Annotated[dict[str, Any], AfterValidator(shallow)]
+JsonList = Annotated[list[Any], AfterValidator(shallow)]
+SqlInt = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+Real = Annotated[float, Field(ge=-BIG, le=BIG)]
+Num = Real | None
+Int = SqlInt | None
 
 
 class _Row(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _extra_shallow(self):
+        if self.model_extra:
+            shallow(self.model_extra)
+        return self
 
 
 # ---------------------------------------------------------------- JSON columns that reports read
@@ -55,7 +99,7 @@ class _Meta(_Row):
     """-sm tensor: the Meta() buffers as printed and how they were attributed (ledger.split_meta)."""
     printed: dict[str, dict[str, Num]] = Field(default_factory=dict)
     devices: list[str] = Field(default_factory=list)
-    shares: list[float] = Field(default_factory=list)
+    shares: list[Real] = Field(default_factory=list)
     shares_from: str | None = None
     kv_total_mib: Num = None
     exact: list[str] = Field(default_factory=list)
@@ -84,7 +128,7 @@ class _Kv(_Row):
     v_type: str | None = None
     k_mib: Num = None
     v_mib: Num = None
-    buffers: dict[str, float] | None = None
+    buffers: dict[str, Real] | None = None
 
 
 class _Ledger(_Row):
@@ -109,9 +153,69 @@ class _Ledger(_Row):
     kv_caches: list[_Kv] = Field(default_factory=list)
     breakdown_projected: list[_BreakdownRow] = Field(default_factory=list)
     breakdown_final: list[_BreakdownRow] = Field(default_factory=list)
-    device_memory: dict[str, list[int]] = Field(default_factory=dict)
-    kv_bytes_per_token: dict[str, float] = Field(default_factory=dict)
+    device_memory: dict[str, list[SqlInt]] = Field(default_factory=dict)
+    kv_bytes_per_token: dict[str, Real] = Field(default_factory=dict)
     one_copy_saving: Json | None = None
+
+
+class _Model(_Row):
+    """The run's model (`runs.model_json`: the GGUF header's figures)."""
+    name: str | None = None
+    path: str | None = None
+    architecture: str | None = None
+    fingerprint: str | None = None
+    size_bytes: Num = None
+    n_ctx_train: Int = None
+    n_embd: Int = None
+    n_head: Int = None
+    n_head_kv: Int = None
+    n_layer: Int = None
+    n_tensors: Int = None
+    n_vocab: Int = None
+    n_expert: Int = None
+    splits: Int = None
+
+
+class _Gpu(_Row):
+    name: str | None = None
+    index: Int = None
+    total_mib: Num = None
+    driver: str | None = None
+    compute_capability: str | None = None
+
+
+class _Binaries(_Row):
+    dir: str | None = None
+
+
+class _Source(_Row):
+    """The llama.cpp a run used (`system_info.info_json.llama_cpp`)."""
+    version: str | None = None
+    commit: str | None = None
+    build_number: Int = None
+    dirty: bool | None = None
+    origin: str | None = None
+    path: str | None = None
+    binaries: list[_Binaries] = Field(default_factory=list)
+
+
+class _System(_Row):
+    """The machine (`system_info.info_json`)."""
+    cpu: str | None = None
+    cores: Int = None
+    ram_mib: Num = None
+    os: str | None = None
+    python: str | None = None
+    llamalab: str | None = None
+    gpus: list[_Gpu] = Field(default_factory=list)
+    gpu_driver: str | None = None
+    gpu_tools: Json | None = None
+    llama_cpp: _Source | None = None
+    loadavg: list[Real] = Field(default_factory=list)
+
+
+class _Options(_Row):
+    backend: str | None = None
 
 
 # ---------------------------------------------------------------- one model per table
@@ -120,20 +224,20 @@ class _Ledger(_Row):
 class RunRow(_Row):
     id: RunId
     study: str
-    study_toml: str
+    study_toml: Annotated[str, AfterValidator(_toml)]
     study_hash: str
     status: Literal["running", "finished", "interrupted", "failed"]
     started: str
     finished: str | None = None
     host: str
     llamalab_version: str | None = None
-    model_json: Json | None = None
+    model_json: _Model | None = None
     devices_json: Json | None = None
-    options_json: Json | None = None
+    options_json: _Options | None = None
 
 
 class SystemRow(_Row):
-    info_json: Json
+    info_json: _System
 
 
 class BuildRow(_Row):
@@ -144,7 +248,7 @@ class BuildRow(_Row):
     source_version: str | None = None
     source_commit: str | None = None
     source_origin: str | None = None
-    options_json: Json | None = None
+    options_json: dict[str, str | SqlInt | bool] | None = None
     cmake_argv_json: list[str] | None = None
     build_seconds: Num = None
     reused: Int = None
@@ -152,11 +256,11 @@ class BuildRow(_Row):
 
 
 class ConfigRow(_Row):
-    id: int
+    id: Count
     build: str
     setting: str
     status: Literal["ok", "failed", "skipped", "running", "interrupted", "not-applicable"]
-    pass_: int = Field(default=0, alias="pass")
+    pass_: Count = Field(default=0, alias="pass")
     reason: str | None = None
     server_argv_json: list[str] | None = None
     env_json: dict[str, str] | None = None
@@ -169,7 +273,7 @@ class ConfigRow(_Row):
 
 
 class LedgerRow(_Row):
-    config_id: int
+    config_id: Count
     pipeline_parallel: Int = None
     sched_copies: Int = None
     n_ctx: Int = None
@@ -178,9 +282,9 @@ class LedgerRow(_Row):
 
 
 class BufferRow(_Row):
-    config_id: int
+    config_id: Count
     name: str
-    is_host: int
+    is_host: SqlInt
     model_mib: Num = None
     kv_mib: Num = None
     rs_mib: Num = None
@@ -189,7 +293,7 @@ class BufferRow(_Row):
 
 
 class _Request(_Row):
-    index: int
+    index: Count
     prompt_n: Int = None
     prompt_ms: Num = None
     prompt_tps: Num = None
@@ -198,7 +302,7 @@ class _Request(_Row):
     predicted_tps: Num = None
     wall_s: Num = None
     ttft_s: Num = None
-    itl_ms: list[float] = Field(default_factory=list)
+    itl_ms: list[Real] = Field(default_factory=list)
     stop_type: str | None = None
     error: str | None = None
 
@@ -208,11 +312,11 @@ assert set(_Request.model_fields) == set(RequestResult.__dataclass_fields__), "k
 
 class TrialRow(_Row):
     id: Int = None
-    config_id: int
+    config_id: Count
     build: str
     setting: str
-    trial: int
-    concurrency: int
+    trial: Count
+    concurrency: Count
     input_tokens: Int = None
     input_tps: Num = None
     output_tokens: Int = None
@@ -220,7 +324,7 @@ class TrialRow(_Row):
     wall_s: Num = None
     aggregate_output_tps: Num = None
     aggregate_total_tps: Num = None
-    errors: int = 0
+    errors: Count = 0
     started: Num = None
     requests_json: list[_Request]
     foreign_load: Num = None
@@ -249,69 +353,96 @@ class TuneRow(_Row):
     result_json: Json
 
 
-class Tables(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+# The model of each table's rows (the store's tables that hold one run, parents first).
+ROWS: dict[str, type[_Row]] = {
+    "runs": RunRow, "system_info": SystemRow, "builds": BuildRow, "configs": ConfigRow, "ledgers": LedgerRow,
+    "buffers": BufferRow, "trials": TrialRow, "crosschecks": CrosscheckRow, "context_checks": ContextCheckRow,
+    "tunes": TuneRow,
+}
 
-    runs: Annotated[list[RunRow], Field(min_length=1, max_length=1)]
-    system_info: list[SystemRow] = Field(default_factory=list)
-    builds: list[BuildRow] = Field(default_factory=list)
-    configs: list[ConfigRow] = Field(default_factory=list)
-    ledgers: list[LedgerRow] = Field(default_factory=list)
-    buffers: list[BufferRow] = Field(default_factory=list)
-    trials: list[TrialRow] = Field(default_factory=list)
-    crosschecks: list[CrosscheckRow] = Field(default_factory=list)
-    context_checks: list[ContextCheckRow] = Field(default_factory=list)
-    tunes: Annotated[list[TuneRow], Field(max_length=1)] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _references(self) -> "Tables":
-        ids = [c.id for c in self.configs]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+class Invalid(ValueError):
+    """A run that is not one llamalab could have stored: `text` says where and what (`tables.trials[3].output_tps:
+    Input should be a finite number`)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+class Check:
+    """A run's rows checked one at a time: `row(table, row)` validates the row against its table's model (its JSON
+    columns decoded); `done()` makes the checks between rows: one runs row, at most one tunes row, configuration ids
+    unique, every ledger, buffer and trial row pointing at a configuration of the run, no trial stored twice (by
+    build, setting, trial, concurrency and workload cell). Duplicates are counted (`Counter`, sets), never searched
+    for row by row: linear in the rows."""
+
+    def __init__(self, run_id: str | None = None):
+        self.run_id = run_id
+        self.counts: Counter[str] = Counter()
+        self.config_ids: list[int] = []  # in the order the rows came
+        self.run: RunRow | None = None
+        self._ids: Counter[int] = Counter()
+        self._refs: dict[str, set[int]] = {"ledgers": set(), "buffers": set(), "trials": set()}
+        self._keys: set[tuple] = set()
+        self._dup_keys: set[tuple] = set()
+
+    def row(self, table: str, row: dict) -> _Row:
+        i = self.counts[table]
+        self.counts[table] += 1
+        model = ROWS.get(table)
+        if model is None:
+            raise Invalid(f'"tables.{table}" is not a table of a llamalab run')
+        if not isinstance(row, dict):
+            raise Invalid(f"tables.{table}[{i}]: a row is an object, not {type(row).__name__}")
+        try:
+            m = model.model_validate(row)
+        except ValidationError as e:
+            raise Invalid(describe(e, f"tables.{table}[{i}]")) from None
+        if table == "runs":
+            self.run = m  # type: ignore[assignment]
+            if self.run_id is not None and m.id != self.run_id:
+                raise Invalid(f"run_id {self.run_id} is not the id of the run in tables.runs ({m.id})")
+        elif table == "configs":
+            self.config_ids.append(m.id)
+            self._ids[m.id] += 1
+        elif table in self._refs:
+            self._refs[table].add(m.config_id)
+            if table == "trials":
+                key = (m.build, m.setting, m.trial, m.concurrency, m.cell_prompt_tokens, m.cell_output_tokens)
+                if key in self._keys:
+                    self._dup_keys.add(key)
+                self._keys.add(key)
+        return m
+
+    def done(self) -> None:
+        if self.counts["runs"] != 1:
+            raise Invalid(f"tables.runs: a run export holds exactly one run, not {self.counts['runs']}")
+        if self.counts["tunes"] > 1:
+            raise Invalid(f"tables.tunes: at most one tune per run, not {self.counts['tunes']}")
+        dup = sorted(i for i, n in self._ids.items() if n > 1)
         if dup:
-            raise ValueError(f"configs: id(s) {dup} appear more than once")
-        known = set(ids)
-        for t in ("ledgers", "buffers", "trials"):
-            dangling = sorted({r.config_id for r in getattr(self, t) if r.config_id not in known})
+            raise Invalid(f"configs: id(s) {dup} appear more than once")
+        for t, refs in self._refs.items():
+            dangling = sorted(refs - self._ids.keys())
             if dangling:
-                raise ValueError(f"{t} point(s) at configuration(s) {dangling} that configs does not hold")
-        keys = [(t.build, t.setting, t.trial, t.concurrency, t.cell_prompt_tokens, t.cell_output_tokens)
-                for t in self.trials]
-        dup_t = sorted({k for k in keys if keys.count(k) > 1}, key=str)
-        if dup_t:
-            raise ValueError(f"trials: {dup_t[0]} (build, setting, trial, concurrency, prompt and output tokens)"
-                             " is stored more than once")
-        return self
+                raise Invalid(f"{t} point(s) at configuration(s) {dangling} that configs does not hold")
+        if self._dup_keys:
+            first = min(self._dup_keys, key=str)
+            raise Invalid(f"trials: {first} (build, setting, trial, concurrency, prompt and output tokens) is stored "
+                          "more than once")
 
 
-class Export(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    format: Literal["llamalab-run"]
-    version: int
-    run_id: RunId
-    exported: str | None = None
-    exported_by: str | None = None
-    schema_: list[str] = Field(default_factory=list, alias="schema")
-    tables: Tables
-
-    @model_validator(mode="after")
-    def _same_run(self) -> "Export":
-        if self.tables.runs[0].id != self.run_id:
-            raise ValueError(f"run_id {self.run_id} is not the id of the run in tables.runs "
-                             f"({self.tables.runs[0].id})")
-        return self
-
-
-def describe(e: ValidationError, limit: int = 3) -> str:
+def describe(e: ValidationError, where: str = "", limit: int = 3) -> str:
     """The first few problems of a validation error, each with its place: `tables.trials[3].output_tps: …`."""
     parts = []
     for err in e.errors()[:limit]:
-        where = ""
+        at = where
         for p in err["loc"]:
-            where += f"[{p}]" if isinstance(p, int) else (f".{p}" if where else str(p))
+            at += f"[{p}]" if isinstance(p, int) else (f".{p}" if at else str(p))
         msg = err["msg"].removeprefix("Value error, ")
         got = err.get("input")
         shown = "" if err["type"] in ("missing", "value_error") or isinstance(got, dict | list) else f" (got {got!r:.60})"
-        parts.append(f"{where or 'the document'}: {msg}{shown}")
+        parts.append(f"{at or 'the document'}: {msg}{shown}")
     more = len(e.errors()) - limit
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
