@@ -376,8 +376,8 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
     from .store.db import Store
 
     db = db or default_db()
-    with Store(db, readonly=True) as store:
-        data = rdata.load(store, run_id)
+    with Store(db, readonly=True) as store:  # Markdown and HTML need only the requests' speed figures
+        data = rdata.load(store, run_id, requests=fmt in ("csv", "json"))
     from .report import formats  # the renderers (scipy, matplotlib) load once there is a run to render
     from .write import Target, db_files, write_all
 
@@ -450,7 +450,7 @@ def compare(run_a, run_b, db, threshold, as_json) -> None:
     from .store.db import Store
 
     with Store(db or default_db(), readonly=True) as store:
-        a, b = rdata.load(store, run_a), rdata.load(store, run_b)
+        a, b = rdata.load(store, run_a, requests=False), rdata.load(store, run_b, requests=False)
     from .report import compare as cmp  # its statistics (scipy) load once both runs are found
     from .safetext import plain
 

@@ -73,6 +73,9 @@ def trials_of(data: RunData) -> list[dict]:
     their order; the store's tables are not kept twice)."""
     if data.tables and "trials" in data.tables:  # a RunData made by hand from a dump
         return [readable(x) for x in data.tables["trials"]]
+    if not data.has_requests:
+        raise ValueError("this run was loaded without its requests (report.data.load(requests=False)); "
+                         "JSON and CSV print every request")
     return data.trials
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from . import stats
-from .data import RunData
+from .data import RunData, figures
 from .verdict import study_builds, study_settings
 
 DEFAULT_THRESHOLD = 0.02
@@ -51,26 +51,18 @@ def metric(name: str) -> Metric:
 
 # ---- per-trial values -------------------------------------------------------------------------------------------
 
-def _ok_requests(trial: dict) -> list[dict]:
-    return [r for r in trial.get("requests") or [] if not r.get("error")]
+def _ttfts_ms(trial: dict) -> Sequence[float]:
+    return figures(trial).ttfts_ms
 
 
-def _ttfts_ms(trial: dict) -> list[float]:
-    return [r["ttft_s"] * 1000.0 for r in _ok_requests(trial) if r.get("ttft_s") is not None]
-
-
-def _itls_ms(trial: dict) -> list[float]:
-    return [float(g) for r in _ok_requests(trial) for g in r.get("itl_ms") or ()]
+def _itls_ms(trial: dict) -> Sequence[float]:
+    return figures(trial).itls_ms
 
 
 def aggregate_input_tps(trial: dict) -> float | None:
     """Prompt tokens of all the level's requests per second until the last of them had its first token (all are
     sent together, so that is when every prompt had been processed)."""
-    reqs = [r for r in _ok_requests(trial) if r.get("prompt_n") and r.get("ttft_s")]
-    if not reqs:
-        return None
-    last = max(r["ttft_s"] for r in reqs)
-    return sum(r["prompt_n"] for r in reqs) / last if last > 0 else None
+    return figures(trial).aggregate_input_tps
 
 
 def trial_value(trial: dict, metric: str) -> float | None:
