@@ -1,7 +1,9 @@
 """llama-server argument lists [pure]: the one place they are read and edited.
 
-A flag is given as `-np 4` or `--parallel=4`; where a flag has aliases the caller names them all. Reading returns
-what llama.cpp would see (its argument parser lets the last occurrence win)."""
+A flag is given as `-np 4` or `--parallel=4`, and a long option may be spelled with `_` for `-` (`--log_file`:
+llama.cpp's parser turns `_` into `-` in long options); `name_of` gives the flag as llama.cpp reads it, and every
+reader here, the trust gate and the unknown-flag check compare those names. Where a flag has aliases the caller
+names them all. Reading returns what llama.cpp would see (its argument parser lets the last occurrence win)."""
 
 from __future__ import annotations
 
@@ -18,12 +20,20 @@ CACHE_RAM = ("-cram", "--cache-ram")
 ALIASES = {names[0]: names for names in (PARALLEL, TENSOR_SPLIT, SPLIT_MODE, FIT_TARGET, CTX_SIZE, CACHE_RAM)}
 
 
+def name_of(arg: str) -> str:
+    """The flag an argument names, as llama.cpp reads it: without its `=value`, and `_` read as `-` in a long option
+    (`--log_file=x` → `--log-file`). A short option or a value is returned as written (up to any `=`)."""
+    name = arg.partition("=")[0]
+    return name.replace("_", "-") if name.startswith("--") else name
+
+
 def occurrences(args: Sequence[str], *names: str) -> list[tuple[str, str]]:
     """(flag as written, value) of each occurrence of any of `names`, in order: `-np 4` and `--parallel=4` alike
     (a flag at the end without its value has the value "")."""
     out = []
     for i, a in enumerate(args):
-        name, eq, inline = a.partition("=")
+        _, eq, inline = a.partition("=")
+        name = name_of(a)
         if name in names:
             out.append((name, inline if eq else (args[i + 1] if i + 1 < len(args) else "")))
     return out
@@ -37,7 +47,7 @@ def value(args: Sequence[str], *names: str) -> str | None:
 
 def has(args: Sequence[str], *names: str) -> bool:
     """Whether any of `names` is given (bare or with a value, `=` form included)."""
-    return any(a.partition("=")[0] in names for a in args)
+    return any(name_of(a) in names for a in args)
 
 
 def without(args: Sequence[str], with_value: Collection[str] = (), bare: Collection[str] = ()) -> list[str]:
@@ -46,14 +56,13 @@ def without(args: Sequence[str], with_value: Collection[str] = (), bare: Collect
     out: list[str] = []
     skip = False
     for a in args:
-        name, eq, _ = a.partition("=")
+        eq = "=" in a
+        name = name_of(a)
         if skip:
             skip = False
-        elif a in with_value:
-            skip = True
-        elif eq and name in with_value:
-            continue
-        elif a not in bare:
+        elif name in with_value:
+            skip = not eq
+        elif name not in bare:
             out.append(a)
     return out
 
@@ -73,7 +82,8 @@ def put(args: Sequence[str], flag: str, new: str) -> list[str]:
     out: list[str] = []
     skip = placed = False
     for a in args:
-        name, eq, _ = a.partition("=")
+        eq = "=" in a
+        name = name_of(a)
         if skip:
             skip = False
         elif name == flag:
@@ -110,4 +120,10 @@ def split_mode(args: Sequence[str]) -> str:
 def n_slots(args: Sequence[str]) -> int:
     """The -np the server runs with: the last whole number given, as llama-server reads it (its own default, 4,
     where the arguments do not say; the study checked each is a whole number)."""
-    return next((int(v) for _, v in reversed(occurrences(args, *PARALLEL)) if v.isdecimal()), 4)
+    return next((int(v) for _, v in reversed(occurrences(args, *PARALLEL)) if is_count(v)), 4)
+
+
+def is_count(value: str) -> bool:
+    """A whole number as llama.cpp's std::stoi reads one: ASCII digits only (`str.isdecimal` also takes `１` and `٣`,
+    which Python's int() reads and llama.cpp does not)."""
+    return value.isascii() and value.isdigit()

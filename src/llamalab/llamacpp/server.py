@@ -15,6 +15,7 @@ import httpx
 
 from .. import net, proc
 from ..errors import ConfigError, LaunchError
+from . import argv
 from .ledger import clean, failure_reason
 
 
@@ -38,10 +39,11 @@ def known_flags(help_text: str) -> set[str]:
 
 
 def unknown_flags(args: Sequence[str], known: set[str]) -> list[str]:
-    """Arguments that look like flags llama-server does not know (negative numbers are values, not flags)."""
+    """Arguments that look like flags llama-server does not know (negative numbers are values, not flags; a long
+    option is looked up as llama.cpp reads it, `--log_file` as `--log-file`)."""
     out = []
     for a in args:
-        if a.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", a) and a.split("=", 1)[0] not in known:
+        if a.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", a) and argv.name_of(a) not in known:
             out.append(a)
     return out
 

@@ -22,6 +22,7 @@ import re
 from dataclasses import fields
 
 from ..records import RequestResult
+from ..safetext import plain
 from .data import RunData
 from .document import configs_of, other_tables, trials_of
 
@@ -62,10 +63,12 @@ def _value(col: str, s: str):
 
 
 def _write(header: list[str], rows: list[list[str]]) -> str:
+    """The CSV text; every cell `safetext.plain` (labels, reasons and errors come from study files, logs and imported
+    runs: no terminal control sequence reaches a terminal that shows the file, or `report --format csv` itself)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    w.writerows(rows)
+    w.writerow([plain(c) for c in header])
+    w.writerows([plain(c) for c in row] for row in rows)
     return buf.getvalue()
 
 

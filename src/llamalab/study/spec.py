@@ -25,7 +25,18 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `repeats = true` is no 1, `"4"` no 4; finite: `nan` and `inf` (valid TOML) are no timeouts
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+# Upper bounds: far beyond any real study, and within what llama.cpp (int32 contexts) and SQLite (64-bit integers)
+# hold, so that a typo of many digits is an error when the study loads, not an overflow mid-run.
+MAX_REPEATS = 10_000
+MAX_TOKENS = 1 << 24
+MAX_CONCURRENCY = 4096
+MAX_CTX = 2**31 - 1
+MAX_SECONDS = 7 * 24 * 3600.0
+Threads = Annotated[int, Field(ge=1, le=4096)]
 
 
 def check_server_args(args: list[str]) -> list[str]:
@@ -35,7 +46,7 @@ def check_server_args(args: list[str]) -> list[str]:
         if name not in argv.PARALLEL:
             raise ValueError(f"{name}: llamalab sets where llama-server listens; use [server] host "
                              "(it picks a free port itself)")
-        if not value.isdecimal() or int(value) < 1:
+        if not argv.is_count(value) or int(value) < 1:
             raise ValueError(f"{name} {value!r}: the number of server slots is a whole number ≥ 1 "
                              "(or set [server] parallel)")
     return args
@@ -61,7 +72,7 @@ class RemoteSpec(_Strict):
     ssh_options: list[str] = Field(default_factory=list)  # -i FILE, -F FILE, -o KEY=VALUE, -J HOST
     bind: str | None = None  # where a started rpc-server listens (default: the endpoint's address)
     remote_dir: str | None = None  # its copied binary and pid files there (default ~/.cache/llamalab/rpc-server)
-    threads: Annotated[int, Field(ge=1)] | None = None  # -t for a started rpc-server
+    threads: Threads | None = None  # -t for a started rpc-server
     backend: str | None = None  # what the rpc-server runs (cpu, cuda …), when llamalab does not start it
 
     @field_validator("endpoint")
@@ -108,7 +119,7 @@ class DevicesSpec(_Strict):
     backend: Literal["auto", "cpu-rpc", "cuda", "vulkan", "rocm", "cpu", "rpc"] = "auto"
     count: Annotated[int, Field(ge=1, le=16)] = 2
     host: str = "127.0.0.1"
-    rpc_threads: Annotated[int, Field(ge=1)] | None = None
+    rpc_threads: Threads | None = None
     vram: list[str] | None = None  # per-device memory budgets, e.g. ["16GiB", "12GiB"]
     rpc: list[RemoteSpec] = Field(default_factory=list)  # remote rpc-servers: "host:port" or a table each
 
@@ -158,11 +169,11 @@ class DevicesSpec(_Strict):
 
 class ServerSpec(_Strict):
     args: list[str] = Field(default_factory=lambda: ["-fa", "on", "-ngl", "999", "--no-op-offload"])
-    ctx: Annotated[int, Field(ge=0)] = 0  # 0: let --fit choose (llama.cpp's default)
-    parallel: Annotated[int, Field(ge=1)] | None = None  # -np; default max(4, largest concurrency level)
+    ctx: Annotated[int, Field(ge=0, le=MAX_CTX)] = 0  # 0: let --fit choose (llama.cpp's default)
+    parallel: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | None = None  # -np; default max(4, largest level)
     host: str = "127.0.0.1"
-    fit_target_mib: list[int] | None = None  # -fitt per device
-    ready_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    fit_target_mib: list[Annotated[int, Field(ge=0, le=MAX_CTX)]] | None = None  # -fitt per device
+    ready_timeout_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 600.0
 
     @field_validator("args")
     @classmethod
@@ -250,7 +261,7 @@ class SourceSpec(_Strict):
     bin: str | None = None  # a folder with llama-server (--llama-bin DIR sets it)
 
 
-Tokens = Annotated[int, Field(ge=1)]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 
 
 LEGACY_SEED = 42  # what `workload.seed` defaulted to while the key existed
@@ -260,12 +271,12 @@ class WorkloadSpec(_Strict):
     prompt_tokens: Tokens | list[Tokens] = 256  # a list makes a grid: every length × every concurrency level
     output_tokens: Tokens | list[Tokens] = 32
     output: Literal["fixed", "natural"] = "fixed"
-    repeats: Annotated[int, Field(ge=1)] = 3
-    warmup: Annotated[int, Field(ge=0)] = 1
-    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1])
+    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 3
+    warmup: Annotated[int, Field(ge=0, le=1000)] = 1
+    concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(default_factory=lambda: [1])
     order: Literal["grouped", "interleaved"] = "grouped"
     threshold: Annotated[float, Field(gt=0, lt=1)] = 0.02
-    request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    request_timeout_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 600.0
     # `seed` was a key that nothing read (requests always use seed 42): older study files that set it still
     # load, and the value is kept only so that their unfinished runs hash, and so resume, as before
     _legacy_seed: int = PrivateAttr(default=LEGACY_SEED)
@@ -320,14 +331,14 @@ class TuneSpec(_Strict):
     where it applies to the rig and the model (splits with more than one device, --n-cpu-moe for MoE models)."""
 
     goal: Literal["context", "throughput"] = "context"
-    min_context: Annotated[int, Field(ge=0)] = 0  # tokens the pick must hold at least
-    min_gen_tps: Annotated[float, Field(ge=0)] | None = None  # single-stream generation floor (default: the
+    min_context: Annotated[int, Field(ge=0, le=MAX_CTX)] = 0  # tokens the pick must hold at least
+    min_gen_tps: Annotated[float, Field(ge=0, le=1e9)] | None = None  # single-stream generation floor (default: the
     # default --fit's own speed, not measurably slower)
     parallel: Annotated[int, Field(ge=1, le=64)] = 1  # K: requests served at once (-np K; aggregate measured at K)
     splits: list[Literal["layer", "layer-nopp", "tensor", "none"]] = Field(default_factory=lambda: list(TUNE_SPLITS))
     kv: list[str] = Field(default_factory=lambda: ["f16/f16", "f16/q8_0", "q8_0/q8_0", "f16/q4_0", "q8_0/q4_0"])
     ubatch: list[Annotated[int, Field(ge=16, le=65536)]] = Field(default_factory=lambda: [512, 2048])
-    n_cpu_moe: list[Annotated[int, Field(ge=0)]] | None = None  # None: chosen from the model and the budgets
+    n_cpu_moe: list[Annotated[int, Field(ge=0, le=4096)]] | None = None  # None: chosen from the model and the budgets
     max_real: Annotated[int, Field(ge=1, le=64)] = 6  # front candidates measured for real at most
     screen: bool = True  # stage two: one trial each first, then the rest only for those not clearly dominated
 
@@ -406,8 +417,15 @@ def load(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Study, 
     if ref.endswith(".toml") or path.is_file():
         if not path.is_file():
             raise ConfigError(f"study file {ref} does not exist.", tip=f"presets: {', '.join(preset_names())}.")
-        text = path.read_text()
         origin = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{origin} is not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r}).",
+                              tip="a study file is TOML, which is UTF-8: save it as UTF-8.") from None
+        except OSError as e:
+            raise ConfigError(f"cannot read the study file {origin}: {e.strerror or e}.",
+                              tip="check the path and that it can be read.") from None
     else:
         text = preset_text(ref)
         origin = f"preset {ref}"
@@ -415,6 +433,9 @@ def load(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Study, 
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{origin} is not valid TOML: {e}", tip="check quotes and brackets near that line.") from e
+    except RecursionError:
+        raise ConfigError(f"{origin} nests its tables or arrays too deeply to be a study file.",
+                          tip="a study is nested a few levels deep (docs/study-files.md).") from None
     for ov in overrides:
         apply_override(data, ov)
     return parse(data, origin), text
@@ -429,6 +450,9 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except RecursionError:
+        raise ConfigError(f"override {override[:60]!r}…: its value nests arrays or tables too deeply.",
+                          tip="give a value as a study file would, e.g. workload.concurrency=[1,4].") from None
     parts = key.strip().split(".")
     node = data
     for p in parts[:-1]:
@@ -457,7 +481,7 @@ def describe(e: ValidationError, data: dict[str, Any] | None = None) -> str:
             lines.append(f"  - missing key {loc}")
         else:
             got = err.get("input")
-            shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+            shown = "" if isinstance(got, (dict, list)) else f" (got {got!r:.80})"
             lines.append(f"  - {loc}: {err['msg']}{shown}")
     return "\n".join(lines)
 

@@ -16,8 +16,10 @@ What counts (docs/study-files.md, "Study files from others"):
   (no authentication at all) reachable from the network.
 - llama-server flags that run programs (`--tools`, `--agent`, `--mcp-servers-*`, `--video-ffmpeg-dir` …), write
   files where the study says (`--log-file`, `--slot-save-path`, `--log-prompts-dir`, `-lcd`), serve local files
-  (`--path`, `--media-path`, `--models-dir`), or send the model and prompts elsewhere or download (`--rpc`,
-  `-hf`, `-mu`, `-dr`, the `--*-default` models).
+  (`--path`, `--media-path`, `--models-dir`), read files the study names (`-m`, `--lora`, `-md`, `--mmproj`,
+  `--api-key-file`, `--ssl-key-file`, `--chat-template-file`, `--webui-config-file`, `--grammar-file` …), or send
+  the model and prompts elsewhere or download (`--rpc`, `-hf`, `-mu`, `-dr`, the `--*-default` models). Each is
+  matched as llama.cpp reads it: `--log_file` and `--log-file=x` are `--log-file`.
 - CMake options other than an allow-list of values llamalab knows to be plain settings: `GGML_*` and `LLAMA_*`
   options (not those naming files, programs, flags or paths), `CMAKE_BUILD_TYPE`, `CMAKE_CUDA_ARCHITECTURES`,
   `CMAKE_HIP_ARCHITECTURES`, `GPU_TARGETS`, `AMDGPU_TARGETS`, `BUILD_SHARED_LIBS`, BLAS's `BLA_VENDOR`,
@@ -39,6 +41,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ..llamacpp import argv
 
 if TYPE_CHECKING:
     from .spec import Study
@@ -98,6 +102,13 @@ for _names, _what in (
     (("--log-file", "--slot-save-path", "--log-prompts-dir", "-lcd", "--lookup-cache-dynamic"),
      "makes llama-server write files where the study says"),
     (("--path", "--media-path", "--models-dir", "--models-preset"), "makes llama-server serve or load local files"),
+    (("-m", "--model", "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled", "-md",
+      "--model-draft", "--spec-draft-model", "-mm", "--mmproj", "-mv", "--model-vocoder", "--grammar-file", "-jf",
+      "--json-schema-file", "-lcs", "--lookup-cache-static", "--chat-template-file", "--api-key-file",
+      "--ssl-key-file", "--ssl-cert-file", "--ui-config-file", "--webui-config-file", "--prompt-cache",
+      "--prompt-cache-ro", "-f", "--file", "--system-prompt-file"),
+     "makes llama-server read a file the study names (a key, a template, weights in place of the model llamalab "
+     "gives it) and serve or act on what is in it"),
     (("--rpc",), "sends the model and the prompts to the rpc-servers it names (declare remote devices in "
                  "[devices] rpc instead)"),
     (("-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token", "-dr",
@@ -109,7 +120,9 @@ for _names, _what in (
 
 
 def server_flag_risk(flag: str) -> str | None:
-    name = flag.split("=", 1)[0]
+    """Why a llama-server argument needs the user's word, or None. The flag is read as llama.cpp reads it
+    (`argv.name_of`: `--log_file=x` is `--log-file`), so no other spelling gets past."""
+    name = argv.name_of(flag)
     if name in _SERVER_FLAGS:
         return _SERVER_FLAGS[name]
     if name.startswith("--") and name.endswith("-default"):  # --gpt-oss-20b-default and the like download weights
