@@ -25,6 +25,7 @@ from llamalab.llamacpp import models
 from llamalab.store.db import Store
 from test_bad_input_cli import SMALL, assert_clean_error
 from test_hostile_files import NO_BUILD, RID, call, digest, env, nothing_built, stored_db, write_doc  # noqa: F401
+from test_hostile_files import _mutate as _bad
 
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[H\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\\x9b31m\u202eevil\u2066"
 RAW = ("\x1b", "\x9b", "\u202e", "\u2066", "\x07")
@@ -314,14 +315,6 @@ def test_repeats_are_bounded_whole_numbers(tmp_path, env, value, words):
 def test_other_study_numbers_are_finite_and_bounded(tmp_path, env, key, value):
     done = call("plan", "demo", *NO_BUILD, "--set", f"{key}={value}", env=env)
     assert_clean_error(done, key)
-
-
-def _bad(change):
-    def make():
-        d = runfixtures.doc()
-        change(d)
-        return d
-    return make
 
 
 def _speed(value):

@@ -81,7 +81,7 @@ def export_run(store: Store, run_id: str | None = None) -> dict:
 
 def export_chunks(store: Store, run_id: str | None = None) -> Iterator[str]:
     """The export document of one stored run (default: the latest) as pieces of text, the same bytes `dumps` makes of
-    `export_run`. The run is checked first, row by row (a run an older llamalab imported unchecked may hold NaN,
+    `export_run`: the header indented, then each table's rows one a line. The run is checked first, row by row (a run an older llamalab imported unchecked may hold NaN,
     which JSON cannot): a StoreError before the first piece, never half a document."""
     rid = store.run(run_id)["id"]
     try:
@@ -95,9 +95,12 @@ def export_chunks(store: Store, run_id: str | None = None) -> Iterator[str]:
                                              for t in Store.RUN_TABLES})
 
 
-def _dump(value, indent: int) -> str:
-    """`value` as `json.dumps(..., indent=1)` writes it `indent` blanks deep; what would reach a terminal as a control
+def _dump(value, indent: int | None = None) -> str:
+    """`value` as JSON: on one line (a row: json's C encoder, ten times the speed of an indented dump), or as
+    `json.dumps(..., indent=1)` writes it `indent` blanks deep (the header); what would reach a terminal as a control
     (C1 controls, bidirectional overrides) escaped as \\uXXXX (`safetext.json_safe`): the same value, safe to cat."""
+    if indent is None:
+        return json_safe(json.dumps(value, ensure_ascii=False, allow_nan=False))
     text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
     return json_safe(text.replace("\n", "\n" + " " * indent) if indent else text)
 
@@ -114,7 +117,7 @@ def _chunks(header: dict, tables: dict[str, Iterable[dict]]) -> Iterator[str]:
         yield f'\n  {_dump(t, 0)}: ['
         buf: list[str] = []
         for row in tables[t]:
-            buf.append(("\n   " if first else ",\n   ") + _dump(row, 3))
+            buf.append(("\n   " if first else ",\n   ") + _dump(row))  # one row a line
             first = False
             if len(buf) >= 256:
                 yield "".join(buf)
@@ -407,8 +410,12 @@ def _rows(events: Iterable[Event], legacy: tuple[int, int]) -> Iterator[tuple[st
         if kind == "row":
             assert isinstance(table, str) and isinstance(row, dict)
             if table == "trials":
-                row = with_trial_cells({"trials": [row]}, legacy)["trials"][0]
+                row = _with_cell(row, legacy)
             yield table, encode_row(row)
+
+
+def _with_cell(trial: dict, legacy: tuple[int, int]) -> dict:
+    return with_trial_cells({"trials": [trial]}, legacy)["trials"][0]
 
 
 def import_file(store: Store, events: Callable[[], Iterable[Event]], checked: Checked) -> ImportResult:
@@ -475,7 +482,7 @@ def _difference(store: Store, checked: Checked, events: Callable[[], Iterable[Ev
         i = index[t]
         index[t] += 1
         if t == "trials":
-            row = with_trial_cells({"trials": [row]}, legacy)["trials"][0]
+            row = _with_cell(row, legacy)
         x = canonical_row(t, decode_row(next(stored[t])), i, pos_here)
         y = canonical_row(t, row, i, pos_there)
         if x != y:
@@ -484,17 +491,6 @@ def _difference(store: Store, checked: Checked, events: Callable[[], Iterable[Ev
     return None
 
 
-def difference(here: dict[str, list[dict]], there: dict[str, list[dict]]) -> str:
-    """The first way two canonical runs differ, in words."""
-    for t in Store.RUN_TABLES:
-        a, b = here.get(t, []), there.get(t, [])
-        if len(a) != len(b):
-            return f"{len(a)} {t} row(s) here, {len(b)} in the file"
-        for i, (x, y) in enumerate(zip(a, b)):
-            if x != y:
-                k = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))[0]
-                return f"{t} row {i + 1} differs in {k} ({_short(x.get(k))} here, {_short(y.get(k))} in the file)"
-    return "no difference"
 
 
 def _short(v) -> str:
