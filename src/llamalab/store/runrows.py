@@ -218,6 +218,29 @@ class _Options(_Row):
     backend: str | None = None
 
 
+class _Remote(_Row):
+    """One remote rpc-server's device as a configuration stored it (rig.remote.RemoteDevice)."""
+    key: str | None = None
+    endpoint: str | None = None
+    name: str | None = None
+    index: Int = None
+    backend: str | None = None
+    backend_source: str | None = None
+    description: str | None = None
+    total_mib: Num = None
+    free_mib: Num = None
+
+
+class _Emulation(_Row):
+    budgets_mib: list[Real] | None = None
+
+
+class _ConfigDevices(_Row):
+    """What a configuration ran on (`configs.devices_json`): the parts reports read."""
+    remotes: list[_Remote] = Field(default_factory=list)
+    emulation: _Emulation | None = None
+
+
 # ---------------------------------------------------------------- one model per table
 
 
@@ -265,7 +288,7 @@ class ConfigRow(_Row):
     server_argv_json: list[str] | None = None
     env_json: dict[str, str] | None = None
     log_path: str | None = None
-    devices_json: Json | None = None
+    devices_json: _ConfigDevices | None = None
     load_seconds: Num = None
     started: str | None = None
     finished: str | None = None
