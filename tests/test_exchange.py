@@ -226,3 +226,26 @@ def test_committed_exports_import_into_the_current_schema(name, tmp_path):
     first_row = ("## Tune: the front, measured" if name == runfixtures.TUNE
                  else f"| {first['build']} | {first['setting']} | 1 |")
     assert res.exit_code == 0 and first_row in res.output
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 64, 4096, 10**7])
+def test_a_document_read_in_pieces_of_any_size_gives_the_same_rows(source, piece):
+    """`scan` reads an export from pieces of text (the CLI reads a MiB at a time): a number, string or row cut by a
+    piece's end reads as a whole, for both layouts (the export's, and json.dumps' own indented one)."""
+    doc = exchange.export_run(source)
+    doc["tables"]["trials"][0]["output_tps"] = 1.5e3  # `1.` at a piece's end must not end the number
+    for text in (exchange.dumps(doc), json.dumps(doc, indent=1), json.dumps(doc)):
+        pieces = [text[i:i + piece] for i in range(0, len(text), piece)]
+        assert list(exchange.scan(pieces)) == list(exchange.events_of(json.loads(text)))
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"format": "llamalab-run", "tables": {"runs": [{"id": 1}, ]}}', "is not JSON (Expecting value"),
+    ('{"format": "llamalab-run"} trailing', "extra data after the document"),
+    ('{"format": "llamalab-run", "tables": {"runs": [{"a": tru}]}}', "is not JSON"),
+    ("", "is not JSON (the text ends before '{'"),
+])
+def test_text_that_is_not_json_is_refused_at_once(text, words):
+    with pytest.raises(ConfigError) as e:
+        exchange.check(exchange.scan([text[i:i + 4] for i in range(0, len(text), 4)]), "x.json")
+    assert words in e.value.message

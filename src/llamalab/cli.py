@@ -140,8 +140,8 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
     from .report import data as rdata, markdown, tables
     from .write import atomic_write
 
-    with Store(opts.db) as store:
-        data = rdata.load(store, run_id)
+    with Store(opts.db) as store:  # the report and the table need the requests' speed figures only
+        data = rdata.load(store, run_id, requests=False)
         failed, total, measured = runner.run_outcome(store, run_id)
     md = markdown.render(data)
     atomic_write(opts.runs_dir / run_id / "report.md", md)
@@ -796,7 +796,7 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
     finally:
         progress.close()
     with Store(opts.db) as store:
-        data = rdata.load(store, result.run_id)
+        data = rdata.load(store, result.run_id, requests=False)
         failed, total, measured = runner.run_outcome(store, result.run_id)
     atomic_write(opts.runs_dir / result.run_id / "report.md", markdown.render(data))
     view = rtune.view(data)

@@ -139,6 +139,7 @@ class Malformed(ValueError):
 
 
 _WS = re.compile(r"[ \t\n\r]*")
+_DELIMS = " \t\n\r,]}:"
 _DECODER = json.JSONDecoder()
 
 
@@ -187,11 +188,16 @@ class _Text:
         while True:
             try:
                 v, end = _DECODER.raw_decode(self.buf, self.pos)
-                if end < len(self.buf) or self.eof:  # a number at the window's end may go on in the next piece
+                # an object, array or string ends with its own closing character; a number or literal only where a
+                # delimiter follows it (`1.` may go on as `1.5e3` in the next piece)
+                if self.eof or end < len(self.buf) and (self.buf[self.pos] in '{["' or self.buf[end] in _DELIMS):
                     self.pos = end
                     return v
             except json.JSONDecodeError as e:
-                if self.eof:
+                # a mistake well inside the window is one (more text cannot mend it); at its end, or a string not
+                # closed yet, the value may only go on in the next piece
+                inside = e.pos < len(self.buf) - 16 and not e.msg.startswith("Unterminated string")
+                if self.eof or inside:
                     raise Malformed(str(e)) from None
             except RecursionError:
                 raise Malformed("nested too deeply") from None
@@ -337,6 +343,8 @@ def check(events: Iterable[Event], name: str = "the file") -> Checked:
         text = str(e)
         if "nested too deeply" in text:
             raise _bad(name, "nests its JSON too deeply to be a llamalab run export.") from None
+        if text.startswith("a value longer than"):
+            raise _bad(name, f"is not a llamalab run export: it holds {text}.") from None
         raise _bad(name, f"is not JSON ({text}).", "pass a file written by `llamalab export RUN -o FILE`.") from None
     _check_header(header, name)
     if not tables_seen or chk.counts["runs"] != 1:
