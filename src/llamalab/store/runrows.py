@@ -372,8 +372,66 @@ class ContextCheckRow(_Row):
     steps_json: list[Json]
 
 
+class _TuneConfig(_Row):
+    """A configuration of a tune's search (`tunes.result_json`: `default`, each of `candidates`)."""
+    build: str | None = None
+    label: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    args: list[str] | None = None
+    n_ctx: Int = None
+    predicted_n_ctx: Int = None
+    devices_mib: list[Real | None] | None = None
+    host_mib: Num = None
+    over_budget: bool | None = None
+    fit_split: bool | None = None
+
+
+class _TuneRig(_Row):
+    devices: list[str] = Field(default_factory=list)
+    budgets_mib: list[Real] = Field(default_factory=list)
+    margins_mib: list[Real] = Field(default_factory=list)
+    budgets_given: bool | None = None
+
+
+class _TuneSpace(_Row):
+    not_searched: dict[str, str] = Field(default_factory=dict)
+
+
+class _TuneStage1(_Row):
+    by_status: dict[str, SqlInt] = Field(default_factory=dict)
+
+
+class _TuneStage2(_Row):
+    real: list[str] = Field(default_factory=list)
+    screened_out: dict[str, str] = Field(default_factory=dict)
+
+
+class _TuneModel(_Row):
+    path: str | None = None
+    n_expert: Int = None
+
+
+class _Tune(_Row):
+    """What `llamalab tune` stored (`tunes.result_json`): the parts report/tune.py reads."""
+    default: _TuneConfig | None = None
+    candidates: list[_TuneConfig] = Field(default_factory=list)
+    goal: str | None = None
+    parallel: Int = None
+    threshold: Num = None
+    min_context: Int = None
+    min_gen_tps: Num = None
+    need_context: Int = None
+    model: _TuneModel | None = None
+    rig: _TuneRig | None = None
+    space: _TuneSpace | None = None
+    stage1: _TuneStage1 | None = None
+    stage2: _TuneStage2 | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
 class TuneRow(_Row):
-    result_json: Json
+    result_json: _Tune
 
 
 # The model of each table's rows (the store's tables that hold one run, parents first).
