@@ -49,7 +49,7 @@ class Done:
 
 def call(*args: str, env: dict[str, str | None] | None = None) -> Done:
     """`llamalab ARGS` in this process: the same entry point, error printing and exit codes as the script (a value
-    of None in `env` unsets that variable)."""
+    of None in `env` unsets that variable). Any output with "Traceback" in it fails the test."""
     out, err = io.StringIO(), io.StringIO()
     saved = {k: os.environ.get(k) for k in (env or {})}
     for k, v in (env or {}).items():
@@ -66,7 +66,10 @@ def call(*args: str, env: dict[str, str | None] | None = None) -> Done:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return Done(code, out.getvalue(), err.getvalue())
+    done = Done(code, out.getvalue(), err.getvalue())
+    # whatever the case asserts besides: no command of the hostile suites ends in a traceback
+    assert "Traceback" not in done.stdout + done.stderr, (args, done.stderr[-2000:])
+    return done
 
 
 @pytest.fixture
