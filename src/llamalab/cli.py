@@ -376,25 +376,28 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
     from .store.db import Store
 
     db = db or default_db()
-    with Store(db, readonly=True) as store:  # Markdown and HTML need only the requests' speed figures
-        data = rdata.load(store, run_id, requests=fmt in ("csv", "json"))
-    from .report import formats  # the renderers (scipy, matplotlib) load once there is a run to render
-    from .write import Target, db_files, write_all
+    # the trials keep only their requests' speed figures; CSV and JSON read every request again as they write it,
+    # so the database stays open until the report is written
+    with Store(db, readonly=True) as store:
+        data = rdata.load(store, run_id, requests=False)
+        from .report import formats  # the renderers (scipy, matplotlib) load once there is a run to render
+        from .write import Target, db_files, write_all
 
-    targets = []
-    if output:
-        targets += [Target(path, text, "-o" if path == output else "beside -o (the configurations CSV)")
-                    for path, text in formats.files(data, fmt, output).items()]
-    else:
-        click.echo(formats.render(data, fmt), nl=False)
-        if fmt == "csv":
-            click.echo("(the per-configuration ledger figures go to FILE.configs.csv when you pass -o FILE.csv)",
-                       err=True)
-    if plots_dir:
-        targets += [Target(path, blob, "--plots") for path, blob in formats.plot_files(data, plots_dir).items()]
-    # all or nothing, and never onto the database this command reads
-    for path in write_all(targets, reads=db_files(db)):
-        click.echo(f"wrote {path}", err=True)
+        targets = []
+        if output:
+            targets += [Target(path, text, "-o" if path == output else "beside -o (the configurations CSV)")
+                        for path, text in formats.files(data, fmt, output).items()]
+        else:
+            for piece in formats.pieces(data, fmt):
+                click.echo(piece, nl=False)
+            if fmt == "csv":
+                click.echo("(the per-configuration ledger figures go to FILE.configs.csv when you pass -o FILE.csv)",
+                           err=True)
+        if plots_dir:
+            targets += [Target(path, blob, "--plots") for path, blob in formats.plot_files(data, plots_dir).items()]
+        # all or nothing, and never onto the database this command reads
+        for path in write_all(targets, reads=db_files(db)):
+            click.echo(f"wrote {path}", err=True)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -19,6 +19,7 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import fields
 
 from ..records import RequestResult
@@ -62,12 +63,13 @@ def _value(col: str, s: str):
         return s
 
 
-def _write(header: list[str], rows: list[list[str]]) -> str:
+def _write(header: list[str] | None, rows: list[list[str]]) -> str:
     """The CSV text; every cell `safetext.plain` (labels, reasons and errors come from study files, logs and imported
     runs: no terminal control sequence reaches a terminal that shows the file, or `report --format csv` itself)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([plain(c) for c in header])
+    if header is not None:
+        w.writerow([plain(c) for c in header])
     w.writerows([plain(c) for c in row] for row in rows)
     return buf.getvalue()
 
@@ -75,10 +77,17 @@ def _write(header: list[str], rows: list[list[str]]) -> str:
 # ---------------------------------------------------------------- trials × requests
 
 def trials_csv(data: RunData) -> str:
-    trials = trials_of(data)
+    return "".join(trials_pieces(data))
+
+
+def trials_pieces(data: RunData) -> Iterator[str]:
+    """The trials CSV in pieces: the trials are read twice, one at a time (their columns first, then their rows),
+    so that a run of 128,000 trials is never held as rows of text."""
     tcols: list[str] = []
     rkeys: list[str] = []
-    for t in trials:
+    n = 0
+    for t in trials_of(data):
+        n += 1
         for k in t:
             if k != "requests" and k not in tcols:
                 tcols.append(k)
@@ -86,19 +95,23 @@ def trials_csv(data: RunData) -> str:
             for k in r:
                 if k not in rkeys:
                     rkeys.append(k)
-    if not trials:  # still say what the columns are
+    if not n:  # still say what the columns are
         tcols = list(TRIAL_COLUMNS)
         rkeys = [f.name for f in fields(RequestResult)]
-    header = tcols + [REQ + k for k in rkeys]
-    body = []
-    for t in trials:
+    yield _write([*tcols, *(REQ + k for k in rkeys)], [])
+    body: list[list[str]] = []
+    for t in trials_of(data) if n else ():
         head = [_cell(t.get(c)) for c in tcols]
         reqs = t.get("requests") or []
         if not reqs:
             body.append(head + [""] * len(rkeys))
         for r in reqs:
             body.append(head + [_cell(r.get(k)) for k in rkeys])
-    return _write(header, body)
+        if len(body) >= 1024:
+            yield _write(None, body)
+            body = []
+    if body:
+        yield _write(None, body)
 
 
 def parse_trials(text: str) -> list[dict]:

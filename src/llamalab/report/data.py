@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -25,6 +26,9 @@ class RunData:
     extra: dict = field(default_factory=dict)
     tables: dict = field(default_factory=dict)  # the run's stored rows as Store.dump_run gives them, but trials
     has_requests: bool = True  # False: each trial has its `figures` instead of its `requests` (see `load`)
+    # with has_requests False: every stored trial row again, readable, requests and all, read from the database
+    # one at a time (CSV and JSON print every request: they stream them)
+    stored_trials: Callable[[], Iterator[dict]] | None = None
 
     @property
     def id(self) -> str:
@@ -113,7 +117,8 @@ def load(store: Store, run_id: str | None = None, *, requests: bool = True) -> R
 
     `requests=False` keeps of each trial's requests only what the speed figures take (`Figures`, under `figures`):
     enough for Markdown, HTML, the terminal and `compare`, in a fifth of the memory (a run of 128,000 trials of up to
-    8 requests each: 780 MB of request objects otherwise). CSV and JSON, which print every request, need them."""
+    8 requests each: 780 MB of request objects otherwise). CSV and JSON, which print every request, then read them
+    again row by row (`stored_trials`, while `store` is open)."""
     import gc
 
     from ..store import exchange, runrows
@@ -132,7 +137,8 @@ def load(store: Store, run_id: str | None = None, *, requests: bool = True) -> R
                 tables.setdefault(t, []).append(raw)
         return RunData(run=run, builds=store.builds(rid), configs=store.configs(rid), trials=trials,
                        system=store.system(rid), study_toml=run.get("study_toml") or "", tables=tables,
-                       has_requests=requests)
+                       has_requests=requests,
+                       stored_trials=None if requests else lambda: _stored_trials(store, rid))
     except runrows.Invalid as e:
         problem = e.text
     finally:
@@ -141,6 +147,19 @@ def load(store: Store, run_id: str | None = None, *, requests: bool = True) -> R
     raise StoreError(f"run {rid!r} in {store.path} cannot be reported: {problem}.",
                      tip="it was probably imported by an older llamalab from a damaged or altered file: import a "
                          "good export of it into a new database (--db).")
+
+
+def _stored_trials(store: Store, rid: str) -> Iterator[dict]:
+    from ..store import exchange, runrows
+
+    for raw in store.rows("trials", rid):
+        row = exchange.decode_row(raw)
+        try:
+            runrows.ROWS["trials"].model_validate(row)
+        except runrows.ValidationError as e:  # changed since it was loaded
+            raise StoreError(f"run {rid!r} in {store.path} cannot be reported: {runrows.describe(e, 'a trial')}.",
+                             tip="report it again once nothing writes to it.") from None
+        yield _readable_trial(row)
 
 
 @dataclass(frozen=True, slots=True)

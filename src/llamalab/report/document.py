@@ -13,10 +13,11 @@ that does not apply to the rig, once, with llama.cpp's or llamalab's reason) and
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 
 from ..store import jsoncol
 from . import context, grid, recommend, speed, summary, tables, verdict, versions
-from .data import RunData
+from .data import RunData, dumps
 
 FORMAT = "llamalab-report"
 VERSION = 1
@@ -68,14 +69,16 @@ def configs_of(data: RunData) -> list[dict]:
     return configs
 
 
-def trials_of(data: RunData) -> list[dict]:
-    """Every stored trial row, readable (`requests` decoded): `RunData.trials` (a loaded run's rows as stored, in
-    their order; the store's tables are not kept twice)."""
+def trials_of(data: RunData) -> Iterable[dict]:
+    """Every stored trial row, readable (`requests` decoded), in their order: `RunData.trials`, or, for a run loaded
+    with only its requests' figures, the rows read again from the store one at a time (`RunData.stored_trials`)."""
     if data.tables and "trials" in data.tables:  # a RunData made by hand from a dump
         return [readable(x) for x in data.tables["trials"]]
     if not data.has_requests:
-        raise ValueError("this run was loaded without its requests (report.data.load(requests=False)); "
-                         "JSON and CSV print every request")
+        if data.stored_trials is None:
+            raise ValueError("this run was loaded without its requests (report.data.load(requests=False)); "
+                             "JSON and CSV print every request")
+        return data.stored_trials()
     return data.trials
 
 
@@ -89,6 +92,35 @@ def other_tables(data: RunData) -> dict[str, list[dict]]:
 
 
 def document(data: RunData, *, seed: int = 0) -> dict:
+    """The JSON report as one dict (every trial in it: see `pieces` for a run too large to hold twice)."""
+    doc = _document(data, seed)
+    doc["trials"] = list(doc["trials"])
+    return doc
+
+
+def pieces(data: RunData, *, seed: int = 0) -> Iterator[str]:
+    """The JSON report's text (`data.dumps(document(data)) + "\\n"`, the same value), in pieces: its trials are
+    written one at a time, as they are read (`trials_of`)."""
+    doc = _document(data, seed)
+    keys = list(doc)
+    at = keys.index("trials")
+    head = dumps({k: doc[k] for k in keys[:at]})
+    tail = dumps({k: doc[k] for k in keys[at + 1:]})
+    yield (head[:-2] + ",\n" if at else "{\n") + '  "trials": ['
+    first = True
+    buf: list[str] = []
+    for t in doc["trials"]:
+        buf.append(("\n    " if first else ",\n    ") + dumps(t).replace("\n", "\n    "))
+        first = False
+        if len(buf) >= 256:
+            yield "".join(buf)
+            buf = []
+    buf.append("]" if first else "\n  ]")
+    buf.append((",\n" + tail[2:]) if at < len(keys) - 1 else "\n}")
+    yield "".join(buf) + "\n"
+
+
+def _document(data: RunData, seed: int) -> dict:
     t = data.tables
     system = t.get("system_info") or []
     doc = {

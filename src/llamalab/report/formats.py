@@ -4,27 +4,35 @@ the CLI hands them to `write.atomic_write`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..store import runids
 from ..errors import ConfigError
 from . import csvfile, document, html, markdown, plots
-from .data import RunData, dumps
+from .data import RunData
 
 FORMATS = ("md", "csv", "json", "html")
 
 
 def render(data: RunData, fmt: str) -> str:
     """The main text of a report in one format (CSV: the trials × requests table)."""
+    return "".join(pieces(data, fmt))
+
+
+def pieces(data: RunData, fmt: str) -> Iterator[str]:
+    """`render`'s text in pieces: CSV and JSON stream their trials (a run loaded with `requests=False` reads each
+    trial's requests again as it is written), Markdown and HTML are one piece."""
     if fmt == "md":
-        return markdown.render(data)
-    if fmt == "csv":
-        return csvfile.trials_csv(data)
-    if fmt == "json":
-        return dumps(document.document(data)) + "\n"
-    if fmt == "html":
-        return html.render(data)
-    raise ValueError(f"unknown report format {fmt!r}; use one of {', '.join(FORMATS)}")
+        yield markdown.render(data)
+    elif fmt == "csv":
+        yield from csvfile.trials_pieces(data)
+    elif fmt == "json":
+        yield from document.pieces(data)
+    elif fmt == "html":
+        yield html.render(data)
+    else:
+        raise ValueError(f"unknown report format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
 def companion(output: Path) -> Path:
@@ -32,9 +40,10 @@ def companion(output: Path) -> Path:
     return output.with_name(f"{output.stem}.configs{output.suffix or '.csv'}")
 
 
-def files(data: RunData, fmt: str, output: Path) -> dict[Path, str]:
-    """Every file of a report written to `output` (CSV is two files)."""
-    out = {output: render(data, fmt)}
+def files(data: RunData, fmt: str, output: Path) -> dict[Path, Iterable[str]]:
+    """Every file of a report written to `output` (CSV is two files), each as pieces of text (`write.write_all`
+    takes them)."""
+    out: dict[Path, Iterable[str]] = {output: pieces(data, fmt)}
     if fmt == "csv":
         out[companion(output)] = csvfile.configs_csv(data)
     return out
