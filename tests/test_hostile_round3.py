@@ -478,3 +478,63 @@ def test_the_issue_26_commands_end_without_a_traceback_in_their_own_process(tmp_
     assert_clean_error(llamalab("run", "demo", *NO_BUILD, "--set", "workload.repeats=99999999999999999999999",
                                 env=env), "workload.repeats")
     assert time.monotonic() - started < 60
+
+
+# ---------------------------------------------------------------- 7. every JSON column, every key, a wrong type
+
+WRONG = ["x", [1], {"a": 1}, 2**70, True, 1e308]
+
+
+def _json_keys(doc: dict, depth: int):
+    """(table, column, path) of every key of every JSON column of the first row of each table, `depth` deep."""
+    def walk(v, path):
+        if path:
+            yield path
+        if len(path) < depth:
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    yield from walk(x, path + (k,))
+            elif isinstance(v, list) and v:
+                yield from walk(v[0], path + (0,))
+    for t, rows in doc["tables"].items():
+        for col, v in (rows[0].items() if rows else ()):
+            if col.endswith("_json") and v is not None:
+                for p in walk(v, ()):
+                    yield t, col, p
+
+
+def _sweep(tmp_path: Path, env: dict, name: str, depth: int, wrong: list) -> int:
+    base = runfixtures.doc(name)
+    rid = base["run_id"]
+    rendered = 0
+    for i, (t, col, path) in enumerate(_json_keys(base, depth)):
+        for j, bad in enumerate(wrong):
+            d = copy.deepcopy(base)
+            node = d["tables"][t][0][col]
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = bad
+            f = tmp_path / f"{i}-{j}.json"
+            f.write_text(json.dumps(d))
+            db = tmp_path / f"{i}-{j}.db"
+            done = call("import", str(f), "--db", str(db), env=env)  # `call` fails the test on any traceback
+            if done.returncode == 0:  # what import takes, every report must render or refuse in words
+                rendered += 1
+                for cmd in (["report"], ["report", "--format", "json"], ["compare", rid, rid]):
+                    done = call(*cmd, "--db", str(db), env=env)
+                    assert done.returncode == 0 or "error:" in done.stderr, (t, col, path, bad, done.stderr)
+            f.unlink()
+    return rendered
+
+
+def test_a_wrong_type_anywhere_in_a_json_column_is_refused_or_rendered(tmp_path, env):
+    """Every key of every JSON column of the demo run set to a string or a list: import refuses it in words, or the
+    reports render it (68344b3: gpus, llama_cpp, loadavg, ram_mib, size_bytes, n_ctx_train … crashed report or
+    compare). The deep sweep below found the typed fields of runrows."""
+    _sweep(tmp_path, env, runfixtures.DEMO, 1, ["x"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [runfixtures.DEMO, runfixtures.TUNE, runfixtures.VERSIONS])
+def test_a_wrong_type_anywhere_two_levels_deep_is_refused_or_rendered(tmp_path, env, name):
+    _sweep(tmp_path, env, name, 2, WRONG)

@@ -395,16 +395,24 @@ class _TuneRig(_Row):
 
 
 class _TuneSpace(_Row):
+    splits: list[str] = Field(default_factory=list)
+    kv: list[str] = Field(default_factory=list)
+    ubatch: list[SqlInt] = Field(default_factory=list)
+    n_cpu_moe: list[SqlInt] | None = None
     not_searched: dict[str, str] = Field(default_factory=dict)
 
 
 class _TuneStage1(_Row):
     by_status: dict[str, SqlInt] = Field(default_factory=dict)
+    enumerated: Int = None
+    dry_runs: Int = None
+    seconds: Num = None
 
 
 class _TuneStage2(_Row):
     real: list[str] = Field(default_factory=list)
     screened_out: dict[str, str] = Field(default_factory=dict)
+    seconds: Num = None
 
 
 class _TuneModel(_Row):
