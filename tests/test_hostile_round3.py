@@ -538,3 +538,44 @@ def test_a_wrong_type_anywhere_in_a_json_column_is_refused_or_rendered(tmp_path,
 @pytest.mark.parametrize("name", [runfixtures.DEMO, runfixtures.TUNE, runfixtures.VERSIONS])
 def test_a_wrong_type_anywhere_two_levels_deep_is_refused_or_rendered(tmp_path, env, name):
     _sweep(tmp_path, env, name, 2, WRONG)
+
+
+def _toml_of(data: dict) -> str:
+    """A study dict as TOML (tables, then arrays of tables; spec's value writer)."""
+    from llamalab.study.spec import _toml_key, _toml_value
+
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items()
+             if not isinstance(v, dict) and not (isinstance(v, list) and v and isinstance(v[0], dict))]
+    for k, v in data.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{_toml_key(k)}]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items()]
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            for item in v:
+                lines += ["", f"[[{_toml_key(k)}]]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_stored_study_of_another_shape_is_refused_or_rendered(tmp_path, env):
+    """The run's study as stored (TOML): every key a report reads set to a string, a number or a list. 68344b3
+    crashed even the import (`workload = "x"`) and report (`builds = -1`, `builds[0].name = [1]`, `cmake = "x"`)."""
+    import tomllib
+
+    base = runfixtures.doc()
+    study = tomllib.loads(base["tables"]["runs"][0]["study_toml"])
+    paths = [(k,) for k in study] + [(k, a) for k, v in study.items() if isinstance(v, dict) for a in v]
+    paths += [(k, 0, a) for k, v in study.items() if isinstance(v, list) and v and isinstance(v[0], dict) for a in v[0]]
+    for i, path in enumerate(paths):
+        for j, bad in enumerate(["x", -1, [1]]):
+            s = copy.deepcopy(study)
+            node = s
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = bad
+            d = copy.deepcopy(base)
+            d["tables"]["runs"][0]["study_toml"] = _toml_of(s)
+            f = _export(tmp_path, d, f"s{i}-{j}.json")
+            db = tmp_path / f"s{i}-{j}.db"
+            if call("import", str(f), "--db", str(db), env=env).returncode == 0:
+                for cmd in (["report"], ["compare", RID, RID]):
+                    done = call(*cmd, "--db", str(db), env=env)
+                    assert done.returncode == 0 or "error:" in done.stderr, (path, bad, done.stderr)

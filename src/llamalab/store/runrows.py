@@ -54,11 +54,16 @@ def shallow(value: Any, limit: int = MAX_DEPTH) -> Any:
 
 
 def _toml(v: str) -> str:
-    """A stored study: TOML that reads back (nested as a study is, not thousands deep)."""
+    """A stored study: TOML that reads back (nested as a study is, not thousands deep), shaped as reports read it
+    (`_Study`)."""
     try:
-        shallow(tomllib.loads(v), 16)
+        data = shallow(tomllib.loads(v), 16)
     except (tomllib.TOMLDecodeError, RecursionError, ValueError) as e:
         raise ValueError(f"the stored study is not a TOML study file ({str(e)[:80] or type(e).__name__})") from None
+    try:
+        _Study.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(f"the stored study is not a study llamalab wrote: {describe(e, 'study', 1)}") from None
     return v
 
 
@@ -80,6 +85,64 @@ class _Row(BaseModel):
         if self.model_extra:
             shallow(self.model_extra)
         return self
+
+
+# ---------------------------------------------------------------- the stored study, as reports read it
+
+
+class _StudyEntry(_Row):
+    """A `[[builds]]` or `[[settings]]` entry."""
+    name: str
+    label: str | None = None
+    args: list[str] = Field(default_factory=list)
+    cmake: dict[str, str | SqlInt | bool] = Field(default_factory=dict)
+    min_devices: Int = None
+    requires: list[str] = Field(default_factory=list)
+    bin: str | None = None
+    source: str | None = None
+
+
+class _StudyWorkload(_Row):
+    prompt_tokens: Count | list[Count] | None = None
+    output_tokens: Count | list[Count] | None = None
+    output: str | None = None
+    repeats: Int = None
+    warmup: Int = None
+    concurrency: list[Count] = Field(default_factory=list)
+    order: str | None = None
+    threshold: Annotated[float, Field(ge=0, lt=1)] | None = None
+    request_timeout_s: Num = None
+
+
+class _StudyServer(_Row):
+    args: list[str] = Field(default_factory=list)
+    ctx: Int = None
+    parallel: Int = None
+    host: str | None = None
+    fit_target_mib: list[SqlInt] | None = None
+    ready_timeout_s: Num = None
+
+
+class _StudyDevices(_Row):
+    backend: str | None = None
+    count: Int = None
+    host: str | None = None
+    vram: list[str] | None = None
+    rpc: list[str | dict[str, Any]] = Field(default_factory=list)
+
+
+class _Study(_Row):
+    """A run's effective study (`runs.study_toml`): the keys reports read, typed; the rest as TOML holds it."""
+    name: str | None = None
+    description: str | None = None
+    builds: list[_StudyEntry] = Field(default_factory=list)
+    settings: list[_StudyEntry] = Field(default_factory=list)
+    workload: _StudyWorkload | None = None
+    server: _StudyServer | None = None
+    devices: _StudyDevices | None = None
+    model: dict[str, Any] | None = None
+    source: dict[str, Any] | None = None
+    tune: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- JSON columns that reports read
@@ -425,11 +488,11 @@ class _Tune(_Row):
     default: _TuneConfig | None = None
     candidates: list[_TuneConfig] = Field(default_factory=list)
     goal: str | None = None
-    parallel: Int = None
-    threshold: Num = None
-    min_context: Int = None
-    min_gen_tps: Num = None
-    need_context: Int = None
+    parallel: Annotated[int, Field(ge=1, le=4096)] | None = None
+    threshold: Annotated[float, Field(ge=0, lt=1)] | None = None
+    min_context: Count | None = None
+    min_gen_tps: Annotated[float, Field(ge=0, le=BIG)] | None = None
+    need_context: Count | None = None
     model: _TuneModel | None = None
     rig: _TuneRig | None = None
     space: _TuneSpace | None = None
