@@ -45,9 +45,10 @@ def levels(data: RunData) -> list[int]:
     return sorted({int(t["concurrency"]) for t in data.trials})
 
 
-def all_rows(data: RunData) -> list[dict]:
-    """The seed table at every concurrency level, single stream first."""
-    return [r for level in levels(data) for r in tables.rows(data, level)]
+def all_rows(data: RunData) -> Iterator[dict]:
+    """The seed table at every concurrency level, single stream first (one level's rows at a time)."""
+    for level in levels(data):
+        yield from tables.rows(data, level)
 
 
 def configs_of(data: RunData) -> list[dict]:
@@ -91,33 +92,52 @@ def other_tables(data: RunData) -> dict[str, list[dict]]:
     return {name: [readable(r) for r in rows] for name, rows in data.tables.items() if name not in NESTED}
 
 
+# the parts of the JSON report with a row per trial: streamed by `pieces`
+STREAMED = ("trials", "rows")
+
+
 def document(data: RunData, *, seed: int = 0) -> dict:
     """The JSON report as one dict (every trial in it: see `pieces` for a run too large to hold twice)."""
     doc = _document(data, seed)
-    doc["trials"] = list(doc["trials"])
+    for k in STREAMED:
+        doc[k] = list(doc[k])
     return doc
 
 
 def pieces(data: RunData, *, seed: int = 0) -> Iterator[str]:
-    """The JSON report's text (`data.dumps(document(data)) + "\\n"`, the same value), in pieces: its trials are
-    written one at a time, as they are read (`trials_of`)."""
+    """The JSON report's text (`data.dumps(document(data)) + "\\n"`, the same value), in pieces: the parts with a
+    row per trial (`STREAMED`) are written one row at a time, as they are made."""
     doc = _document(data, seed)
-    keys = list(doc)
-    at = keys.index("trials")
-    head = dumps({k: doc[k] for k in keys[:at]})
-    tail = dumps({k: doc[k] for k in keys[at + 1:]})
-    yield (head[:-2] + ",\n" if at else "{\n") + '  "trials": ['
+    parts: list[str] = []  # what is written so far of the current piece
+    pending: dict = {}
+
+    def flush() -> None:
+        if pending:
+            parts.append(dumps(pending)[2:-2])  # its keys, without the braces
+            pending.clear()
+
     first = True
-    buf: list[str] = []
-    for t in doc["trials"]:
-        buf.append(("\n    " if first else ",\n    ") + dumps(t).replace("\n", "\n    "))
-        first = False
-        if len(buf) >= 256:
-            yield "".join(buf)
-            buf = []
-    buf.append("]" if first else "\n  ]")
-    buf.append((",\n" + tail[2:]) if at < len(keys) - 1 else "\n}")
-    yield "".join(buf) + "\n"
+    for k, v in doc.items():
+        if k not in STREAMED:
+            pending[k] = v
+            continue
+        flush()
+        parts.append(f"{dumps(k)}: [")
+        head = ",\n".join(parts[:-1])
+        yield ("{\n" if first else ",\n") + head + (",\n  " if head else "  ") + parts[-1]
+        first, parts = False, []
+        empty = True
+        buf: list[str] = []
+        for item in v:
+            buf.append(("\n    " if empty else ",\n    ") + dumps(item).replace("\n", "\n    "))
+            empty = False
+            if len(buf) >= 256:
+                yield "".join(buf)
+                buf = []
+        yield "".join(buf) + ("]" if empty else "\n  ]")
+    flush()
+    rest = ",\n".join(parts)
+    yield ("{\n" if first else ",\n" if rest else "") + rest + "\n}\n"
 
 
 def _document(data: RunData, seed: int) -> dict:
