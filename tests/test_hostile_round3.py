@@ -579,3 +579,14 @@ def test_a_stored_study_of_another_shape_is_refused_or_rendered(tmp_path, env):
                 for cmd in (["report"], ["compare", RID, RID]):
                     done = call(*cmd, "--db", str(db), env=env)
                     assert done.returncode == 0 or "error:" in done.stderr, (path, bad, done.stderr)
+
+
+def test_an_export_piped_into_import_is_read_twice_all_the_same(tmp_path, env):
+    """`ssh rig llamalab export | llamalab import /dev/stdin`: a pipe cannot be read twice, so it is kept in a
+    temporary file first (a guard: 68344b3 read the whole text once)."""
+    db = tmp_path / "d.db"
+    text = (runfixtures.RUNS / f"{runfixtures.DEMO}.json").read_text()
+    done = subprocess.run([sys.executable, "-m", "llamalab.cli", "import", "/dev/stdin", "--db", str(db)], input=text,
+                          capture_output=True, text=True, env={**os.environ, **env}, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"imported run {RID}" in done.stdout

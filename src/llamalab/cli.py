@@ -504,11 +504,21 @@ class _Source:
 
     def __init__(self, path: Path):
         import hashlib
+        import shutil
+        import tempfile
 
         self.path = path
         self.f = open(path, "rb")
+        if not self.f.seekable():  # a pipe (`… | llamalab import /dev/stdin`): kept in a temporary file to read twice
+            spool = tempfile.TemporaryFile()
+            shutil.copyfileobj(self.f, spool, self.PIECE)
+            self.f.close()
+            self.f = spool
         self.digest: bytes | None = None
         self._sha = hashlib.sha256
+
+    def close(self) -> None:
+        self.f.close()
 
     def pieces(self, check: bool = False):
         import codecs
@@ -543,10 +553,12 @@ def import_cmd(file, db) -> None:
     from .store.db import Store
 
     source = _Source(file)
-    # read twice as a stream: checked whole before the database is opened, then put in one transaction
-    checked = exchange.check(exchange.scan(source.pieces()), name=str(file))
-    with Store(db or default_db()) as store:
-        result = exchange.import_file(store, lambda: exchange.scan(source.pieces(check=True)), checked)
+    try:  # read twice as a stream: checked whole before the database is opened, then put in one transaction
+        checked = exchange.check(exchange.scan(source.pieces()), name=str(file))
+        with Store(db or default_db()) as store:
+            result = exchange.import_file(store, lambda: exchange.scan(source.pieces(check=True)), checked)
+    finally:
+        source.close()
     from .safetext import plain
 
     click.echo(plain(result.message))  # it names the imported run: someone else's text
