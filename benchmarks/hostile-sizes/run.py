@@ -1,7 +1,7 @@
 """Hostile sizes (issue 26): time and peak memory of llamalab's commands on inputs as large as a user or an attacker
 can make them. The script makes every input itself, runs the real `llamalab` command line on each in a child process
-and reads that child's CPU time, wall time and peak RSS from the kernel (`os.wait4`: the child's own rusage, not this
-script's). It prints a Markdown table and writes it, with the machine it ran on, to results.md beside it.
+and reads that child's CPU time, wall time and peak RSS from the kernel (`os.wait4` for its CPU time, its own /proc VmHWM for its
+peak RSS). It prints a Markdown table and writes it, with the machine it ran on, to results.md beside it.
 
     .venv/bin/python benchmarks/hostile-sizes/run.py                 # everything (a few minutes on 2 cores)
     .venv/bin/python benchmarks/hostile-sizes/run.py --trials 8000   # a smaller run
@@ -100,21 +100,29 @@ class Measured:
     tracebacks: int
 
 
+# `llamalab ARGV`, then the process's own peak RSS (VmHWM: the high-water mark of its memory after exec; a fork's
+# rusage maxrss would count the memory of this script it was copied from)
+_MEASURED = ("import sys\nfrom llamalab import cli\nrc = cli.entry(sys.argv[1:])\n"
+             "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM'))\n"
+             "sys.stderr.write('\\nVmHWM ' + hwm.split()[1] + '\\n')\nsys.exit(rc)\n")
+
+
 def measure(what: str, argv: list[str], input_mb: float, max_s: float | None, max_rss_mb: float | None,
             bound: str) -> Measured:
-    """Run `llamalab ARGV` as a child and read its own rusage (CPU, peak RSS) when it ends. Without bounds (None)
-    the row is a figure for the record: it counts as within when the command succeeds."""
+    """Run `llamalab ARGV` as a child: its CPU time from its rusage (`os.wait4`), its peak RSS from its own VmHWM.
+    Without bounds (None) the row is a figure for the record: it counts as within when the command succeeds."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen([sys.executable, "-m", "llamalab.cli", *argv], stdout=out, stderr=err)
+        p = subprocess.Popen([sys.executable, "-c", _MEASURED, *argv], stdout=out, stderr=err)
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        text = out.read().decode("utf-8", "replace") + err.read().decode("utf-8", "replace")
+        errtext, _, kib = err.read().decode("utf-8", "replace").rpartition("\nVmHWM ")
+        text = out.read().decode("utf-8", "replace") + errtext
     cpu = ru.ru_utime + ru.ru_stime
-    rss = ru.ru_maxrss / 1024  # KiB on Linux
+    rss = int(kib) / 1024
     ok = p.returncode == 0 and (max_s is None or wall < max_s) and (max_rss_mb is None or rss < max_rss_mb)
     m = Measured(what, input_mb, cpu, wall, rss, p.returncode, bound, ok, text.count("Traceback"))
     print(f"{what}: {wall:.2f} s wall, {cpu:.2f} s CPU, {rss:.0f} MB peak RSS, exit {p.returncode}"
@@ -151,6 +159,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, default=None, help="make the inputs in this folder and keep them")
     a = ap.parse_args()
     rows: list[Measured] = []
+    notes: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = a.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -168,6 +177,8 @@ def main() -> int:
                                 "< 30 s, < 500 MB"))
             rows.append(measure(f"export, {n} trials", ["export", "--db", str(env_db), "-o", str(work / "e.json")],
                                 size, 30, 500, "< 30 s, < 500 MB"))
+            notes.append(f"The export it wrote is {(work / 'e.json').stat().st_size / MB:.0f} MB (one row a line); "
+                         f"the input, in the layout of 68344b3's exports (json.dumps, indent=1), {size:.0f} MB.")
             rid = json.loads(subprocess.run([sys.executable, "-m", "llamalab.cli", "runs", "--json", "--db",
                                              str(env_db)], capture_output=True, text=True).stdout)[0]["id"]
             rows.append(measure(f"compare, {n} trials a side", ["compare", rid, rid, "--db", str(env_db)], size,
@@ -193,6 +204,7 @@ def main() -> int:
     tracebacks = sum(m.tracebacks for m in rows)
     a.out.write_text("# Hostile sizes: results\n\n`" + " ".join(["python", "benchmarks/hostile-sizes/run.py",
                                                                *sys.argv[1:]]) + "`\n\n" + text
+                     + "".join(f"\n{n}\n" for n in notes)
                      + f"\nMachine: {machine()}.\n\n'Traceback' in the outputs: {tracebacks}.\n")
     return 0 if all(m.ok for m in rows) and not tracebacks else 1
 
