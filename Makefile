@@ -24,7 +24,7 @@ test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 # The fast suite: no llama.cpp and no network (it passes inside `unshare -n` once `make setup` has installed
-# everything), under a minute on two cores. Its tests are independent of each other, so they run on one
+# everything), about a minute on two cores. Its tests are independent of each other, so they run on one
 # pytest-xdist worker per core (at most 8; an idle worker takes tests queued for a busy one). `make test` runs
 # everything in one process: the llama.cpp tests share one build and time real servers.
 FAST = -m "not llama and not slow and not network" -n auto --maxprocesses 8 --dist worksteal
