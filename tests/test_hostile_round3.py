@@ -541,25 +541,12 @@ def test_a_wrong_type_anywhere_two_levels_deep_is_refused_or_rendered(tmp_path, 
     _sweep(tmp_path, env, name, 2, WRONG)
 
 
-def _toml_of(data: dict) -> str:
-    """A study dict as TOML (tables, then arrays of tables; spec's value writer)."""
-    from llamalab.study.spec import _toml_key, _toml_value
-
-    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items()
-             if not isinstance(v, dict) and not (isinstance(v, list) and v and isinstance(v[0], dict))]
-    for k, v in data.items():
-        if isinstance(v, dict):
-            lines += ["", f"[{_toml_key(k)}]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items()]
-        elif isinstance(v, list) and v and isinstance(v[0], dict):
-            for item in v:
-                lines += ["", f"[[{_toml_key(k)}]]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in item.items()]
-    return "\n".join(lines) + "\n"
-
-
 def test_a_stored_study_of_another_shape_is_refused_or_rendered(tmp_path, env):
     """The run's study as stored (TOML): every key a report reads set to a string, a number or a list. 68344b3
     crashed even the import (`workload = "x"`) and report (`builds = -1`, `builds[0].name = [1]`, `cmake = "x"`)."""
     import tomllib
+
+    from llamalab.study import spec
 
     base = runfixtures.doc()
     study = tomllib.loads(base["tables"]["runs"][0]["study_toml"])
@@ -573,7 +560,7 @@ def test_a_stored_study_of_another_shape_is_refused_or_rendered(tmp_path, env):
                 node = node[k]
             node[path[-1]] = bad
             d = copy.deepcopy(base)
-            d["tables"]["runs"][0]["study_toml"] = _toml_of(s)
+            d["tables"]["runs"][0]["study_toml"] = spec.toml_text(s)
             f = _export(tmp_path, d, f"s{i}-{j}.json")
             db = tmp_path / f"s{i}-{j}.db"
             if call("import", str(f), "--db", str(db), env=env).returncode == 0:

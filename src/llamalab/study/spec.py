@@ -525,7 +525,11 @@ def _toml_key(k: str) -> str:
 
 def to_toml(study: Study) -> str:
     """The effective study (file + overrides) as a TOML document that `load` reads back to an equal Study."""
-    data = study.model_dump(exclude_none=True)
+    return toml_text(study.model_dump(exclude_none=True))
+
+
+def toml_text(data: dict[str, Any]) -> str:
+    """A study's data (keys, tables, arrays of tables) as TOML text."""
     lines = []
     for k, v in data.items():
         if not isinstance(v, (dict, list)) or (isinstance(v, list) and not (v and isinstance(v[0], dict))):
