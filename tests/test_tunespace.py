@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.llamacpp import models, standin
+from llamalab.llamacpp import maxctx, models, standin
 from llamalab.report import tune as rtune
 from llamalab.run import plan, tune, tunespace as ts
 
@@ -87,7 +87,12 @@ def test_prediction_against_a_verifying_dry_run(tmp_path):
     for pred, meas in zip(p.used_mib, real.used(), strict=True):
         assert pred == pytest.approx(meas, abs=3.0)  # the log's breakdown rows are whole MiB
     assert all(o <= 0 for o in ts.over_budget(real, RIG))
-    assert ts.next_context(real, p.slopes, RIG, lay.n_ctx_train) is None  # less than a step of room is left
+    # less than a step of room is left: the search from this dry run and the predicted slopes ends here
+    steps = [43520 + 256 * k for k in range(1, 3)]
+    over = {n: tuple(u + s * (n - 43520) for u, s in zip(real.used(), p.slopes, strict=True)) for n in steps}
+    res, _ = maxctx.largest_within(lambda n: over[n], RIG.avail_mib, lay.n_ctx_train, slopes=p.slopes,
+                                   known={43520: tuple(real.used())})
+    assert res.n_ctx == 43520 and res.exact
 
 
 def test_experts_in_host_memory_predicted_from_the_no_pipeline_group(tmp_path):
@@ -162,15 +167,6 @@ def test_for_real_takes_both_ends():
     assert ts.for_real(items, "context", 2, GPU) == [0, 3]
     assert ts.for_real(items, "throughput", 3, GPU) == [0, 1, 3]
     assert ts.for_real(items, "context", 9, GPU) == [0, 1, 2, 3, 4]
-
-
-def test_next_context_steps_down_then_up():
-    m = ts.Measured(n_ctx=40960, devices=(ts.DeviceMib(100, 150, 10), ts.DeviceMib(100, 100, 10)))
-    # device 0 is 24 MiB over 236: at 0.004 MiB per token that is 6,000 tokens, rounded up to whole steps
-    assert ts.next_context(m, [0.004, 0.004], RIG, 65536) == 40960 - 24 * 256
-    room = ts.Measured(n_ctx=20480, devices=(ts.DeviceMib(100, 50, 10), ts.DeviceMib(100, 50, 10)))
-    assert ts.next_context(room, [0.004, 0.004], RIG, 65536) == 20480 + 74 * 256  # 76 MiB of room: 19,000 tokens
-    assert ts.next_context(room, [0.004, 0.004], RIG, 20480) is None  # at the training context already
 
 
 def test_auto_n_cpu_moe_for_30b_a3b_on_16_and_12_gib():

@@ -101,6 +101,13 @@ def _study_options(f):
                      help="Afterwards, load every fitted context again with fit off (verify), or also bisect -c up "
                      "to the model's training context for the largest that loads, within [devices] vram budgets "
                      "if any (search; at most 6 loads per configuration).")(f)
+    f = click.option("--budget-context", type=click.Choice(["auto", "always", "off"]), default="auto",
+                     show_default=True,
+                     help="With [devices] vram budgets: afterwards, find each configuration's largest context within "
+                     "every device's budget (and within them less llama.cpp's margin) by dry runs at fixed -c "
+                     "(auto: where llama.cpp's fit left a device over its budget, then for every "
+                     "configuration; always: for every configuration). --max-context verify loads each for "
+                     "real.")(f)
     f = click.option("--host", default=None, metavar="ADDR",
                      help="Bind llama-server and rpc-servers to ADDR instead of 127.0.0.1 (rpc-server has no "
                      "authentication: only on networks you trust).")(f)
@@ -108,7 +115,7 @@ def _study_options(f):
 
 
 def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
-               host, trust, model=None) -> None:
+               budget_context, host, trust, model=None) -> None:
     from .paths import default_db
     from .store.db import Store
 
@@ -121,7 +128,7 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
     from .run import runner, session
     from .run.progress import RichProgress, StderrProgress
     opts = session.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
-                          crosscheck=crosscheck, max_context=max_context)
+                          crosscheck=crosscheck, max_context=max_context, budget_context=budget_context)
     if resume:
         runids.check_ref(resume, "--resume")
     # before anything is built or run: the database opens, is sound, no other run is being measured in it, and

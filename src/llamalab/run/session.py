@@ -38,6 +38,9 @@ class Options:
     crosscheck: bool = False  # after the study: llama-bench on the first configuration, and wall vs server time
     max_context: str = "off"  # off | verify (load each fitted context again, fit off) | search (bisect -c upwards)
     max_context_probes: int = 6
+    # the largest context within every device's budget, by dry runs (run.budgetfit): auto (where llama.cpp's fit
+    # failed or left a device over its budget) | always (every configuration of a budgeted study) | off
+    budget_context: str = "auto"
 
 
 @dataclass

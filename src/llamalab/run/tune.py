@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..llamacpp import budget, server as servermod, standin
+from ..llamacpp import budget, maxctx, server as servermod, standin
 from ..paths import cache_home, data_home, default_db
 from ..rig import devices
 from ..store.db import Store
@@ -294,40 +294,36 @@ def _predict_and_verify(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout,
 
 
 def _verify(c: ts.Candidate, p: ts.Prediction, rig: ts.Rig, dr: _Runner, floor: int, cap: int) -> dict:
-    """Dry runs of the candidate's exact command: at the predicted context, then stepped (at most three more) to
-    the largest context every device holds."""
-    slopes = list(p.slopes)
-    tried: dict[int, ts.Measured] = {}
-    ctx: int | None = p.n_ctx
-    runs = 0
-    last_error = None
-    while ctx is not None and ctx >= max(floor, ts.STEP) and ctx not in tried and runs < 4:
-        m, d = dr.measure(c, ctx)
-        runs += 1
+    """Dry runs of the candidate's exact command, from its predicted context and the predicted MiB per token, to
+    the largest context (a multiple of 256) that keeps every device within its budget less the margin: the search
+    `run`'s and `plan`'s contexts within budgets use too (`llamacpp.maxctx.largest_within`), exact when it ends."""
+    measured: dict[int, ts.Measured] = {}
+    last_error: list[str] = []
+
+    def measure(n: int):
+        m, d = dr.measure(c, n)
         if m is None:
-            last_error = d.error
-            break
-        if tried:  # measured slopes from two points replace the predicted ones
-            prev = tried[max(tried)] if max(tried) != ctx else tried[min(tried)]
-            dc = ctx - prev.n_ctx
-            if dc:
-                slopes = [max((a - b) / dc, s * 0.5) for a, b, s in
-                          zip(m.used(), prev.used(), slopes, strict=True)]
-        tried[ctx] = m
-        ctx = ts.next_context(m, slopes, rig, cap)
-    ok = {n: m for n, m in tried.items() if all(o <= 0 for o in ts.over_budget(m, rig))}
-    if not ok:
-        worst = tried[min(tried)] if tried else None
-        why = (f"the dry run failed: {last_error}" if last_error else
-               f"over a budget even at {min(tried):,} tokens" if worst else "no context was left to try")
+            last_error.append(d.error or "failed")
+            return d.error or "the dry run gave no figures"
+        measured[n] = m
+        return m.used()
+
+    start = max(p.n_ctx, ts.STEP) if p.n_ctx else None
+    res, _ = maxctx.largest_within(measure, rig.avail_mib, cap, start=start, slopes=p.slopes, max_runs=6)
+    runs = len(measured) + len(last_error)
+    if res.n_ctx is None or res.n_ctx not in measured:
+        worst = measured[min(measured)] if measured else None
+        why = (f"the dry run failed: {last_error[-1]}" if last_error and not measured else
+               f"over a budget even at {min(measured):,} tokens" if worst else "no context was left to try")
         return _record(c, rig, status="infeasible", reason=why, predicted_n_ctx=p.n_ctx, dry_runs=runs,
                        devices_mib=[round(u, 2) for u in worst.used()] if worst else None)
-    best = ok[max(ok)]
+    best = measured[res.n_ctx]
     if best.n_ctx < floor:
         return _record(c, rig, status="infeasible", reason=f"holds {best.n_ctx:,} tokens, fewer than {floor:,}",
                        predicted_n_ctx=p.n_ctx, dry_runs=runs, n_ctx=best.n_ctx)
     return _record(c, rig, status="verified", predicted_n_ctx=p.n_ctx, n_ctx=best.n_ctx, dry_runs=runs,
-                   devices_mib=[round(u, 2) for u in best.used()], host_mib=round(best.host.used, 2))
+                   devices_mib=[round(u, 2) for u in best.used()], host_mib=round(best.host.used, 2),
+                   exact=res.exact)
 
 
 def candidate_of(rec: dict) -> ts.Candidate:

@@ -448,24 +448,6 @@ def over_budget(m: Measured, rig: Rig) -> list[float]:
     return [u - a for u, a in zip(m.used(), rig.avail_mib, strict=True)]
 
 
-def next_context(m: Measured, slopes: Sequence[float], rig: Rig, cap: int) -> int | None:
-    """After a verifying dry run at m.n_ctx: the context to try next (lower where a device is over its budget,
-    higher where every device has room for at least one more step), or None to keep m.n_ctx."""
-    over = over_budget(m, rig)
-    if any(o > 0 for o in over):
-        drop = max(o / s for o, s in zip(over, slopes, strict=True) if o > 0 and s > 0) if any(
-            s > 0 for o, s in zip(over, slopes, strict=True) if o > 0) else math.inf
-        if not math.isfinite(drop):
-            return 0
-        ctx = m.n_ctx - math.ceil(drop / STEP) * STEP
-        return max(0, ctx)
-    if m.n_ctx >= cap:
-        return None
-    room = min((-o / s for o, s in zip(over, slopes, strict=True) if s > 0), default=math.inf)
-    up = cap if not math.isfinite(room) else min(cap, m.n_ctx + int(room // STEP) * STEP)
-    return up if up >= m.n_ctx + STEP else None
-
-
 # ---------------------------------------------------------------- dominance and the front
 
 

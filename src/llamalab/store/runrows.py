@@ -110,6 +110,7 @@ class _Ledger(_Row):
     breakdown_projected: list[_BreakdownRow] = Field(default_factory=list)
     breakdown_final: list[_BreakdownRow] = Field(default_factory=list)
     device_memory: dict[str, list[int]] = Field(default_factory=dict)
+    device_desc: dict[str, str] = Field(default_factory=dict)
     kv_bytes_per_token: dict[str, float] = Field(default_factory=dict)
     one_copy_saving: Json | None = None
 
@@ -249,6 +250,15 @@ class TuneRow(_Row):
     result_json: Json
 
 
+class BudgetFitRow(_Row):
+    build: str
+    setting: str
+    budget_n_ctx: Int = None
+    margin_n_ctx: Int = None
+    verified: Int = None
+    result_json: Json
+
+
 class Tables(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -262,6 +272,7 @@ class Tables(BaseModel):
     crosschecks: list[CrosscheckRow] = Field(default_factory=list)
     context_checks: list[ContextCheckRow] = Field(default_factory=list)
     tunes: Annotated[list[TuneRow], Field(max_length=1)] = Field(default_factory=list)
+    budget_fits: list[BudgetFitRow] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self) -> "Tables":
