@@ -220,10 +220,11 @@ def _print_table(data) -> None:
         console.print(T("• " + line))
     key = summary.key_speed_lines(data)
     if len(data.cells) > 1:  # a grid: the verdicts that say something; the map and the table below say the rest
-        telling = [x for x in key if not x.endswith("— no measurable difference")]
+        telling = [x for x in key if not x.endswith(("— no measurable difference", "— untested (one trial)"))]
         if len(telling) < len(key):
-            telling.append(f"({len(key) - len(telling)} more: no measurable difference; every comparison is in the "
-                           "report)")
+            telling.append(f"({len(key) - len(telling)} more: no measurable difference"
+                           + (" or untested with one trial" if any(x.endswith("— untested (one trial)") for x in key)
+                              else "") + "; every comparison is in the report)")
         key = telling
     for line in key:
         console.print(T("• " + line))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from ..run import stats
 from . import context, speed
 from .data import RunData
 from .summary import _study_cmake
@@ -91,6 +92,7 @@ class Assessment:
     costs: list[Claim] = field(default_factory=list)
     same: list[dict] = field(default_factory=list)  # comparisons with no measurable difference
     unlike: list[dict] = field(default_factory=list)  # comparisons that are not comparable
+    untested: list[dict] = field(default_factory=list)  # one trial on a side: a ratio, no verdict
     notes: list[str] = field(default_factory=list)  # neither bought nor paid: freed memory without a context gain
     unneeded_context: str = ""  # a context gain in a use that does not need it (short prompts)
     context_gain: int = 0
@@ -149,6 +151,8 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
             a.costs.append(Claim("speed", text, c, _label(c, scope, many_outputs)))
         elif c["verdict"] == speed.NOT_COMPARABLE:
             a.unlike.append(c)
+        elif c["verdict"] == stats.UNTESTED:
+            a.untested.append(c)
         else:
             a.same.append(c)
     row = ctx.get((build, scope.setting))
@@ -235,6 +239,7 @@ class Row:
     measured_any: bool = True
     baseline_is: str = "llama.cpp's default"  # what the baseline is, in words ("llama.cpp b11312" among versions)
     context_unknown: str = ""  # the chosen build's (or, keeping the default, the alternative's) context is not known
+    untested: list[dict] = field(default_factory=list)  # comparisons of one trial: a ratio, neither bought nor paid
 
     def as_json(self) -> dict:
         return {"use": self.use, "title": self.title, "setting": self.setting, "build": self.build,
@@ -244,6 +249,7 @@ class Row:
                 "buy_comparisons": [c.comparison for c in self.buys if c.comparison],
                 "no_difference": [f"{speed.metric(c['metric']).short} {ratio_text(c)}" for c in self.same],
                 "not_comparable": [f"{speed.metric(c['metric']).short}: {c['reason']}" for c in self.unlike],
+                "untested": [f"{speed.metric(c['metric']).short} {ratio_text(c)}" for c in self.untested],
                 "notes": self.notes, "measured": self.measured, "alternatives": self.alternatives,
                 "versus": self.versus, "context_only": self.context_only,
                 "context_unknown": self.context_unknown or None}
@@ -322,7 +328,8 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
             rows.append(Row(scope.use, scope.title, setting, pick.build, base, False, action(data, pick.build),
                             pick.buys, pick.costs, pick.same, pick.unlike, notes,
                             _measured(data, scope, pick.build, base), alts, None, context_only, measured_any,
-                            context_unknown=pick.context_unknown if CONTEXT_MATTERS[scope.use] else ""))
+                            context_unknown=pick.context_unknown if CONTEXT_MATTERS[scope.use] else "",
+                            untested=pick.untested))
             continue
         # nothing buys anything here: keep the default, weighed against the best alternative
         ref = sorted(assessed, key=lambda a: (a.moved, -a.context_gain, not a.context_unknown, -a.freed_mib,
@@ -350,7 +357,8 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
                         alt.same if alt else [], alt.unlike if alt else [], notes,
                         _measured(data, scope, alt.build if alt else base, base), [],
                         alt.build if alt else None, False, measured_any, baseline_is(data, base),
-                        context_unknown=alt.context_unknown if alt and CONTEXT_MATTERS[scope.use] else ""))
+                        context_unknown=alt.context_unknown if alt and CONTEXT_MATTERS[scope.use] else "",
+                        untested=alt.untested if alt else []))
     return rows
 
 
@@ -361,6 +369,12 @@ def _join(items: list[str]) -> str:
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _untested_text(untested: list[dict]) -> str:
+    """"untested with one trial: prompt t/s 0.85×, …": measured once, neither a gain nor a cost."""
+    names = list(dict.fromkeys(f"{speed.metric(c['metric']).short} {ratio_text(c)}" for c in untested))
+    return f"untested with one trial: {_join(names)}" if names else ""
 
 
 def _same_text(same: list[dict]) -> str:
@@ -401,6 +415,8 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
             reasons.append(_join(r.notes))
         if r.same and not said_same:
             reasons.append(f"{_same_text(r.same)} ({r.versus} vs {r.baseline})")
+        if r.untested:
+            reasons.append(f"{_untested_text(r.untested)} ({r.versus} vs {r.baseline})")
         if r.unlike:
             reasons.append("not comparable: " + _join(
                 list(dict.fromkeys(f"{speed.metric(c['metric']).short} ({c['reason']})" for c in r.unlike))))
@@ -414,6 +430,8 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
         s += f"; {r.context_unknown}"
     if r.same:
         s += f"; {_same_text(r.same)}"
+    if r.untested:
+        s += f"; {_untested_text(r.untested)}"
     if r.unlike:
         s += "; not comparable: " + _join(list(dict.fromkeys(
             f"{speed.metric(c['metric']).short} ({c['reason']})" for c in r.unlike)))
@@ -483,6 +501,8 @@ def table_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         extra = [n for n in r.notes]
         if r.same:
             extra.append(_same_text(r.same))
+        if r.untested:
+            extra.append(_untested_text(r.untested))
         if r.unlike:
             extra.append("not comparable: " + ", ".join(dict.fromkeys(speed.metric(c["metric"]).short
                                                                        for c in r.unlike)))

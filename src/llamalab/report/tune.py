@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from ..llamacpp import argv
 from ..run import tunespace as ts
 from ..store import jsoncol
-from . import stats
+from ..run import stats
+from ..run.tunepick import Pick, compare, measured_front, pick
 from .data import RunData
 from .tables import markdown_table
 
@@ -51,115 +52,6 @@ class View:
 
 
 # ---------------------------------------------------------------- measured speeds (stage two)
-
-
-def compare(base: ts.Measures, cand: ts.Measures, metric: str, threshold: float) -> tuple[stats.Ratio, str] | None:
-    """cand / base in one speed: ratio with its bootstrap interval, and the verdict."""
-    bx, cx = base.samples.get(metric) or [], cand.samples.get(metric) or []
-    if not bx or not cx or min(bx) <= 0:
-        return None
-    r = stats.ratio(bx, cx)
-    return r, stats.verdict(r, threshold)
-
-
-def measured_front(ms: Sequence[ts.Measures], threshold: float) -> list[str]:
-    """Names of the measured configurations no other beats: at least the context, no speed measurably slower (nor a
-    median more than twice the threshold below, as `pick` requires), and ahead in context or measurably faster in
-    a speed."""
-    out = []
-    for c in ms:
-        beaten = False
-        for d in ms:
-            if d.name == c.name or d.n_ctx < c.n_ctx:
-                continue
-            cmp = [v for m in ts.SPEEDS if (v := compare(c, d, m, threshold)) is not None]
-            if any(v[1] == "slower" or v[0].ratio < 1 - 2 * threshold for v in cmp):
-                continue
-            if d.n_ctx > c.n_ctx or any(v[1] == "faster" for v in cmp):
-                beaten = True
-                break
-        if not beaten:
-            out.append(c.name)
-    return out
-
-
-@dataclass(frozen=True)
-class Pick:
-    name: str
-    reason: str
-    considered: tuple[str, ...]  # the configurations that met the constraints
-
-
-def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int = 0, min_gen_tps: float | None = None,
-         need_context: int = 0, threshold: float = 0.02, default_fits: bool = True) -> Pick:
-    """The configuration for the goal. Context: the most context among those that hold `min_context` (and the K
-    requests' `need_context`) and whose generation is at least `min_gen_tps` — without a floor, not measurably
-    slower than the default's (no "slower" verdict, and a median ratio no more than twice the threshold below 1,
-    so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation.
-    Throughput: the highest aggregate output t/s at K requests among those that hold the context asked for (and
-    meet a generation floor if one is given); ties go to more context. The default is a candidate too, unless it
-    does not fit the budgets (`default_fits`). Its speed is the floor, as what the user has without tuning — but a
-    default that does not fit is not something these cards can run: where nothing that fits is as fast as it (an
-    MoE model whose experts must leave the GPUs), the floor is the fastest configuration that fits instead, and
-    the reason says so."""
-    by = {m.name: m for m in ms}
-    floor = max(min_context, need_context)
-    why_out: dict[str, str] = {}
-    fits: list[ts.Measures] = []
-    for m in ms:
-        gen = m.median("output_tps")
-        if m.name == default and not default_fits:
-            why_out[m.name] = "does not fit the budgets"
-        elif m.n_ctx < floor:
-            why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
-        elif gen is None:
-            why_out[m.name] = "no generation measured"
-        elif min_gen_tps is not None and gen < min_gen_tps:
-            why_out[m.name] = f"generates {gen:.1f} t/s, under the {min_gen_tps:g} t/s floor"
-        else:
-            fits.append(m)
-
-    def as_fast(base: ts.Measures | None, who: str) -> tuple[list[ts.Measures], dict[str, str]]:
-        """Those in `fits` not measurably slower in generation than `base` (all of them without a base)."""
-        if min_gen_tps is not None or goal != "context" or base is None:
-            return list(fits), {}
-        keep, out = [], {}
-        for m in fits:
-            v = None if m.name == base.name else compare(base, m, "output_tps", threshold)
-            if v is not None and (v[1] == "slower" or v[0].ratio < 1 - 2 * threshold):
-                out[m.name] = (f"generation {stats.format_ratio(v[0])} of {who}: "
-                               + ("measurably slower" if v[1] == "slower" else
-                                  f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
-            else:
-                keep.append(m)
-        return keep, out
-
-    ok, slower = as_fast(by.get(default), "the default's")
-    speed_floor = "the default"
-    if not ok and not default_fits and fits:
-        # the default cannot run on these cards: the fastest configuration that can sets the pace instead
-        fastest = max(fits, key=lambda m: m.median("output_tps") or 0.0)
-        ok, slower = as_fast(fastest, f"{fastest.name}'s")
-        speed_floor = (f"{fastest.name}, the fastest configuration that fits (llama.cpp's default does not fit "
-                       f"the budgets and everything that fits is slower than it)")
-    why_out |= slower
-    if not ok:
-        return Pick(default, "no configuration met the constraints (" + "; ".join(
-            f"{k}: {v}" for k, v in list(why_out.items())[:4]) + "): keep llama.cpp's default"
-            + ("" if default_fits else ", which does not fit the budgets either (relax --min-gen-tps or "
-               "--min-context)"), ())
-    if goal == "throughput":
-        def key(m: ts.Measures):
-            return (m.median("aggregate_output_tps") or m.median("output_tps") or 0.0, m.n_ctx)
-        best = max(ok, key=key)
-        val = best.median("aggregate_output_tps") or best.median("output_tps") or 0.0
-        reason = f"the highest aggregate output ({val:,.1f} t/s) with at least {floor:,} tokens of context"
-    else:
-        best = max(ok, key=lambda m: (m.n_ctx, m.median("output_tps") or 0.0))
-        floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
-                     else f"generating not measurably slower than {speed_floor}")
-        reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
-    return Pick(best.name, reason, tuple(m.name for m in ok))
 
 
 # ---------------------------------------------------------------- the view
