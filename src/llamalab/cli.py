@@ -708,11 +708,24 @@ def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides,
               help="Results database (default ~/.local/share/llamalab/results.db).")
 @click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the dry runs' llama-server logs in this folder.")
-@click.option("--fresh", is_flag=True, help="Start a new run even if this tune has an unfinished one.")
+@click.option("--exhaustive", is_flag=True, default=None,
+              help="Stage two without racing: every front member with all its trials (the oracle the race is "
+                   "checked against; sets [tune] exhaustive).")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Stage two's time budget: no member gets trials beyond its screening one once S seconds are "
+                   "spent; the report says what was left undecided (sets [tune] seconds).")
+@click.option("--max-kld", type=click.FloatRange(0), default=None, metavar="X",
+              help="Rule out KV cache pairs whose mean KL divergence against f16/f16 (llama-perplexity, measured "
+                   "in stage one on a real model) is above X (sets [tune] max_kld).")
+@click.option("--emit", type=click.Choice(["command", "llama-swap"]), default="command", show_default=True,
+              help="What to print after the table: the llama-server command, or the pick as a llama-swap "
+                   "config.yaml entry (models: NAME: cmd: …, with ${PORT}).")
+@click.option("--fresh", is_flag=True, help="Start a new run even if this tune has an unfinished one, and dry-run "
+              "stage one again rather than reuse an earlier tune's (same search, model, build and budgets).")
 @click.option("--json", "as_json", is_flag=True, help="Print the search, the front and the pick as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
 def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrides, llama_cpp, llama_bin, db, logs_dir,
-         fresh, as_json, trust) -> None:
+         exhaustive, seconds, max_kld, emit, fresh, as_json, trust) -> None:
     """Find the llama-server command for this rig and this model. Stage one dry-runs the search space — split mode
     (layer with and without pipeline parallelism, tensor, none), -ts layer splits, K and V cache types, -ub, and
     --n-cpu-moe for MoE models, each only where it applies — and keeps the feasible, non-dominated candidates
@@ -744,7 +757,8 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
         else:
             sets.append(f"model.preset={json.dumps(model)}")
     for key, value in (("goal", goal), ("min_context", min_context), ("min_gen_tps", min_gen_tps),
-                       ("parallel", parallel)):
+                       ("parallel", parallel), ("exhaustive", exhaustive), ("seconds", seconds),
+                       ("max_kld", max_kld)):
         if value is not None:
             sets.append(f"tune.{key}={json.dumps(value)}")
     st, _ = _load_study(study or "tune", sets, trust)
@@ -765,6 +779,11 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
     view = rtune.view(data)
     if as_json:
         click.echo(rdata.dumps(rtune.as_json(view)))
+    elif emit == "llama-swap" and view is not None:
+        _print_tune(view, command=False)
+        click.echo(rtune.llama_swap(view))
+        click.echo(f"\nrun {result.run_id}: the entry above goes under `models:` in llama-swap's config.yaml",
+                   err=True)
     else:
         _print_tune(view)
         click.echo(f"\nrun {result.run_id}: report in {opts.runs_dir / result.run_id / 'report.md'} "
@@ -778,7 +797,7 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
         sys.exit(EXIT_SOME_FAILED)
 
 
-def _print_tune(view) -> None:
+def _print_tune(view, command: bool = True) -> None:
     """The tune's front, pick and command on the terminal (every string a Text of `safetext.plain`)."""
     from rich.console import Console
     from rich.table import Table
@@ -800,7 +819,8 @@ def _print_tune(view) -> None:
     for line in rtune.lines(view):
         console.print(T("• " + line))
     console.print(T("\nPick.", "bold") + T(" " + view.pick_sentence))
-    console.print(T(view.command))
+    if command:
+        console.print(T(view.command))
 
 
 @cli.command(context_settings=CONTEXT)

@@ -5,7 +5,9 @@ command, llama.cpp's default beside it, and how many candidates each stage looke
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -13,6 +15,7 @@ from ..llamacpp import argv
 from ..run import tunespace as ts
 from ..store import jsoncol
 from ..run import stats
+from ..run import tunepick
 from ..run.tunepick import Pick, compare, measured_front, pick
 from .data import RunData
 from .tables import markdown_table
@@ -35,6 +38,8 @@ class Row:
     on_front: bool = False
     picked: bool = False
     note: str = ""
+    kld: dict | None = None  # its KV cache against f16/f16 (llama-perplexity --kl-divergence), where measured
+    kv: str = ""
 
 
 @dataclass
@@ -49,6 +54,7 @@ class View:
     devices: list[str]
     parallel: int
     stage_lines: list[str] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)  # what the measurements leave open about the pick
 
 
 # ---------------------------------------------------------------- measured speeds (stage two)
@@ -112,9 +118,16 @@ def view(data: RunData) -> View | None:
     ms = _measures(data, doc)
     by = {m.name: m for m in ms}
     default = doc.get("default") or {}
-    p = pick(ms, DEFAULT, doc.get("goal") or "context", min_context=int(doc.get("min_context") or 0),
-                min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold,
-                default_fits=not default.get("over_budget"))
+    kld = {b: c["kld"]["mean"] for b, c in cands.items() if isinstance(c.get("kld"), dict)
+           and c["kld"].get("mean") is not None}
+    repeats = int(doc.get("repeats") or max((len(m.samples.get("output_tps") or []) for m in ms), default=1))
+    rule = tunepick.Rule(default=DEFAULT, goal=doc.get("goal") or "context", threshold=threshold,
+                         floor_ctx=max(int(doc.get("min_context") or 0), int(doc.get("need_context") or 0)),
+                         min_gen_tps=doc.get("min_gen_tps"), default_fits=not default.get("over_budget"),
+                         kld=kld, max_kld=doc.get("max_kld"))
+    p = pick(ms, DEFAULT, rule.goal, min_context=int(doc.get("min_context") or 0),
+             min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold,
+             default_fits=rule.default_fits, min_trials=min(2, repeats), kld=kld, max_kld=doc.get("max_kld"))
     front = set(measured_front(ms, threshold))
     if default.get("over_budget"):
         front.discard(DEFAULT)  # measured, but not something these cards could run
@@ -130,7 +143,9 @@ def view(data: RunData) -> View | None:
                   prompt=m.median("input_tps") if m else None, gen=m.median("output_tps") if m else None,
                   agg=m.median("aggregate_output_tps") if m else None,
                   n=len(m.samples.get("output_tps") or []) if m else 0, devices_mib=list(devs),
-                  on_front=b in front, picked=b == p.name)
+                  on_front=b in front, picked=b == p.name,
+                  kld=(c or {}).get("kld") if b != DEFAULT else None,
+                  kv="f16/f16" if b == DEFAULT else f"{(c or {}).get('ctk', 'f16')}/{(c or {}).get('ctv', 'f16')}")
         if m and b != DEFAULT and DEFAULT in by:
             for metric in ts.SPEEDS:
                 v = compare(by[DEFAULT], m, metric, threshold)
@@ -152,6 +167,7 @@ def view(data: RunData) -> View | None:
              command=command(data, p.name, k, model), default_command=command(data, DEFAULT, k, model),
              devices=list((doc.get("rig") or {}).get("devices") or []), parallel=k)
     v.stage_lines = stage_lines(doc)
+    v.undecided = tunepick.undecided(ms, p, rule, repeats)
     return v
 
 
@@ -175,11 +191,23 @@ def _pick_sentence(p: Pick, row: Row | None, base: Row | None) -> str:
     if row.build == DEFAULT:
         return f"keep llama.cpp's default — {p.reason}."
     parts = [f"{row.build} ({row.label}): {p.reason}."]
+    if row.kld:
+        parts.append(f"Its KV cache ({row.kv}) costs {kld_text(row.kld)} against f16/f16.")
     if base is not None and base.n_ctx:
         speeds = "; ".join(f"{SPEED_WORDS[k]} {v}" for k, v in row.vs_default.items())
         parts.append(f"Against llama.cpp's default: context {row.n_ctx:,} vs {base.n_ctx:,} tokens "
                      f"({(row.n_ctx - base.n_ctx) / base.n_ctx:+.0%})" + (f"; {speeds}" if speeds else "") + ".")
     return " ".join(parts)
+
+
+def kld_text(k: dict) -> str:
+    """"mean KLD 0.0083 nats, 99th percentile 0.051, same top token 95.3%"."""
+    parts = [f"mean KLD {k['mean']:.4f}"]
+    if k.get("p99") is not None:
+        parts.append(f"99th percentile {k['p99']:.3f}")
+    if k.get("same_top_pct") is not None:
+        parts.append(f"same top token {k['same_top_pct']:.1f}%")
+    return ", ".join(parts)
 
 
 def stage_lines(doc: dict) -> list[str]:
@@ -195,9 +223,25 @@ def stage_lines(doc: dict) -> list[str]:
                                               ("not plannable", by.get("unplannable", 0))) if n)]
     real = [b for b in s2.get("real") or [] if b != DEFAULT]
     screened = s2.get("screened_out") or {}
-    out.append(f"stage two: {len(real)} front candidates and llama.cpp's default run for real in "
-               f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
-                                                          "(clearly dominated)" if screened else ""))
+    if s2.get("mode") == "exhaustive":
+        out.append(f"stage two (exhaustive): every one of the {len(real)} front members and llama.cpp's default with "
+                   f"all its trials, {s2.get('trials', 0)} trials in {float(s2.get('seconds') or 0):.1f} s")
+    elif s2.get("mode") == "race":
+        timed = s2.get("time_left_out") or []
+        out.append(f"stage two (race): all {len(real)} front members and llama.cpp's default screened with one trial "
+                   f"each; {len(screened) - len(timed)} ruled out by the measurements, the rest measured with every "
+                   f"trial: {s2.get('trials', 0)} trials of the {s2.get('trials_exhaustive', 0)} an exhaustive run "
+                   f"makes, in {float(s2.get('seconds') or 0):.1f} s"
+                   + (f"; the time budget ({float(s2['time_budget_s']):g} s) left {len(timed)} unmeasured beyond "
+                      f"screening: {', '.join(timed)}" if timed else ""))
+    else:  # a tune stored before the race
+        out.append(f"stage two: {len(real)} front candidates and llama.cpp's default run for real in "
+                   f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
+                                                              "(clearly dominated)" if screened else ""))
+    q = doc.get("quality") or {}
+    if q.get("measured"):
+        out.append("KV cache quality: " + "; ".join(f"{kv} {kld_text(k)}" for kv, k in sorted(q["by_pair"].items()))
+                   + f" — against f16/f16 over {q.get('corpus', {}).get('name', 'a text')} ({q.get('method')})")
     sp = doc.get("space") or {}
     dims = [f"split {', '.join(sp.get('splits') or [])}", f"KV {', '.join(sp.get('kv') or [])}",
             f"-ub {', '.join(str(x) for x in sp.get('ubatch') or [])}"]
@@ -224,13 +268,17 @@ def stage_lines(doc: dict) -> list[str]:
 
 def front_table(v: View) -> tuple[list[str], list[list[str]]]:
     k = v.parallel
+    quality = any(r.kld for r in v.rows)
     head = ["Config", "What", "Context", "Prompt t/s", "Gen t/s", f"Aggregate t/s at {k}" if k > 1
-            else "Aggregate t/s (1 request)", "Gen vs default", *[f"{d} MiB" for d in v.devices], "Front"]
+            else "Aggregate t/s (1 request)", "Gen vs default", *(["KV mean KLD"] if quality else []),
+            *[f"{d} MiB" for d in v.devices], "Front"]
     body = []
     for r in v.rows:
         mark = "pick" if r.picked else ("front" if r.on_front else "")
         body.append([r.build, r.label + (f" ({r.note})" if r.note else ""), f"{r.n_ctx:,}", _fmt(r.prompt),
                      _fmt(r.gen), _fmt(r.agg), r.gen_vs_default or ("baseline" if r.build == DEFAULT else "–"),
+                     *([f"{r.kld['mean']:.4f}" if r.kld else ("0 (f16/f16)" if r.kv == "f16/f16" else "–")]
+                       if quality else []),
                      *[_fmt(x, 0) for x in (r.devices_mib + [None] * len(v.devices))[: len(v.devices)]], mark])
     return head, body
 
@@ -253,7 +301,21 @@ def candidates_table(v: View) -> tuple[list[str], list[list[str]]]:
 
 
 def lines(v: View) -> list[str]:
-    return list(v.stage_lines)
+    return list(v.stage_lines) + [f"undecided: {u}" for u in v.undecided]
+
+
+def llama_swap(v: View, name: str | None = None) -> str:
+    """The pick as a llama-swap configuration entry (YAML: `models: NAME: cmd: …`), llama-swap's `${PORT}` in
+    place of a port; paste it under `models:` of llama-swap's config.yaml."""
+    words = shlex.split(v.command)
+    model = (v.doc.get("model") or {}).get("path") or "MODEL"
+    key = name or Path(model).stem
+    cmd = " ".join([words[0], "--port", "${PORT}", *(shlex.quote(w) for w in words[1:])])
+    return ("# llamalab tune, run " + v.run_id + ": " + v.pick.reason.replace("\n", " ") + "\n"
+            "models:\n"
+            f"  {json.dumps(key)}:\n"
+            "    cmd: |\n"
+            f"      {cmd}\n")
 
 
 def markdown(data: RunData) -> list[str]:
@@ -267,7 +329,7 @@ def markdown(data: RunData) -> list[str]:
            f"aggregate: median output t/s of {v.parallel} request(s) at once; MiB per device: llama.cpp's dry-run "
            "projection (model + KV cache + compute) at that context; *Front*: no other measured configuration holds "
            "as much context without being measurably slower in a speed.", ""]
-    out += [f"- {s}" for s in v.stage_lines] + [""]
+    out += [f"- {s}" for s in lines(v)] + [""]
     out += ["<details><summary>Every stage-one candidate</summary>", "", markdown_table(*candidates_table(v)), "",
             "</details>", ""]
     return out
@@ -279,4 +341,5 @@ def as_json(v: View | None) -> dict:
     return {"run_id": v.run_id, "pick": {"build": v.pick.name, "reason": v.pick.reason, "command": v.command,
                                          "considered": list(v.pick.considered)},
             "default_command": v.default_command, "front": [r.__dict__ for r in v.rows], "stages": v.stage_lines,
+            "undecided": v.undecided,
             "search": v.doc}

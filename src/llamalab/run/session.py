@@ -107,6 +107,11 @@ def study_hash(study: Study, model_path: Path) -> str:
             exclude[table] = unset
     if study.tune is None:
         exclude["tune"] = True
+    else:  # [tune] keys added with the race hash as before while they keep their defaults
+        new = {k for k, v in (("exhaustive", False), ("seconds", None), ("quality", True), ("max_kld", None))
+               if getattr(study.tune, k) == v}
+        if new:
+            exclude["tune"] = new
     # the study as it dumped while `workload.seed` was a field (its last): the key is gone, its value stays hashed
     dump = json.loads(study.model_dump_json(exclude=exclude or None))
     dump["workload"]["seed"] = study.workload.legacy_seed

@@ -18,6 +18,8 @@ The run is stored with its search (`tunes` table); `report.tune` renders the fro
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import shutil
 import tempfile
 import time
@@ -27,10 +29,11 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..llamacpp import budget, maxctx, server as servermod, standin
 from ..paths import cache_home, data_home, default_db
+from ..write import atomic_write
 from ..rig import devices
 from ..store.db import Store
 from ..study.spec import Config, Pass, SettingSpec, Study, TuneSpec
-from . import plan as planmod, runner, session, tunespace as ts
+from . import plan as planmod, quality, runner, session, tunepick, tunespace as ts
 from .progress import Progress
 
 DEFAULT = "default"  # the build name of llama.cpp's default in a tune run
@@ -47,7 +50,8 @@ class TuneOptions:
     logs_dir: Path | None = None  # keep the dry runs' logs here (default: a temporary folder, removed)
     jobs: int | None = None
     timeout_s: float = 300.0
-    fresh: bool = False
+    fresh: bool = False  # a new run, and stage one dry-run again rather than reused
+    seconds: float | None = None  # stage two's time budget (overrides [tune] seconds)
 
 
 def tune_study(study: Study) -> Study:
@@ -82,6 +86,7 @@ class StageOne:
     dry_runs: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    reused_from: str | None = None  # stage one read from the cache of an earlier tune (its key)
 
 
 class _Runner:
@@ -333,7 +338,8 @@ def candidate_of(rec: dict) -> ts.Candidate:
 
 
 def _front(records: list[dict], rig: ts.Rig, spec: TuneSpec, floor: int) -> list[tuple[ts.Candidate, int, dict]]:
-    """Verified candidates → the front (statuses `front` / `dominated`), and which of it runs for real."""
+    """Verified candidates → the front (statuses `front` / `dominated`): every member runs in stage two's race, the
+    most context first."""
     ver = [r for r in records if r["status"] == "verified"]
     items = [(candidate_of(r), int(r["n_ctx"])) for r in ver]
     keep = ts.front(items, rig)
@@ -346,16 +352,86 @@ def _front(records: list[dict], rig: ts.Rig, spec: TuneSpec, floor: int) -> list
         r["reason"] = (f"{items[j][0].label(rig)} holds {items[j][1]:,} tokens and gives up nothing this keeps"
                        if j is not None else "dominated")
     members = [(items[i][0], items[i][1], ver[i]) for i in keep]
-    chosen = ts.for_real([(c, n) for c, n, _ in members], spec.goal, spec.max_real, rig)
-    for k, (_, _, r) in enumerate(members):
-        if k not in chosen:
-            r["reason"] = f"on the front, not run for real ([tune] max_real = {spec.max_real})"
-    return [members[k] for k in chosen]
+    return sorted(members, key=lambda m: -m[1])
 
 
 def _mkdir(p: Path) -> Path:
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+# ---------------------------------------------------------------- stage one, reused
+
+
+def stage_one_key(prep: session.Prepared, budgets: list[int] | None) -> str | None:
+    """What stage one's dry runs depend on, hashed: the search (the study's [tune] dimensions and floors, its
+    workload's sizes, server and build arguments), the model file (path, size, modification time), the build, the
+    backend and devices, and the budgets. None without budgets: then each device's budget is what it reports free,
+    which changes from run to run."""
+    if not budgets:
+        return None
+    st = prep.study
+    spec = st.tune or TuneSpec()
+    art = prep.artifacts[st.builds[0].name]
+    try:
+        stat = prep.model_path.stat()
+    except OSError:
+        return None
+    what = {
+        "tune": spec.model_dump(include={"splits", "kv", "ubatch", "n_cpu_moe", "min_context", "parallel"}),
+        "need": need_context(st), "server": st.server.model_dump(), "args": list(st.builds[0].args),
+        "devices": st.devices.model_dump(), "budgets": list(budgets),
+        "model": [str(prep.model_path), stat.st_size, stat.st_mtime_ns], "build": [art.key, art.source.key],
+        "backend": prep.backend,
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _dump_stage_one(one: StageOne) -> str:
+    index = {id(r): i for i, r in enumerate(one.records)}
+    return json.dumps({"rig": dataclasses.asdict(one.rig), "layout": dataclasses.asdict(one.layout),
+                       "space": dataclasses.asdict(one.space), "default": one.default,
+                       "default_extra": one.default_extra, "records": one.records,
+                       "chosen": [index[id(r)] for _, _, r in one.chosen], "dry_runs": one.dry_runs,
+                       "seconds": one.seconds, "notes": one.notes})
+
+
+def _load_stage_one(text: str, key: str) -> StageOne | None:
+    """A cached stage one, or None where the file does not read as one (it is then made again)."""
+    try:
+        d = json.loads(text)
+        records = d["records"]
+        rig = ts.Rig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["rig"].items()})
+        layout = ts.ModelLayout(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["layout"].items()})
+        sp = d["space"]
+        space = ts.Space(splits=tuple(sp["splits"]), kv=tuple(tuple(p) for p in sp["kv"]),
+                         ubatch=tuple(sp["ubatch"]), n_cpu_moe=tuple(sp["n_cpu_moe"]),
+                         not_searched=dict(sp["not_searched"]))
+        chosen = [(candidate_of(records[i]), int(records[i]["n_ctx"]), records[i]) for i in d["chosen"]]
+        return StageOne(rig=rig, layout=layout, space=space, default=d["default"], default_extra=d["default_extra"],
+                        records=records, chosen=chosen, dry_runs=int(d["dry_runs"]), seconds=float(d["seconds"]),
+                        notes=list(d["notes"]), reused_from=key)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def _stage_one_or_cached(prep: session.Prepared, budgets: list[int] | None, logs: Path, opts: "TuneOptions",
+                         progress: Progress) -> StageOne:
+    """Stage one, or the same stage one an earlier tune made (same search, model file, build, devices and budgets:
+    `stage_one_key`), so that a tune run again — with --exhaustive, another goal or floor — races the same front
+    without its dry runs. --fresh makes it again."""
+    key = stage_one_key(prep, budgets)
+    path = opts.home / "tune" / f"stage1-{key}.json" if key else None
+    if path is not None and not opts.fresh and path.is_file():
+        one = _load_stage_one(path.read_text(encoding="utf-8", errors="replace"), key or "")
+        if one is not None:
+            progress.message(f"tune stage one: reused from an earlier tune of this search, model, build and budgets "
+                             f"({one.dry_runs} dry runs, {one.seconds:.1f} s; --fresh makes it again)")
+            return one
+    one = stage_one(prep, budgets, logs, opts.timeout_s, progress)
+    if path is not None:
+        atomic_write(path, _dump_stage_one(one))
+    return one
 
 
 # ---------------------------------------------------------------- stage two and the whole
@@ -384,13 +460,15 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
                           tip="tune runs the study's first build; check `llamalab build STUDY`.")
     logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-tune-"))
     try:
-        one = stage_one(prep, budgets, logs, opts.timeout_s, progress)
+        one = _stage_one_or_cached(prep, budgets, logs, opts, progress)
+        kld = quality.for_front(prep, one, spec, logs, opts.home, progress)
     finally:
         if opts.logs_dir is None:
             shutil.rmtree(logs, ignore_errors=True)
     counts = _counts(one)
     progress.message(f"tune stage one: {counts['enumerated']} candidates, {one.dry_runs} dry runs in "
-                     f"{one.seconds:.1f} s → {counts['front']} on the front, {len(one.chosen)} to run for real")
+                     f"{one.seconds:.1f} s → {counts['front']} on the front, every one raced in stage two"
+                     + (" (exhaustive: every one with all its trials)" if _exhaustive(spec) else ""))
     # stage two
     art0 = prep.artifacts[study.builds[0].name]
     b0 = study.builds[0]
@@ -399,6 +477,7 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     for k, (c, ctx, rec) in enumerate(one.chosen, start=1):
         name = f"t{k:02d}"
         rec["build"] = name
+        rec["kld"] = kld.by_pair.get(c.kv)
         builds.append(b0.model_copy(update={"name": name, "label": f"{c.label(one.rig)}, -c {ctx:,}",
                                             "args": [*b0.args, *c.args(ctx)]}))
     for b in builds[1:]:
@@ -406,29 +485,18 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     s2 = study.model_copy(update={"builds": builds, "settings": [SettingSpec(name="tune", label=f"tune: {spec.goal}")]})
     prep2 = dataclasses.replace(prep, study=s2, skipped={},
                                 artifacts={b.name: dataclasses.replace(art0, name=b.name) for b in builds})
-    passes = _passes(s2, spec)
-    ctx_of = {DEFAULT: one.default.get("n_ctx") or 0} | {rec["build"]: int(rec["n_ctx"]) for _, _, rec in one.chosen}
-    screened: dict[str, str] = {}
-
-    def skip(store: Store, run_id: str, p: Pass) -> str | None:
-        if p.config.build.name == DEFAULT or 1 in p.trials:
-            return None
-        ms = ts.measures(store.trials(run_id), ctx_of, spec.parallel, _ledger_ctx(store, run_id))
-        me = next((m for m in ms if m.name == p.config.build.name), None)
-        why = ts.clearly_dominated(me, ms, s2.workload.threshold) if me else None
-        if why:
-            screened[p.config.build.name] = why
-        return why
-
+    race = _Race(s2, spec, one, kld, opts.seconds if opts.seconds is not None else spec.seconds)
     t2 = time.monotonic()
     ropts = session.Options(home=opts.home, db=opts.db, runs_dir=opts.runs_dir, model=prep.model_path,
                            fresh=opts.fresh, jobs=opts.jobs)
-    run_id = runner.execute(prep2, None, ropts, progress, passes=passes, skip=skip)
+    run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), skip=race.skip)
     stage2_s = round(time.monotonic() - t2, 2)
+    with Store(opts.db) as store:
+        trials = store.trials(run_id)
     doc = {
         "version": 1,
         "goal": spec.goal, "min_context": spec.min_context, "min_gen_tps": spec.min_gen_tps,
-        "parallel": spec.parallel, "need_context": need_context(study),
+        "parallel": spec.parallel, "need_context": need_context(study), "max_kld": spec.max_kld,
         "rig": {"devices": list(one.rig.names), "budgets_mib": list(one.rig.budgets_mib),
                 "margins_mib": list(one.rig.margins_mib), "backend": one.rig.backend,
                 "shared_processor": one.rig.shared_processor, "copies": one.rig.copies, "budgets_given": bool(budgets)},
@@ -439,16 +507,86 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
                   "not_searched": one.space.not_searched},
         "default": one.default,
         "candidates": one.records,
-        "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds},
-        "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": screened,
-                   "seconds": stage2_s, "screen": bool(spec.screen)},
+        "quality": kld.as_dict(),
+        "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds, "reused_from": one.reused_from},
+        "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": race.ruled,
+                   "seconds": stage2_s, "screen": not _exhaustive(spec), "mode": race.mode,
+                   "time_budget_s": race.budget_s, "time_left_out": race.timed_out,
+                   "trials": _single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats,
+                   "passes": race.ran},
         "seconds": round(time.monotonic() - t0, 2),
         "threshold": s2.workload.threshold,
-        "notes": one.notes,
+        "repeats": s2.workload.repeats,
+        "notes": one.notes + kld.notes,
     }
     with Store(opts.db) as store:
         store.save_tune(run_id, doc)
     return TuneResult(run_id=run_id, doc=doc)
+
+
+def _exhaustive(spec: TuneSpec) -> bool:
+    return spec.exhaustive or not spec.screen
+
+
+def _single_trials(trials: list[dict]) -> int:
+    """Trials run: one per configuration and trial number (each measures every level of the workload)."""
+    return len({(t["build"], t["trial"]) for t in trials})
+
+
+class _Race:
+    """Stage two as a race over the whole verified front (docs/tune.md): a screening trial of every member and
+    the default, the default's remaining trials, then each member's remaining trials — the most context first —
+    unless the measurements already show it cannot be the pick (`tunepick.ruled_out`), or the time budget is
+    spent. `exhaustive`: every configuration with all its trials, nothing ruled out (the oracle the race is checked
+    against)."""
+
+    def __init__(self, study: Study, spec: TuneSpec, one: "StageOne", kld: "quality.Quality",
+                 budget_s: float | None):
+        self.study, self.spec, self.one = study, spec, one
+        self.mode = "exhaustive" if _exhaustive(spec) else "race"
+        self.budget_s = budget_s
+        self.ctx_of = {DEFAULT: one.default.get("n_ctx") or 0} | {rec["build"]: int(rec["n_ctx"])
+                                                                   for _, _, rec in one.chosen}
+        self.rule = tunepick.Rule(
+            default=DEFAULT, goal=spec.goal, threshold=study.workload.threshold,
+            floor_ctx=max(spec.min_context, need_context(study)), min_gen_tps=spec.min_gen_tps,
+            default_fits=not one.default.get("over_budget"),
+            kld={rec["build"]: v for _, _, rec in one.chosen if (v := (rec.get("kld") or {}).get("mean"))
+                 is not None}, max_kld=spec.max_kld)
+        self.ruled: dict[str, str] = {}
+        self.timed_out: list[str] = []
+        self.ran: list[str] = []
+        self.t0: float | None = None
+
+    def passes(self) -> list[Pass]:
+        cfgs = [Config(build=b, setting=self.study.settings[0]) for b in self.study.builds]
+        n = self.study.workload.repeats
+        if self.mode == "exhaustive" or n == 1:
+            return [Pass(config=c, trials=tuple(range(1, n + 1))) for c in cfgs]
+        # the builds are the default, then the members by context (most first): the rest passes keep that order
+        return ([Pass(config=c, trials=(1,)) for c in cfgs]
+                + [Pass(config=c, trials=tuple(range(2, n + 1))) for c in cfgs])
+
+    def skip(self, store: Store, run_id: str, p: Pass) -> str | None:
+        name = p.config.build.name
+        if self.t0 is None:
+            self.t0 = time.monotonic()
+        if self.mode == "exhaustive" or name == DEFAULT or 1 in p.trials:
+            self.ran.append(f"{name}:{p.trials[0]}-{p.trials[-1]}")
+            return None
+        if self.budget_s is not None and time.monotonic() - self.t0 > self.budget_s:
+            self.timed_out.append(name)
+            return f"the time budget of {self.budget_s:g} s ([tune] seconds, --seconds) is spent"
+        ms = ts.measures(store.trials(run_id), self.ctx_of, self.spec.parallel, _ledger_ctx(store, run_id))
+        n = self.study.workload.repeats
+        full = [m for m in ms if len(m.samples.get("output_tps") or []) >= n]
+        me = next((m for m in ms if m.name == name), None)
+        why = "its screening trial measured nothing" if me is None else tunepick.ruled_out(me, full, self.rule)
+        if why:
+            self.ruled[name] = why
+            return why
+        self.ran.append(f"{name}:{p.trials[0]}-{p.trials[-1]}")
+        return None
 
 
 def _counts(one: StageOne) -> dict:
@@ -457,16 +595,6 @@ def _counts(one: StageOne) -> dict:
         by[r["status"]] = by.get(r["status"], 0) + 1
     return {"enumerated": len(one.records), "front": by.get("front", 0), "by_status": by,
             "real": len(one.chosen)}
-
-
-def _passes(study: Study, spec: TuneSpec) -> list[Pass]:
-    """A first trial of every configuration, then the remaining trials (each only if `skip` lets it run)."""
-    cfgs = [Config(build=b, setting=study.settings[0]) for b in study.builds]
-    n = study.workload.repeats
-    if not spec.screen or n == 1:
-        return [Pass(config=c, trials=tuple(range(1, n + 1))) for c in cfgs]
-    return ([Pass(config=c, trials=(1,)) for c in cfgs]
-            + [Pass(config=c, trials=tuple(range(2, n + 1))) for c in cfgs])
 
 
 def _ledger_ctx(store: Store, run_id: str) -> dict[str, int]:

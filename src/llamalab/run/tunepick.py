@@ -135,3 +135,121 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
 
 
 
+
+
+# ---------------------------------------------------------------- the race (stage two)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What the pick is for, as `pick` takes it: the goal, the floors and the threshold."""
+
+    default: str
+    goal: str
+    threshold: float = 0.02
+    floor_ctx: int = 0  # max(min_context, need_context)
+    min_gen_tps: float | None = None
+    default_fits: bool = True
+    kld: dict[str, float] | None = None
+    max_kld: float | None = None
+
+
+def spread(full: Sequence[ts.Measures], metric: str) -> float | None:
+    """The largest trial-to-trial spread measured in the run, (max − min) / median of one speed over each fully
+    measured configuration with at least two trials; None where none has two."""
+    out = []
+    for m in full:
+        xs = m.samples.get(metric) or []
+        if len(xs) >= 2 and m.median(metric):
+            out.append((max(xs) - min(xs)) / (m.median(metric) or 1.0))
+    return max(out) if out else None
+
+
+def passes_floor(p: ts.Measures, default: ts.Measures | None, rule: Rule) -> bool:
+    """Whether a fully measured configuration meets the pick's speed floor for good: at least --min-gen-tps, or
+    (without one) not measurably slower in generation than the fully measured default, as `pick` decides it —
+    a floor that later measurements of other configurations cannot move."""
+    gen = p.median("output_tps")
+    if gen is None:
+        return False
+    if rule.min_gen_tps is not None:
+        return gen >= rule.min_gen_tps
+    if default is None:
+        return False
+    if p.name == default.name:
+        return rule.default_fits
+    v = compare(default, p, "output_tps", rule.threshold)
+    return v is not None and v[1] not in ("slower", stats.UNTESTED) and v[0].ratio >= 1 - 2 * rule.threshold
+
+
+def ruled_out(m: ts.Measures, full: Sequence[ts.Measures], rule: Rule) -> str | None:
+    """Why `m`, measured with its screening trial only, cannot be the pick — so the race gives it no more trials —
+    or None. `full`: the configurations measured with every trial so far (the default among them). Each reason is
+    one the measurements show, never an assumed order of the dimensions:
+
+    - a constraint it fails for good (context floor, --max-kld, no generation measured);
+    - goal context: a fully measured configuration with more context meets the speed floor for good (the pick has
+      at least that much context), or the default (which fits) holds more than it;
+    - its screening trial is below what the pick needs by more than the largest trial-to-trial spread measured in
+      this run: below the speed floor (goal context; for --min-gen-tps, or the default's median where the default
+      fits), or below a fully measured configuration's aggregate output (goal throughput)."""
+    by = {x.name: x for x in full}
+    default = by.get(rule.default)
+    if m.n_ctx < rule.floor_ctx:
+        return f"holds {m.n_ctx:,} tokens, fewer than the {rule.floor_ctx:,} needed"
+    if rule.max_kld is not None and (rule.kld or {}).get(m.name) is not None and rule.kld[m.name] > rule.max_kld:
+        return f"its KV cache's mean KLD {rule.kld[m.name]:.4f} is above --max-kld {rule.max_kld:g}"
+    gen = m.median("output_tps")
+    if gen is None:
+        return "its screening trial measured no generation"
+    if rule.goal == "context":
+        if default is not None and rule.default_fits and m.n_ctx < default.n_ctx:
+            return (f"holds {m.n_ctx:,} tokens, fewer than llama.cpp's default ({default.n_ctx:,}), which is as fast "
+                    "as itself: it cannot be the pick for the most context")
+        better = [p for p in full if p.name != m.name and p.n_ctx > m.n_ctx and passes_floor(p, default, rule)]
+        if better:
+            p = max(better, key=lambda x: x.n_ctx)
+            return (f"{p.name} holds more context ({p.n_ctx:,} > {m.n_ctx:,} tokens) and meets the speed floor "
+                    f"with all its trials: the pick has at least {p.n_ctx:,}")
+        s = spread(full, "output_tps")
+        floor = rule.min_gen_tps if rule.min_gen_tps is not None else (
+            default.median("output_tps") * (1 - 2 * rule.threshold)
+            if default is not None and rule.default_fits and default.median("output_tps") else None)
+        if s is not None and floor is not None and gen < floor * (1 - s):
+            return (f"its screening trial generates {gen:,.1f} t/s, below the floor of {floor:,.1f} t/s by more than "
+                    f"the largest trial-to-trial spread measured in this run ({s:.0%})")
+        return None
+    agg = m.median("aggregate_output_tps") or gen
+    s = spread(full, "aggregate_output_tps")
+    rivals = [p for p in full if p.name != m.name and p.n_ctx >= rule.floor_ctx and p.median("aggregate_output_tps")
+              and (rule.min_gen_tps is None or (p.median("output_tps") or 0) >= rule.min_gen_tps)
+              and (p.name != rule.default or rule.default_fits)]
+    if s is not None and rivals:
+        p = max(rivals, key=lambda x: x.median("aggregate_output_tps") or 0.0)
+        best = p.median("aggregate_output_tps") or 0.0
+        if agg < best * (1 - s) * (1 - rule.threshold):
+            return (f"its screening trial's aggregate output, {agg:,.1f} t/s, is below {p.name}'s {best:,.1f} t/s by "
+                    f"more than the largest trial-to-trial spread measured in this run ({s:.0%})")
+    return None
+
+
+def undecided(ms: Sequence[ts.Measures], chosen: Pick, rule: Rule, repeats: int) -> list[str]:
+    """What the measurements leave open about the pick: configurations with more context than the pick (goal
+    context) that were ruled out by the speed floor's median rule although their interval reaches it — more trials
+    could change the pick."""
+    by = {m.name: m for m in ms}
+    p = by.get(chosen.name)
+    default = by.get(rule.default)
+    if p is None or default is None or rule.goal != "context" or rule.min_gen_tps is not None:
+        return []
+    out = []
+    for m in ms:
+        if m.name in (p.name, rule.default) or m.n_ctx <= p.n_ctx:
+            continue
+        v = compare(default, m, "output_tps", rule.threshold)
+        if v is None or v[1] == "slower" or not v[0].has_interval:
+            continue
+        if v[0].ratio < 1 - 2 * rule.threshold and (v[0].ci_high or 0) >= 1 - 2 * rule.threshold:
+            out.append(f"{m.name} ({m.n_ctx:,} tokens) generates {stats.format_ratio(v[0])} of the default's: its "
+                       f"interval reaches the floor, so more than {repeats} trials could make it the pick")
+    return out

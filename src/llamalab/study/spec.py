@@ -328,8 +328,16 @@ class TuneSpec(_Strict):
     kv: list[str] = Field(default_factory=lambda: ["f16/f16", "f16/q8_0", "q8_0/q8_0", "f16/q4_0", "q8_0/q4_0"])
     ubatch: list[Annotated[int, Field(ge=16, le=65536)]] = Field(default_factory=lambda: [512, 2048])
     n_cpu_moe: list[Annotated[int, Field(ge=0)]] | None = None  # None: chosen from the model and the budgets
-    max_real: Annotated[int, Field(ge=1, le=64)] = 6  # front candidates measured for real at most
-    screen: bool = True  # stage two: one trial each first, then the rest only for those not clearly dominated
+    # stage two races the whole verified front: a screening trial each, then the rest of the trials only for those
+    # the measurements have not ruled out (docs/tune.md); `exhaustive` gives every one all its trials (the oracle)
+    exhaustive: bool = False
+    seconds: Annotated[float, Field(gt=0)] | None = None  # stage two's time budget (None: until the race is decided)
+    quality: bool = True  # measure each quantized KV pair's KL divergence against f16/f16 (llama-perplexity)
+    max_kld: Annotated[float, Field(ge=0)] | None = None  # rule out KV pairs whose mean KLD is above this
+    # kept so that older study files load; the race has no cap (max_real) and always screens (screen = false is
+    # the same as exhaustive = true)
+    max_real: Annotated[int, Field(ge=1, le=64)] = 6
+    screen: bool = True
 
     @field_validator("kv")
     @classmethod
