@@ -9,7 +9,7 @@ import pytest
 
 from llamalab.llamacpp import maxctx, models, standin
 from llamalab.report import tune as rtune
-from llamalab.run import plan, tune, tunespace as ts
+from llamalab.run import plan, tune, tunepick, tunespace as ts
 
 FIX = Path(__file__).parent / "fixtures" / "tune"
 NAMES = ("RPC0", "RPC1")
@@ -217,3 +217,20 @@ def test_an_untested_configuration_is_no_pick():
     assert p1.name == "t01"
     base_once = [measures("default", 20000, [50.0]), measures("t01", 65536, [50.3, 50.4])]
     assert rtune.pick(base_once, "default", "context").name == "default"  # untested against a one-trial default
+
+
+def test_replaying_the_race_on_hand_made_measurements():
+    """The race's decisions on hand-made measurements: a member whose screening trial is far below the default's
+    speed (beyond the spread the default's own trials show) is ruled out on it; the member with the most context
+    that meets the floor with all its trials rules out everything with less; so does the default's context."""
+    def m(name, ctx, gen, agg=None):
+        return ts.Measures(name, ctx, {"output_tps": gen, "input_tps": [], "aggregate_output_tps": agg or []})
+
+    ms = [m("default", 20000, [50.0, 51.0, 50.5]), m("t01", 60000, [30.0, 31.0, 30.5]),
+          m("t02", 40000, [50.4, 50.9, 51.1]), m("t03", 30000, [50.2, 50.7, 50.1]), m("t04", 10000, [55.0, 54.0, 54.5])]
+    rule = tunepick.Rule(default="default", goal="context")
+    rp = tunepick.replay(ms, ["t01", "t02", "t03", "t04"], rule, 3)
+    assert rp.pick.name == tunepick.pick(ms, "default", "context").name == "t02"
+    assert set(rp.ruled) == {"t01", "t03", "t04"} and rp.trials == 3 + 1 + 3 + 1 + 1
+    assert "below the floor" in rp.ruled["t01"] and "t02 holds more context" in rp.ruled["t03"]
+    assert "fewer than llama.cpp's default" in rp.ruled["t04"]

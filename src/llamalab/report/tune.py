@@ -55,6 +55,9 @@ class View:
     parallel: int
     stage_lines: list[str] = field(default_factory=list)
     undecided: list[str] = field(default_factory=list)  # what the measurements leave open about the pick
+    rule: "tunepick.Rule | None" = None
+    repeats: int = 1
+    replay: "tunepick.Replay | None" = None  # an exhaustive run: the race over its own trials
 
 
 # ---------------------------------------------------------------- measured speeds (stage two)
@@ -168,6 +171,15 @@ def view(data: RunData) -> View | None:
              devices=list((doc.get("rig") or {}).get("devices") or []), parallel=k)
     v.stage_lines = stage_lines(doc)
     v.undecided = tunepick.undecided(ms, p, rule, repeats)
+    v.rule, v.repeats = rule, repeats
+    if (doc.get("stage2") or {}).get("mode") == "exhaustive":
+        v.replay = tunepick.replay(ms, order[1:], rule, repeats)
+        total = sum(min(repeats, len(m.samples.get("output_tps") or [])) for m in ms)
+        v.stage_lines.append(
+            f"the race, replayed over these same trials: it would pick {v.replay.pick.name}"
+            + (" — the same pick" if v.replay.pick.name == p.name else f" — NOT this run's pick ({p.name})")
+            + f", with {v.replay.trials} of these {total} trials ({len(v.replay.ruled)} members ruled out after "
+              "their screening trial)")
     return v
 
 

@@ -64,7 +64,16 @@ def corpus_text(source_dir: Path) -> str | None:
 
 
 def is_synthetic(name: str | None) -> bool:
-    return bool(name) and str(name).startswith("llamalab synthetic")
+    return bool(name and str(name).startswith("llamalab synthetic"))
+
+
+def _sparse(path: Path) -> bool:
+    """A header-only stand-in (`llamalab stub`): a sparse file that holds far less than its size."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_blocks * 512 < st.st_size // 4
 
 
 def for_front(prep, one, spec: TuneSpec, logs: Path, home: Path, progress: Progress) -> Quality:
@@ -81,19 +90,31 @@ def for_front(prep, one, spec: TuneSpec, logs: Path, home: Path, progress: Progr
                        "distributions — and what a quantized cache changes in them — mean nothing; tune a real "
                        "model to see each cache's KL divergence against f16/f16")
         return q
+    if _sparse(prep.model_path):
+        q.notes.append("KV cache quality is not measured on a header-only stand-in: it holds no weights (tune the "
+                       "model file itself to see each cache's KL divergence against f16/f16)")
+        return q
     art = prep.artifacts[prep.study.builds[0].name]
     binary = art.binary("llama-perplexity")
     if not binary.is_file():
         q.notes.append(f"KV cache quality was not measured: there is no llama-perplexity in {art.bin_dir}")
         return q
-    text = corpus_text(Path(prep.source.path)) if prep.source is not None else None
+    return for_pairs(binary, prep.model_path, prep.model_info.fingerprint,
+                     Path(prep.source.path) if prep.source is not None else None, pairs, home, logs, art.env(),
+                     progress, q)
+
+
+def for_pairs(binary: Path, model: Path, fingerprint: str, source_dir: Path | None, pairs: list[str], home: Path,
+              logs: Path, env: dict[str, str], progress: Progress, q: Quality | None = None) -> Quality:
+    """KLD of each K/V pair against f16/f16 for one model file, from the cache where measured before."""
+    q = q or Quality()
+    text = corpus_text(source_dir) if source_dir is not None else None
     if text is None:
         q.notes.append("KV cache quality was not measured: the llama.cpp source has no docs/ to use as its text")
         return q
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    q.corpus = {"name": CORPUS_NAME, "chars": len(text), "sha256_12": digest, "source": str(prep.source.path)}
-    folder = home / "quality" / f"{prep.model_info.fingerprint}-{digest}-c{kldmod.N_CTX}x{kldmod.CHUNKS}"
-    env = art.env()
+    q.corpus = {"name": CORPUS_NAME, "chars": len(text), "sha256_12": digest}
+    folder = home / "quality" / f"{fingerprint}-{digest}-c{kldmod.N_CTX}x{kldmod.CHUNKS}"
     todo = []
     for kv in pairs:
         f = folder / f"{kv.replace('/', '-')}.json"
@@ -102,7 +123,8 @@ def for_front(prep, one, spec: TuneSpec, logs: Path, home: Path, progress: Progr
         except (OSError, ValueError):
             todo.append(kv)
     if todo:
-        _measure(binary, prep.model_path, text, todo, folder, logs, env, q, progress)
+        logs.mkdir(parents=True, exist_ok=True)
+        _measure(binary, model, text, todo, folder, logs, env, q, progress)
     q.measured = bool(q.by_pair)
     return q
 

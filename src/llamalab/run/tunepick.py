@@ -253,3 +253,41 @@ def undecided(ms: Sequence[ts.Measures], chosen: Pick, rule: Rule, repeats: int)
             out.append(f"{m.name} ({m.n_ctx:,} tokens) generates {stats.format_ratio(v[0])} of the default's: its "
                        f"interval reaches the floor, so more than {repeats} trials could make it the pick")
     return out
+
+
+@dataclass(frozen=True)
+class Replay:
+    pick: Pick
+    ruled: dict[str, str]  # member → why the race gave it no more trials
+    trials: int  # trials the race would have run (one per configuration and trial number)
+
+
+def replay(ms: Sequence[ts.Measures], order: Sequence[str], rule: Rule, repeats: int) -> Replay:
+    """The race over measurements an exhaustive run made (every configuration with all its trials, `ms`): the
+    decisions stage two's race would have taken had it measured these same trials — the default first, then the
+    members in `order` (most context first), each ruled out or given its remaining trials — and the pick from what
+    the race would have kept. The oracle check: this pick is the exhaustive run's own."""
+    by = {m.name: m for m in ms}
+
+    def first(m: ts.Measures) -> ts.Measures:
+        return ts.Measures(m.name, m.n_ctx, {k: v[:1] for k, v in m.samples.items()})
+
+    full: list[ts.Measures] = [by[rule.default]] if rule.default in by else []
+    kept: list[ts.Measures] = list(full)
+    ruled: dict[str, str] = {}
+    for name in order:
+        m = by.get(name)
+        if m is None or name == rule.default:
+            continue
+        why = ruled_out(first(m), full, rule) if repeats > 1 else None
+        if why:
+            ruled[name] = why
+            kept.append(first(m))
+        else:
+            full.append(m)
+            kept.append(m)
+    trials = sum(min(repeats, len(m.samples.get("output_tps") or [])) for m in kept)
+    chosen = pick(kept, rule.default, rule.goal, min_context=rule.floor_ctx, min_gen_tps=rule.min_gen_tps,
+                  threshold=rule.threshold, default_fits=rule.default_fits, min_trials=min(2, repeats), kld=rule.kld,
+                  max_kld=rule.max_kld)
+    return Replay(pick=chosen, ruled=ruled, trials=trials)
