@@ -48,6 +48,7 @@ class TuneOptions:
     jobs: int | None = None
     timeout_s: float = 300.0
     fresh: bool = False
+    stage_one_only: bool = False  # the model is a header-only stand-in (a remote model without --download)
 
 
 def tune_study(study: Study) -> Study:
@@ -139,9 +140,9 @@ def _rig(names: list[str], budgets: list[int], margins: list[int], prep: session
 
 
 def _layout(prep: session.Prepared) -> ts.ModelLayout:
-    hdr = standin.read_header(prep.model_path)
+    tensors = [t for part in standin.split_parts(prep.model_path) for t in standin.read_header(part).tensors]
     info = prep.model_info
-    return ts.model_layout(((n, b) for n, _, b in hdr.tensors), info.n_layer or 0, info.n_ctx_train or 0,
+    return ts.model_layout(((n, b) for n, _, b in tensors), info.n_layer or 0, info.n_ctx_train or 0,
                            info.n_expert or 0)
 
 
@@ -367,7 +368,7 @@ def _mkdir(p: Path) -> Path:
 
 @dataclass
 class TuneResult:
-    run_id: str
+    run_id: str | None  # None: stage one only, nothing run or stored
     doc: dict
 
 
@@ -395,6 +396,12 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     counts = _counts(one)
     progress.message(f"tune stage one: {counts['enumerated']} candidates, {one.dry_runs} dry runs in "
                      f"{one.seconds:.1f} s → {counts['front']} on the front, {len(one.chosen)} to run for real")
+    if opts.stage_one_only:  # a stand-in has no weights to run: the search is the answer
+        doc = {**_search_doc(study, spec, one, counts, budgets, prep), "stage2": None,
+               "seconds": round(time.monotonic() - t0, 2), "threshold": study.workload.threshold,
+               "chosen": [{"label": c.label(one.rig), "n_ctx": ctx, "args": [*study.builds[0].args, *c.args(ctx)],
+                           "devices_mib": rec.get("devices_mib")} for c, ctx, rec in one.chosen]}
+        return TuneResult(run_id=None, doc=doc)
     # stage two
     art0 = prep.artifacts[study.builds[0].name]
     b0 = study.builds[0]
@@ -430,6 +437,21 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     run_id = runner.execute(prep2, None, ropts, progress, passes=passes, skip=skip)
     stage2_s = round(time.monotonic() - t2, 2)
     doc = {
+        **_search_doc(study, spec, one, counts, budgets, prep),
+        "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": screened,
+                   "seconds": stage2_s, "screen": bool(spec.screen)},
+        "seconds": round(time.monotonic() - t0, 2),
+        "threshold": s2.workload.threshold,
+    }
+    with Store(opts.db) as store:
+        store.save_tune(run_id, doc)
+    return TuneResult(run_id=run_id, doc=doc)
+
+
+def _search_doc(study: Study, spec: TuneSpec, one: StageOne, counts: dict, budgets: list[int] | None,
+                prep: session.Prepared) -> dict:
+    """What stage one found, as the `tunes` table stores it (stage two adds its own keys)."""
+    return {
         "version": 1,
         "goal": spec.goal, "min_context": spec.min_context, "min_gen_tps": spec.min_gen_tps,
         "parallel": spec.parallel, "need_context": need_context(study),
@@ -444,15 +466,8 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
         "default": one.default,
         "candidates": one.records,
         "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds},
-        "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": screened,
-                   "seconds": stage2_s, "screen": bool(spec.screen)},
-        "seconds": round(time.monotonic() - t0, 2),
-        "threshold": s2.workload.threshold,
         "notes": one.notes,
     }
-    with Store(opts.db) as store:
-        store.save_tune(run_id, doc)
-    return TuneResult(run_id=run_id, doc=doc)
 
 
 def _counts(one: StageOne) -> dict:
