@@ -66,15 +66,16 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def identity(path: Path, sha256: str | None) -> str:
-    """The file's sha256; for a header-only stand-in (mostly a hole) a digest of its header and size instead, so that
-    adding an 8 GB sparse file costs nothing (the tests never download those)."""
+def identity(path: Path, sha256: str | None, salt: str = "") -> str:
+    """The file's sha256; for a header-only stand-in (mostly a hole) a digest of its header, size and `salt`
+    instead, so that adding an 8 GB sparse file costs nothing (the tests never download those) and a test can make
+    its content new to llamalab's cache."""
     if sha256:
         return sha256
     size = path.stat().st_size
     if path.stat().st_blocks * 512 < size // 4:
         with open(path, "rb") as f:
-            return hashlib.sha256(f.read(32 << 20) + str(size).encode()).hexdigest()
+            return hashlib.sha256(f.read(32 << 20) + str(size).encode() + salt.encode()).hexdigest()
     return sha256_file(path)
 
 
@@ -93,10 +94,10 @@ class Hub:
     # ------------------------------------------------------------ content
 
     def add_repo(self, repo: str, files: dict[str, Path], *, gated: bool = False, private: bool = False,
-                 sha256: dict[str, str] | None = None, renamed_from: str | None = None) -> None:
+                 sha256: dict[str, str] | None = None, renamed_from: str | None = None, salt: str = "") -> None:
         entries = {}
         for rel, p in files.items():
-            digest = identity(Path(p), (sha256 or {}).get(rel))
+            digest = identity(Path(p), (sha256 or {}).get(rel), salt)
             b = Blob(path=Path(p), sha256=digest, size=Path(p).stat().st_size)
             self.blobs[digest] = b
             entries[rel] = b
@@ -163,6 +164,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:  # quiet
         pass
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):  # the client closed early (no-range, Ctrl-C, a timeout)
+            pass
 
     # helpers
     def _send(self, code: int, headers: dict[str, str] | None = None, body: bytes = b"") -> None:

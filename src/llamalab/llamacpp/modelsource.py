@@ -206,6 +206,17 @@ def hf_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
+def hf_cache() -> str:
+    """Hugging Face's cache as HF_HUB_CACHE / HF_HOME say now (huggingface_hub reads them once, at import)."""
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.path.expanduser(os.environ["HF_HOME"]), "hub")
+    return constants.HF_HUB_CACHE
+
+
 _HF_CONFIGURED: list[tuple] = []
 
 
@@ -268,7 +279,8 @@ def _hf_errors(what: str, endpoint: str) -> Iterator[None]:
     except (lib.TransportError, OSError) as e:
         if isinstance(e, ModelError):
             raise
-        raise rangeio.RemoteError("network", f"{what}: cannot reach {endpoint} ({type(e).__name__}: {e}); no "
+        raise rangeio.RemoteError("network", f"{what}: cannot reach {urlsplit(endpoint).netloc} ({type(e).__name__}: "
+                                  f"{e}); no "
                                   "network here?", rangeio.NETWORK_TIP + " HF_ENDPOINT points at a mirror.") from None
 
 
@@ -475,7 +487,8 @@ def download(remote: Remote, s: Session) -> Resolved:
         ep = hf_endpoint()
         for rel, p in zip(remote.hf_paths, remote.parts, strict=True):
             with _hf_errors(f"hf://{remote.hf_repo}/{rel}", ep):
-                local = Path(hf_hub_download(remote.hf_repo, rel, revision=remote.hf_commit, endpoint=ep))
+                local = Path(hf_hub_download(remote.hf_repo, rel, revision=remote.hf_commit, endpoint=ep,
+                                             cache_dir=hf_cache()))
             _verify(local, p, s, remote.ref)
             paths.append(local)
         return Resolved(path=paths[0], ref=remote.ref, standin=False, size=sum(x.stat().st_size for x in paths),

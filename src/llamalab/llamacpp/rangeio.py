@@ -40,7 +40,7 @@ class Policy:
     request_s: float = 300.0  # one header request as a whole (a trickling server)
     retries: int = 4
     backoff_s: float = 0.5  # the first wait; doubled after each retry, at most 8 s
-    first_read: int = 256 << 10
+    first_read: int = 32 << 10  # then the parser says what it needs (a split's later parts: a few KiB)
     max_header: int = 128 << 20  # a remote header larger than this is refused (real ones: up to ~20 MB)
 
 
@@ -258,7 +258,8 @@ class _RangeFile:
         if run is None or run[0] + len(run[1]) < b:
             have_to = run[0] + len(run[1]) if run else a
             ahead = self.policy.first_read if self.first else 64 << 10
-            stop = max(b, have_to + ahead, self.expect_end if self.expect_end > have_to else 0)
+            # the parser's hint where it has one (the rest of a token list, of the tensor table), else read-ahead
+            stop = max(b, self.expect_end) if self.expect_end > have_to else max(b, have_to + ahead)
             stop = min(stop, self.size)
             data = self.fetcher.read(have_to, stop)
             self.first = False
@@ -344,7 +345,7 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
     for a, b in f.gaps(lay.data_offset):
         fill = next(((fa, item) for fa, fb, item in fills if fa <= a and b <= fb), None)
         if fill is not None:
-            segments.append((a, _fill_slice(fill[1], fill[0], a, b)))
+            segments.append((a, b"\0" * (b - a)))  # filled below, item by item
         elif b == lay.data_offset and b - a < lay.alignment:
             segments.append((a, b"\0" * (b - a)))  # the padding before the tensor data
         else:  # seeked over and needed verbatim (a long array of numbers that is not a tokenizer's)
@@ -355,16 +356,14 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
             raise RemoteError("server", f"{fetcher._label()}: the header could not be assembled at byte {a:,}.",
                               "report this: it is a bug of llamalab's range reader.")
         head += data
+    for a, b in f.gaps(lay.data_offset):  # an item half fetched, half filled is all fill: never a mixed value
+        for fa, fb, item in fills:
+            if fa <= a and b <= fb:
+                n = len(item)
+                lo, hi = fa + (a - fa) // n * n, min(fb, fa + -(-(b - fa) // n) * n)
+                head[lo:hi] = item * ((hi - lo) // n)
     return RemoteHeader(header=hdr, head=bytes(head), size=size, fetched=fetcher.fetched,
                         requests=fetcher.requests, filled=tuple(filled))
-
-
-def _fill_slice(item: bytes, start: int, a: int, b: int) -> bytes:
-    """The fill pattern of an array starting at `start`, for its bytes [a, b)."""
-    n = len(item)
-    rep = item * ((b - a) // n + 2)
-    off = (a - start) % n
-    return rep[off:off + (b - a)]
 
 
 # ---------------------------------------------------------------- a whole file (--download)
