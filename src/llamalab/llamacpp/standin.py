@@ -21,7 +21,7 @@ import os
 import stat
 import struct
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -131,7 +131,7 @@ class ArrayInfo:
 
     item_type: int
     length: int
-    offset: int = -1  # where its first item starts in the file
+    offset: int = field(default=-1, compare=False)  # where its first item starts in the file
 
     def __len__(self) -> int:
         return self.length
