@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from llamalab.llamacpp.source import sha256_file
+
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "hf_localtesttoken"
 
@@ -56,14 +58,6 @@ class Repo:
     private: bool = False
     revisions: tuple[str, ...] = ("main", COMMIT)
     renamed_from: str | None = None
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(8 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def identity(path: Path, sha256: str | None, salt: str = "") -> str:

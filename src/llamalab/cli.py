@@ -883,22 +883,29 @@ def tune(study, model, download, budget, goal, min_context, min_gen_tps, paralle
         sys.exit(EXIT_SOME_FAILED)
 
 
+def _table(title: str, head: list[str], body: list[list[str]], left: int = 2):
+    """A rich table of a tune's front: every cell a Text of `safetext.plain`, the first `left` columns left."""
+    from rich.table import Table
+
+    from .safetext import rich_text as T
+
+    t = Table(title=T(title))
+    for i, h in enumerate(head):
+        t.add_column(T(h), justify="left" if i < left else "right")
+    for row in body:
+        t.add_row(*[T(c) for c in row])
+    return t
+
+
 def _print_stage_one(doc: dict) -> None:
     """Tune's stage one alone (the model is a header-only stand-in): the verified front and llama.cpp's default."""
     from rich.console import Console
-    from rich.table import Table
 
     from .report import tune_stage_one
     from .safetext import rich_text as T
 
     console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
-    head, body = tune_stage_one.front_table(doc)
-    t = Table(title=T("tune — stage one (dry runs): the predicted front, verified"))
-    for i, h in enumerate(head):
-        t.add_column(T(h), justify="left" if i < 2 else "right")
-    for row in body:
-        t.add_row(*[T(c) for c in row])
-    console.print(t)
+    console.print(_table("tune — stage one (dry runs): the predicted front, verified", *tune_stage_one.front_table(doc)))
     for line in tune_stage_one.lines(doc):
         console.print(T("• " + line))
 
@@ -906,7 +913,6 @@ def _print_stage_one(doc: dict) -> None:
 def _print_tune(view) -> None:
     """The tune's front, pick and command on the terminal (every string a Text of `safetext.plain`)."""
     from rich.console import Console
-    from rich.table import Table
 
     from .report import tune as rtune
     from .safetext import rich_text as T
@@ -915,13 +921,7 @@ def _print_tune(view) -> None:
     if view is None:
         console.print(T("this run holds no tune"))
         return
-    head, body = rtune.front_table(view)
-    t = Table(title=T(f"tune — run {view.run_id}: the front, measured"))
-    for i, h in enumerate(head):
-        t.add_column(T(h), justify="left" if i < 2 else "right")
-    for row in body:
-        t.add_row(*[T(c) for c in row])
-    console.print(t)
+    console.print(_table(f"tune — run {view.run_id}: the front, measured", *rtune.front_table(view)))
     for line in rtune.lines(view):
         console.print(T("• " + line))
     console.print(T("\nPick.", "bold") + T(" " + view.pick_sentence))

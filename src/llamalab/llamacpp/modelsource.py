@@ -527,6 +527,6 @@ def _verify(path: Path, part: Part, s: Session, what: str) -> None:
     digest = rangeio.sha256_of(path)
     if digest != part.sha256:
         raise ModelError(f"{what}: {path} has sha256 {digest}, but the hub publishes {part.sha256}.",
-                         tip=f"delete it (and its .incomplete file) from the Hugging Face cache and download it "
+                         tip="delete it (and its .incomplete file) from the Hugging Face cache and download it "
                              "again.")
     atomic_write(mark, stamp)
