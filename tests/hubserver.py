@@ -38,9 +38,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from llamalab.llamacpp import models
 from llamalab.llamacpp.source import sha256_file
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+# A real model small enough to serve, download and run in seconds: 2 layers, a 20,000-token vocabulary (5.6 MB)
+MICRO = models.ModelShape("micro", n_layer=2, n_embd=128, n_head=4, n_head_kv=2, n_ff=256, n_vocab=20000,
+                          n_ctx_train=4096)
 TOKEN = "hf_localtesttoken"
 
 

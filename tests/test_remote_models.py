@@ -16,15 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hubserver import COMMIT, TOKEN, Hub, sha256_file
+from hubserver import COMMIT, MICRO, TOKEN, Hub, sha256_file
 from llamalab import cli
 from llamalab.errors import ModelError
 from llamalab.llamacpp import models, modelsource, rangeio, standin
 
 pytestmark = pytest.mark.usefixtures("loopback")
 
-MICRO = models.ModelShape("micro", n_layer=2, n_embd=128, n_head=4, n_head_kv=2, n_ff=256, n_vocab=20000,
-                          n_ctx_train=4096)
 FAST = rangeio.Policy(connect_s=2, read_s=0.5, request_s=5, retries=2, backoff_s=0.01)
 
 
@@ -320,3 +318,16 @@ def test_stub_of_a_remote_model(hub, micro, tmp_path, capsys, monkeypatch):
     assert "fetched" in err and f"wrote {out}" in err
     assert cli.entry(["stub", "hf://llamalab/Micro-GGUF", "-o", str(out)]) == 2
     assert "names a whole repository" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_no_network_for_a_repository_listing(tmp_path, monkeypatch):
+    """huggingface_hub retries a listing 5 times with backoff (1 + 2 + 4 + 8 + 8 s) before the same error."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{s.getsockname()[1]}")
+    with pytest.raises(ModelError, match="cannot reach 127.0.0.1.*no network here") as e:
+        modelsource.resolve_repo("hf://llamalab/Micro-GGUF", tmp_path / "home", policy=FAST)
+    assert "local model files still work" in e.value.tip

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hubserver import Hub
+from hubserver import MICRO, Hub
 from llamalab import cli
 from llamalab.llamacpp import models, packaged
 from llamalab.run import session
@@ -202,3 +202,29 @@ def test_tune_from_a_header_runs_stage_one_and_says_stage_two_needs_the_weights(
     assert any(c["status"] == "front" for c in doc["candidates"]) and doc["default"]["n_ctx"]
     assert "stage two runs the front for real and needs the model's weights" in out.err and "--download" in out.err
     assert cli.entry(["runs", "--json"]) == 0 and json.loads(capsys.readouterr().out) == []  # nothing ran or stored
+
+
+def test_run_downloads_a_remote_model_and_measures_it(llama_home, tmp_path, monkeypatch, capsys):
+    """`run --model hf://… --download`: the weights into Hugging Face's cache (checked against the published
+    sha256), then a real run on them; the same reference without --download stops before anything starts."""
+    micro = models.write_synthetic(MICRO, tmp_path / "Micro-F16.gguf")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("LLAMALAB_DATA", str(tmp_path / "data"))
+    small = ['builds=[{name="copies4"}]', 'settings=[{name="f16", args=["-ctk", "f16"]}]', "workload.repeats=1",
+             "workload.warmup=0", "workload.concurrency=[1]", "workload.prompt_tokens=64", "workload.output_tokens=8"]
+    with Hub() as hub:
+        hub.add_repo("llamalab/Micro-GGUF", {"Micro-F16.gguf": micro})
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        args = ["run", "demo", "--model", "hf://llamalab/Micro-GGUF/Micro-F16.gguf", "--json",
+                *[x for s in small for x in ("--set", s)]]
+        assert cli.entry(args) == 2 and "--download" in capsys.readouterr().err and hub.log == []
+        code = cli.entry([*args, "--download"])
+        out = capsys.readouterr()
+        sent = hub.fetched()
+    assert code == 0, out.err
+    rows = json.loads(out.out)
+    assert rows and all(r["output_tps"] for r in rows)
+    assert sent == micro.stat().st_size  # the whole file, once
+    cached = list((tmp_path / "hf" / "hub").rglob("Micro-F16.gguf"))
+    assert cached and cached[0].read_bytes() == micro.read_bytes()
