@@ -331,3 +331,21 @@ def test_no_network_for_a_repository_listing(tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="cannot reach 127.0.0.1.*no network here") as e:
         modelsource.resolve_repo("hf://llamalab/Micro-GGUF", tmp_path / "home", policy=FAST)
     assert "local model files still work" in e.value.tip
+
+
+def test_download_from_a_server_without_range_support(hub, micro, tmp_path):
+    """The tip for such a server is --download: it then fetches the file in one GET (no resume there)."""
+    url = hub.add_url("Micro-F16.gguf", micro)
+    hub.fail.add("no-range")
+    fails(url, tmp_path / "a", "ignores Range requests", "--download")
+    res = resolve(url, tmp_path, weights=True)
+    assert not res.standin and res.path.read_bytes() == micro.read_bytes()
+
+
+def test_a_study_file_path_that_is_a_reference_is_told_to_use_model(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LLAMALAB_DATA", str(tmp_path / "data"))
+    study = tmp_path / "s.toml"
+    study.write_text('name = "s"\n[model]\npath = "hf://o/r/m.gguf"\n[[builds]]\nname = "b"\n[[settings]]\nname = "x"\n')
+    assert cli.entry(["plan", str(study)]) == 2
+    err = capsys.readouterr().err
+    assert "names a remote model" in err and "--model hf://o/r/m.gguf" in err

@@ -618,6 +618,8 @@ def doctor(as_json) -> None:
 @click.option("--context", "context", type=click.IntRange(1), default=None, metavar="N",
               help="With hf://OWNER/REPO: also the smallest budget each quant needs for a context of N tokens.")
 @click.option("--markdown", is_flag=True, help="With hf://OWNER/REPO: print the table as Markdown.")
+@click.option("--download", is_flag=True, help="With a remote --model: fetch the whole model rather than its header "
+              "(for a server that does not answer Range requests).")
 @click.option("--target", type=click.Choice(["cuda", "vulkan", "rocm", "metal", "cpu-rpc"]), default=None,
               help="The backend the figures are for (default: the one the dry runs use); labels CPU-RPC figures "
                    "as approximations of it.")
@@ -630,7 +632,7 @@ def doctor(as_json) -> None:
               help="Keep the dry runs' llama-server logs in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
-def plan(study, model, overrides, budget, context, markdown, target, llama_cpp, llama_bin, logs_dir, as_json,
+def plan(study, model, overrides, budget, context, markdown, download, target, llama_cpp, llama_bin, logs_dir, as_json,
          trust) -> None:
     """Memory per device, fitted context and pipeline-parallel copies for every build × setting of a study, from
     llama.cpp's no-alloc dry run: no weights are loaded, so it takes seconds, and a model's header is enough — a
@@ -660,6 +662,9 @@ def plan(study, model, overrides, budget, context, markdown, target, llama_cpp, 
     if model and modelref.is_reference(model):
         ref = modelref.parse(model)
         if isinstance(ref, modelref.HfRepo) and ref.quant is None:
+            if download:
+                raise ConfigError("--download with a whole repository would fetch every quant.",
+                                  tip="pick one: --model hf://OWNER/REPO:Q4_K_M --download.")
             return _plan_repo(model, study, overrides, budget, context, markdown, llama_cpp, llama_bin, logs_dir,
                               as_json, trust)
     if context is not None or markdown:
@@ -667,7 +672,8 @@ def plan(study, model, overrides, budget, context, markdown, target, llama_cpp, 
                           tip="for one model, -c N in the study's arguments plans that context: "
                               "--set 'server.args=[\"-c\",\"32768\"]'.")
     st, _ = _load_study(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)], trust)
-    opts = planmod.PlanOptions(llama_cpp=llama_cpp, model=_model_path(model, command="plan"),
+    opts = planmod.PlanOptions(llama_cpp=llama_cpp,
+                               model=_model_path(model, command="plan", weights=download, download=download),
                                budgets=[budget] if budget else None, target=target, logs_dir=logs_dir)
     progress = _progress()
     try:
@@ -726,14 +732,15 @@ def _plan_repo(model, study, overrides, budget, context, markdown, llama_cpp, ll
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a study key, e.g. --set devices.count=3 (repeatable).")
 @click.option("--model", default=None, metavar="MODEL", help=MODEL_HELP)
+@click.option("--download", is_flag=True, help="With a remote --model: fetch the whole model rather than its header.")
 @click.option("--budget", default=None, metavar="SIZES",
               help="Free memory per device, e.g. 16GiB,12GiB (replaces [devices] vram).")
 @click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the dry runs' logs in this folder (default: under the bisect's folder in $LLAMALAB_HOME).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
-def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides, model, budget, logs_dir, as_json,
-           trust) -> None:
+def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides, model, download, budget, logs_dir,
+           as_json, trust) -> None:
     """Find the first commit between GOOD and BAD of a llama.cpp checkout that changes a memory figure, from dry
     runs (llama.cpp's no-alloc memory fit: no weights loaded) of one configuration of a study. Every commit is
     built in one shared build folder (only the programs the dry run starts; ninja recompiles what the commit
@@ -751,7 +758,8 @@ def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides,
     st, _ = _load_study(config, overrides, trust)
     where = repo or (Path(st.source.llama_cpp) if st.source.llama_cpp else Path.cwd())
     opts = bisectmod.BisectOptions(repo=where, good=good, bad=bad, metric=metric, build=build_name,
-                                   setting=setting_name, model=_model_path(model, command="bisect"),
+                                   setting=setting_name,
+                                   model=_model_path(model, command="bisect", weights=download, download=download),
                                    budgets=[budget] if budget else None,
                                    logs_dir=logs_dir)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()

@@ -326,7 +326,7 @@ def _hf_remote(repo: str, paths: list[str], revision: str | None, s: Session,
         what = f"hf://{repo}/{path}"
         url = hf_hub_url(repo, path, revision=revision or commit, endpoint=ep)
         with _hf_errors(what, ep):
-            meta = rangeio.retry(s.policy, what, lambda: get_hf_file_metadata(
+            meta = rangeio.retry(s.policy, lambda: get_hf_file_metadata(
                 url, endpoint=ep, timeout=s.policy.connect_s + s.policy.read_s), _hf_transient)
         commit = commit or meta.commit_hash
         location = urljoin(url, meta.location or url)
@@ -382,7 +382,7 @@ def _ollama(ref: Ollama, s: Session) -> Remote:
             return bytes(body)
 
     try:
-        body = rangeio.retry(s.policy, what, get, fetcher._transient)
+        body = rangeio.retry(s.policy, get, fetcher._transient)
     except (httpx.HTTPError, rangeio.RemoteError) as e:
         raise fetcher._network_error(e) from None
     try:
@@ -415,11 +415,7 @@ def _url(ref: Url, s: Session) -> Remote:
     parts = []
     for p in paths:
         url = ref.url if len(paths) == 1 else urljoin(ref.url, p.rsplit("/", 1)[-1])
-        h = rangeio.Fetcher(url, s.http, s.policy, what=url).head()
-        if h.accepts_ranges is False:
-            raise rangeio.RemoteError("no-range", f"{url}: the server says it does not serve ranges "
-                                      "(Accept-Ranges: none), so the header cannot be read alone.",
-                                      "pass --download to fetch the whole model, or download it and pass the file.")
+        h = rangeio.Fetcher(url, s.http, s.policy, what=url).head()  # (the first Range read says if it serves them)
         key = f"url:{url}|{h.etag or ''}|{h.size}|{h.last_modified or ''}"
         parts.append(Part(url=url, name=modelref.Url(url).filename, size=h.size, key=key))
     return Remote(ref=ref.url, parts=tuple(parts), auth_tip="the server wants credentials; llamalab sends none to "

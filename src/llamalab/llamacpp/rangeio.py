@@ -70,7 +70,6 @@ class Head:
     size: int | None
     etag: str | None
     last_modified: str | None
-    accepts_ranges: bool | None
 
 
 def wait(policy: Policy, attempt: int) -> None:
@@ -81,7 +80,7 @@ def wait(policy: Policy, attempt: int) -> None:
     proc.check_stop()
 
 
-def retry(policy: Policy, what: str, call: Callable[[], object], transient: Callable[[BaseException], bool]):
+def retry(policy: Policy, call: Callable[[], object], transient: Callable[[BaseException], bool]):
     """`call()` again after a transient failure (`transient(e)`), up to policy.retries times with backoff."""
     attempt = 0
     while True:
@@ -143,26 +142,49 @@ class Fetcher:
         return RemoteError("network", f"{self._label()}: cannot reach {host} ({type(e).__name__}: {e}); no network "
                            "here?", NETWORK_TIP)
 
+    def whole(self, out, size: int, progress: Callable[[int, int], None] | None = None) -> int:
+        """The whole file in one GET into `out` (a server without Range support, with --download only)."""
+        got = 0
+        self.requests += 1
+        try:
+            with self.http.stream("GET", self.url, headers=self.headers) as r:
+                if r.status_code != 200:
+                    raise self._status_error(r)
+                for chunk in r.iter_bytes(1 << 20):
+                    got += len(chunk)
+                    if got > size:
+                        raise RemoteError("server", f"{self._label()}: the server sent more than the {size:,} bytes "
+                                          "it announced.", "the file changed meanwhile; try again.")
+                    out.write(chunk)
+                    self.fetched += len(chunk)
+                    if progress:
+                        progress(got, size)
+                    proc.check_stop()
+        except httpx.HTTPError as e:
+            raise self._network_error(e) from None
+        if got != size:
+            raise RemoteError("stalled", f"{self._label()}: the server sent {got:,} of {size:,} bytes.",
+                              "try again (a server without Range support cannot resume a download).")
+        return got
+
     def head(self) -> Head:
-        """HEAD of the URL: its size, ETag and whether it says it serves ranges (None where HEAD is refused)."""
+        """HEAD of the URL: its size and ETag (None where HEAD is refused)."""
         def once() -> Head:
             self.requests += 1
             r = self.http.head(self.url, headers=self.headers)
             if r.status_code in (405, 501):
-                return Head(None, None, None, None)
+                return Head(None, None, None)
             if r.status_code in (429,) or r.status_code >= 500:
                 raise RemoteError("server-busy", f"{self._label()}: the server answered {r.status_code}.",
                                   "try again later.")
             if r.status_code >= 400:
                 raise self._status_error(r)
             length = r.headers.get("content-length")
-            ranges = r.headers.get("accept-ranges")
             return Head(size=int(length) if length and length.isdecimal() else None, etag=r.headers.get("etag"),
-                        last_modified=r.headers.get("last-modified"),
-                        accepts_ranges=None if ranges is None else ranges.strip().lower() == "bytes")
+                        last_modified=r.headers.get("last-modified"))
 
         try:
-            return retry(self.policy, self._label(), once, self._transient)  # type: ignore[return-value]
+            return retry(self.policy, once, self._transient)  # type: ignore[return-value]
         except (httpx.HTTPError, RemoteError) as e:
             raise self._network_error(e) from None
 
@@ -171,7 +193,7 @@ class Fetcher:
         if stop <= start:
             return b""
         try:
-            return retry(self.policy, self._label(), lambda: self._read_once(start, stop), self._transient)  # type: ignore[return-value]
+            return retry(self.policy, lambda: self._read_once(start, stop), self._transient)  # type: ignore[return-value]
         except (httpx.HTTPError, RemoteError) as e:
             raise self._network_error(e) from None
 
@@ -184,8 +206,9 @@ class Fetcher:
             if r.status_code == 200:
                 raise RemoteError("no-range", f"{self._label()}: the server ignores Range requests (it answered "
                                   "200 with the whole file), so its header cannot be read alone.",
-                                  "pass --download to fetch the whole model, or download it yourself and pass the "
-                                  "file (or its first MiB: head -c 64M model.gguf > head.gguf).")
+                                  "pass --download (plan, run, tune, bisect) to fetch the whole model, or download "
+                                  "it yourself and pass the file (or its first MiB: head -c 64M model.gguf > "
+                                  "head.gguf).")
             if r.status_code == 429 or r.status_code >= 500:
                 raise RemoteError("server-busy", f"{self._label()}: the server answered {r.status_code}.",
                                   "try again later.")
@@ -382,7 +405,15 @@ def download(fetcher: Fetcher, dest: Path, size: int, *, sha256: str | None = No
     with open(part, "ab") as out:
         while have < size:
             proc.check_stop()
-            data = fetcher.read(have, min(size, have + chunk))
+            try:
+                data = fetcher.read(have, min(size, have + chunk))
+            except RemoteError as e:
+                if e.kind != "no-range":
+                    raise
+                out.seek(0)
+                out.truncate()
+                have = fetcher.whole(out, size, progress)  # no Range: the whole file in one GET, no resume
+                break
             if not data:
                 raise RemoteError("stalled", f"{fetcher._label()}: the server sent nothing at byte {have:,}.",
                                   "try again: the download resumes where it stopped.")
