@@ -15,10 +15,11 @@ What it reproduces is what llamalab's clients call, as their sources read (huggi
   `Link: <…>; rel="next"` header.
 - Authorization: `Authorization: Bearer TOKEN` (`utils/_headers.build_hf_headers`) for private and gated
   repositories.
-- The ollama registry: `GET /v2/{namespace}/{name}/manifests/{tag}` (Accept
-  `application/vnd.docker.distribution.manifest.v2+json`; layers with mediaType
-  `application/vnd.ollama.image.model`, `…template`, `…params`), `GET /v2/{namespace}/{name}/blobs/sha256:…` → 307
-  to the blob host.
+- The ollama registry, as ollama's own client reads it (ollama/ollama server/images.go: `pullModelManifest`, the
+  `ManifestV2`/`Layer` types, the media types in `GetModel`): `GET /v2/{namespace}/{name}/manifests/{tag}` (Accept
+  `application/vnd.docker.distribution.manifest.v2+json`; layers with mediaType `application/vnd.ollama.image.model`,
+  `…template`, `…params`, each a digest and a size), `GET /v2/{namespace}/{name}/blobs/sha256:…` → 307 to the blob
+  host (the public registry redirects blobs to a CDN).
 - Plain files at `/files/NAME` on the blob host (any web server: `ETag`, `Accept-Ranges: bytes`).
 
 Blobs answer `Range: bytes=a-b` with 206 and `Content-Range`. Failure modes are switched per test (`hub.fail`):

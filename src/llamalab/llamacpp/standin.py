@@ -18,6 +18,7 @@ import errno
 import hashlib
 import io
 import os
+import re
 import stat
 import struct
 import tempfile
@@ -317,8 +318,6 @@ def read_header(path: Path) -> Header:
 def split_parts(path: Path) -> list[Path]:
     """Every part of the model whose first file is `path` (llama.cpp's gguf-split naming,
     PREFIX-00001-of-0000N.gguf, beside it); `path` alone for a model in one file."""
-    import re
-
     path = Path(path)
     m = re.match(r"^(.+)-00001-of-(\d{5})\.gguf$", path.name)
     if not m or read_layout(path).split_count <= 1:
