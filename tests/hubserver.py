@@ -66,16 +66,16 @@ class Repo:
 
 
 def identity(path: Path, sha256: str | None, salt: str = "") -> str:
-    """The file's sha256; for a header-only stand-in (mostly a hole) a digest of its header, size and `salt`
-    instead, so that adding an 8 GB sparse file costs nothing (the tests never download those) and a test can make
-    its content new to llamalab's cache."""
+    """The file's sha256 (with a `salt`, a digest of it and the salt: content new to llamalab's cache, for a test
+    that must see it fetched); for a header-only stand-in (mostly a hole) a digest of its header and size instead,
+    so that adding an 8 GB sparse file costs nothing (the tests never download those)."""
     if sha256:
-        return sha256
+        return sha256 if not salt else hashlib.sha256((sha256 + salt).encode()).hexdigest()
     size = path.stat().st_size
     if path.stat().st_blocks * 512 < size // 4:
         with open(path, "rb") as f:
             return hashlib.sha256(f.read(32 << 20) + str(size).encode() + salt.encode()).hexdigest()
-    return sha256_file(path)
+    return identity(path, sha256_file(path), salt)
 
 
 @dataclass
@@ -102,10 +102,11 @@ class Hub:
             entries[rel] = b
         self.repos[repo] = Repo(files=entries, gated=gated, private=private, renamed_from=renamed_from)
 
-    def add_ollama(self, name: str, tag: str, path: Path | None, *, namespace: str = "library") -> None:
+    def add_ollama(self, name: str, tag: str, path: Path | None, *, namespace: str = "library",
+                   salt: str = "") -> None:
         layers = []
         if path is not None:
-            digest = identity(Path(path), None)
+            digest = identity(Path(path), None, salt)
             self.blobs[digest] = Blob(path=Path(path), sha256=digest, size=Path(path).stat().st_size)
             layers.append({"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}",
                            "size": Path(path).stat().st_size})
