@@ -52,6 +52,7 @@ class TuneOptions:
     timeout_s: float = 300.0
     fresh: bool = False  # a new run, and stage one dry-run again rather than reused
     seconds: float | None = None  # stage two's time budget (overrides [tune] seconds)
+    stage_one_only: bool = False  # the model is a header-only stand-in (a remote model without --download)
 
 
 def tune_study(study: Study) -> Study:
@@ -144,9 +145,9 @@ def _rig(names: list[str], budgets: list[int], margins: list[int], prep: session
 
 
 def _layout(prep: session.Prepared) -> ts.ModelLayout:
-    hdr = standin.read_header(prep.model_path)
+    tensors = [t for part in standin.split_parts(prep.model_path) for t in standin.read_header(part).tensors]
     info = prep.model_info
-    return ts.model_layout(((n, b) for n, _, b in hdr.tensors), info.n_layer or 0, info.n_ctx_train or 0,
+    return ts.model_layout(((n, b) for n, _, b in tensors), info.n_layer or 0, info.n_ctx_train or 0,
                            info.n_expert or 0)
 
 
@@ -439,7 +440,7 @@ def _stage_one_or_cached(prep: session.Prepared, budgets: list[int] | None, logs
 
 @dataclass
 class TuneResult:
-    run_id: str
+    run_id: str | None  # None: stage one only, nothing run or stored
     doc: dict
 
 
@@ -467,8 +468,15 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
             shutil.rmtree(logs, ignore_errors=True)
     counts = _counts(one)
     progress.message(f"tune stage one: {counts['enumerated']} candidates, {one.dry_runs} dry runs in "
-                     f"{one.seconds:.1f} s → {counts['front']} on the front, every one raced in stage two"
-                     + (" (exhaustive: every one with all its trials)" if _exhaustive(spec) else ""))
+                     f"{one.seconds:.1f} s → {counts['front']} on the front"
+                     + ("" if opts.stage_one_only else ", every one raced in stage two"
+                        + (" (exhaustive: every one with all its trials)" if _exhaustive(spec) else "")))
+    if opts.stage_one_only:  # a stand-in has no weights to run: the search is the answer
+        doc = {**_search_doc(study, spec, one, counts, budgets, prep), "stage2": None,
+               "seconds": round(time.monotonic() - t0, 2), "threshold": study.workload.threshold,
+               "chosen": [{"label": c.label(one.rig), "n_ctx": ctx, "args": [*study.builds[0].args, *c.args(ctx)],
+                           "devices_mib": rec.get("devices_mib")} for c, ctx, rec in one.chosen]}
+        return TuneResult(run_id=None, doc=doc)
     # stage two
     art0 = prep.artifacts[study.builds[0].name]
     b0 = study.builds[0]
@@ -494,21 +502,8 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     with Store(opts.db) as store:
         trials = store.trials(run_id)
     doc = {
-        "version": 1,
-        "goal": spec.goal, "min_context": spec.min_context, "min_gen_tps": spec.min_gen_tps,
-        "parallel": spec.parallel, "need_context": need_context(study), "max_kld": spec.max_kld,
-        "rig": {"devices": list(one.rig.names), "budgets_mib": list(one.rig.budgets_mib),
-                "margins_mib": list(one.rig.margins_mib), "backend": one.rig.backend,
-                "shared_processor": one.rig.shared_processor, "copies": one.rig.copies, "budgets_given": bool(budgets)},
-        "model": {"path": str(prep.model_path), "n_layer": one.layout.n_layer, "n_ctx_train": one.layout.n_ctx_train,
-                  "n_expert": one.layout.n_expert},
-        "space": {"splits": list(one.space.splits), "kv": ["/".join(p) for p in one.space.kv],
-                  "ubatch": list(one.space.ubatch), "n_cpu_moe": list(one.space.n_cpu_moe),
-                  "not_searched": one.space.not_searched},
-        "default": one.default,
-        "candidates": one.records,
+        **_search_doc(study, spec, one, counts, budgets, prep),
         "quality": kld.as_dict(),
-        "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds, "reused_from": one.reused_from},
         "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": race.ruled,
                    "seconds": stage2_s, "screen": not _exhaustive(spec), "mode": race.mode,
                    "time_budget_s": race.budget_s, "time_left_out": race.timed_out,
@@ -522,6 +517,28 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     with Store(opts.db) as store:
         store.save_tune(run_id, doc)
     return TuneResult(run_id=run_id, doc=doc)
+
+
+def _search_doc(study: Study, spec: TuneSpec, one: StageOne, counts: dict, budgets: list[int] | None,
+                prep: session.Prepared) -> dict:
+    """What stage one found, as the `tunes` table stores it (stage two adds its own keys)."""
+    return {
+        "version": 1,
+        "goal": spec.goal, "min_context": spec.min_context, "min_gen_tps": spec.min_gen_tps,
+        "parallel": spec.parallel, "need_context": need_context(study), "max_kld": spec.max_kld,
+        "rig": {"devices": list(one.rig.names), "budgets_mib": list(one.rig.budgets_mib),
+                "margins_mib": list(one.rig.margins_mib), "backend": one.rig.backend,
+                "shared_processor": one.rig.shared_processor, "copies": one.rig.copies, "budgets_given": bool(budgets)},
+        "model": {"path": str(prep.model_path), "n_layer": one.layout.n_layer, "n_ctx_train": one.layout.n_ctx_train,
+                  "n_expert": one.layout.n_expert},
+        "space": {"splits": list(one.space.splits), "kv": ["/".join(p) for p in one.space.kv],
+                  "ubatch": list(one.space.ubatch), "n_cpu_moe": list(one.space.n_cpu_moe),
+                  "not_searched": one.space.not_searched},
+        "default": one.default,
+        "candidates": one.records,
+        "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds, "reused_from": one.reused_from},
+        "notes": one.notes,
+    }
 
 
 def _exhaustive(spec: TuneSpec) -> bool:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
-from ..llamacpp import argv, budget, sourceref
+from ..llamacpp import argv, budget, modelref, sourceref
 from . import endpoints
 from ..errors import ConfigError
 
@@ -49,6 +49,9 @@ class ModelSpec(_Strict):
     def _one(self) -> "ModelSpec":
         if self.path is not None and self.preset not in (None, "tiny"):
             raise ValueError("give either model.path or model.preset, not both")
+        if self.path is not None and modelref.is_reference(self.path):  # only --model resolves references
+            raise ValueError(f"{self.path} names a remote model, and a study's model.path is a local file: pass it "
+                             f"on the command line instead (--model {self.path})")
         return self
 
 
