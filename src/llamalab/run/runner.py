@@ -67,12 +67,18 @@ def llama_cpp_info(prep: Prepared) -> dict:
     return info
 
 
+Cut = Callable[[Store, str, Pass, int], str | None]
+
+
 def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress, *,
-            passes: list[Pass] | None = None, skip: Callable[[Store, str, Pass], str | None] | None = None) -> str:
+            passes: list[Pass] | None = None, skip: Callable[[Store, str, Pass], str | None] | None = None,
+            cut: Cut | None = None) -> str:
     """Run every pass of the study into the store; returns the run id. The run records the effective study
     (file plus overrides) as TOML, whatever `study_toml` held. `passes` replaces the study's own order (expand);
     `skip`, asked before each pass, may return why that pass is not run (it is then left out, with the reason
-    shown), so a caller can stop measuring a configuration that earlier passes already settled."""
+    shown), so a caller can stop measuring a configuration that earlier passes already settled; `cut`, asked after
+    each trial of a pass (with the trial number, every cell and level of it stored), may return why the pass's
+    remaining trials are not run — on the same server start, so deciding costs no reload."""
     study = prep.study
     study_toml = to_toml(study)
     shash = study_hash(study, prep.model_path)
@@ -124,7 +130,7 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                     counter[0] += len(trials) * per_trial
                     continue
                 if _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter,
-                             total) == NOT_APPLICABLE:
+                             total, cut) == NOT_APPLICABLE:
                     inapplicable.add(key)
                     counter[0] += len(trials) * per_trial  # they will never run: the progress total stays true
             if opts.crosscheck:
@@ -390,7 +396,8 @@ def report_device_names(led: ledger.Ledger) -> list[str]:
 
 
 def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
-              logs: Path, index: int, progress: Progress, counter: list[int], total: int) -> str:
+              logs: Path, index: int, progress: Progress, counter: list[int], total: int,
+              cut: Cut | None = None) -> str:
     """One server start of a configuration and its trials; returns how the configuration ended (ok, failed, or
     not-applicable where llama.cpp refused it at load for what the rig, build or model lacks)."""
     cfg = p.config
@@ -474,10 +481,19 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         counter[0] += len(trials) * len(too_big)
                     grid.append((shape, levels))
                 progress.trial(counter[0] + 1, total, label)
+                def go_on(trial: int) -> bool:
+                    why = cut(store, run_id, p, trial) if cut is not None else None
+                    if why:
+                        progress.message(f"not measuring {label} further: {why}")
+                        left = [t for t in trials if t > trial]
+                        counter[0] += len(left) * sum(len(lv) for _, lv in grid)  # the progress total stays true
+                    return why is None
+
                 try:
                     if any(levels for _, levels in grid):
                         workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
-                                         cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args))
+                                         cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args),
+                                         go_on=go_on)
                 except WorkloadError:
                     if not srv.ended():
                         raise

@@ -497,7 +497,7 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     t2 = time.monotonic()
     ropts = session.Options(home=opts.home, db=opts.db, runs_dir=opts.runs_dir, model=prep.model_path,
                            fresh=opts.fresh, jobs=opts.jobs)
-    run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), skip=race.skip)
+    run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), cut=race.cut)
     stage2_s = round(time.monotonic() - t2, 2)
     with Store(opts.db) as store:
         trials = store.trials(run_id)
@@ -507,8 +507,7 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
         "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": race.ruled,
                    "seconds": stage2_s, "screen": not _exhaustive(spec), "mode": race.mode,
                    "time_budget_s": race.budget_s, "time_left_out": race.timed_out,
-                   "trials": _single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats,
-                   "passes": race.ran},
+                   "trials": _single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats},
         "seconds": round(time.monotonic() - t0, 2),
         "threshold": s2.workload.threshold,
         "repeats": s2.workload.repeats,
@@ -551,11 +550,11 @@ def _single_trials(trials: list[dict]) -> int:
 
 
 class _Race:
-    """Stage two as a race over the whole verified front (docs/tune.md): a screening trial of every member and
-    the default, the default's remaining trials, then each member's remaining trials — the most context first —
-    unless the measurements already show it cannot be the pick (`tunepick.ruled_out`), or the time budget is
-    spent. `exhaustive`: every configuration with all its trials, nothing ruled out (the oracle the race is checked
-    against)."""
+    """Stage two as a race over the whole verified front (docs/tune.md): the default, then each member — the most
+    context first — each in one server start: a screening trial, then its remaining trials on the same server
+    unless the measurements already show it cannot be the pick (`tunepick.ruled_out`, against the configurations
+    measured with all their trials before it), or the time budget is spent. `exhaustive`: every configuration with
+    all its trials, nothing ruled out (the oracle the race is checked against)."""
 
     def __init__(self, study: Study, spec: TuneSpec, one: "StageOne", kld: "quality.Quality",
                  budget_s: float | None):
@@ -572,39 +571,32 @@ class _Race:
                  is not None}, max_kld=spec.max_kld)
         self.ruled: dict[str, str] = {}
         self.timed_out: list[str] = []
-        self.ran: list[str] = []
         self.t0: float | None = None
 
     def passes(self) -> list[Pass]:
-        cfgs = [Config(build=b, setting=self.study.settings[0]) for b in self.study.builds]
+        """One server start per configuration, in the builds' order: the default, then the members by context."""
         n = self.study.workload.repeats
-        if self.mode == "exhaustive" or n == 1:
-            return [Pass(config=c, trials=tuple(range(1, n + 1))) for c in cfgs]
-        # the builds are the default, then the members by context (most first): the rest passes keep that order
-        return ([Pass(config=c, trials=(1,)) for c in cfgs]
-                + [Pass(config=c, trials=tuple(range(2, n + 1))) for c in cfgs])
+        self.t0 = time.monotonic()
+        return [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=tuple(range(1, n + 1)))
+                for b in self.study.builds]
 
-    def skip(self, store: Store, run_id: str, p: Pass) -> str | None:
+    def cut(self, store: Store, run_id: str, p: Pass, trial: int) -> str | None:
+        """After a member's screening trial: why its remaining trials are not run, or None."""
         name = p.config.build.name
-        if self.t0 is None:
-            self.t0 = time.monotonic()
-        if self.mode == "exhaustive" or name == DEFAULT or 1 in p.trials:
-            self.ran.append(f"{name}:{p.trials[0]}-{p.trials[-1]}")
+        if self.mode == "exhaustive" or name == DEFAULT or trial != 1:
             return None
-        if self.budget_s is not None and time.monotonic() - self.t0 > self.budget_s:
+        if self.budget_s is not None and self.t0 is not None and time.monotonic() - self.t0 > self.budget_s:
             self.timed_out.append(name)
-            return f"the time budget of {self.budget_s:g} s ([tune] seconds, --seconds) is spent"
+            self.ruled[name] = f"the time budget of {self.budget_s:g} s ([tune] seconds, --seconds) is spent"
+            return self.ruled[name]
         ms = ts.measures(store.trials(run_id), self.ctx_of, self.spec.parallel, _ledger_ctx(store, run_id))
         n = self.study.workload.repeats
-        full = [m for m in ms if len(m.samples.get("output_tps") or []) >= n]
+        full = [m for m in ms if m.name != name and len(m.samples.get("output_tps") or []) >= n]
         me = next((m for m in ms if m.name == name), None)
         why = "its screening trial measured nothing" if me is None else tunepick.ruled_out(me, full, self.rule)
         if why:
             self.ruled[name] = why
-            return why
-        self.ran.append(f"{name}:{p.trials[0]}-{p.trials[-1]}")
-        return None
-
+        return why
 
 def _counts(one: StageOne) -> dict:
     by: dict[str, int] = {}
