@@ -32,14 +32,15 @@ from llamalab.store.db import Store
 
 pytestmark = pytest.mark.llama
 
-NARROW = ["--set", 'tune.kv=["f16/f16","q8_0/q8_0"]', "--set", "tune.ubatch=[512]", "--set", "workload.threshold=0.1",
-          "--min-gen-tps", "1"]
+NARROW = ["--set", 'tune.kv=["f16/f16","q8_0/q8_0"]', "--set", "tune.ubatch=[512]", "--set", "workload.threshold=0.1"]
+FLOOR = ["--min-gen-tps", "1"]
 
 
-def _tune(data, *args: str) -> tuple[dict, float]:
+def _tune(data, *args: str, floor: bool = True) -> tuple[dict, float]:
     env = {**os.environ, "LLAMALAB_DATA": str(data)}
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "llamalab.cli", "tune", "tune-demo", "--json", *NARROW, *args],
+    done = subprocess.run([sys.executable, "-m", "llamalab.cli", "tune", "tune-demo", "--json", *NARROW,
+                           *(FLOOR if floor else []), *args],
                           env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout), time.monotonic() - t0
@@ -106,3 +107,24 @@ def test_kld_of_quantized_kv_caches_on_gemma(llama_home, tmp_path, demo_prep):
     again = quality.for_pairs(art.binary("llama-perplexity"), model, info.fingerprint, demo_prep.source.path,
                               ["q8_0/q8_0"], tmp_path / "home", tmp_path / "logs2", art.env(), Progress())
     assert again.by_pair["q8_0/q8_0"]["cached"] and not (tmp_path / "logs2").exists()
+
+
+def test_an_open_pick_gets_more_trials(tmp_path):
+    """With a threshold of 0.1%, almost every interval that reaches the floor leaves the pick open: the race gives those members, the pick
+    and the configuration that sets the floor more trials (here up to 4, `[tune] max_repeats`), on a resumed run."""
+    out, _ = _tune(tmp_path / "data", "--model", "tiny", "--set", "workload.threshold=0.001", "--set",
+                   "tune.max_repeats=4", "--set", "workload.repeats=2", floor=False)
+    s2 = out["search"]["stage2"]
+    with Store(tmp_path / "data" / "results.db", readonly=True) as store:
+        trials = store.trials(out["run_id"])
+    most = {}
+    for t in trials:
+        most[t["build"]] = max(most.get(t["build"], 0), int(t["trial"]))
+    print(f"\nopen picks: {s2['extended'] or 'none'}; trials per configuration {most}", file=sys.stderr)
+    if s2["extended"]:
+        ext = s2["extended"][0]
+        assert ext["trials"] == [3, 4] and all(most[n] == 4 for n in ext["names"])
+        assert all(most[b] <= 2 for b in most if b not in ext["names"])
+        assert any("still open" in line for line in out["stages"])
+    else:  # every interval cleared 1 either way: nothing was open (said, and nothing more run)
+        assert max(most.values()) == 2 and not out.get("undecided")

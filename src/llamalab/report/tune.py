@@ -242,10 +242,16 @@ def stage_lines(doc: dict) -> list[str]:
         timed = s2.get("time_left_out") or []
         out.append(f"stage two (race): all {len(real)} front members and llama.cpp's default screened with one trial "
                    f"each; {len(screened) - len(timed)} ruled out by the measurements, the rest measured with every "
-                   f"trial: {s2.get('trials', 0)} trials of the {s2.get('trials_exhaustive', 0)} an exhaustive run "
-                   f"makes, in {float(s2.get('seconds') or 0):.1f} s"
+                   f"trial: {s2.get('trials_before_extension', s2.get('trials', 0))} trials of the "
+                   f"{s2.get('trials_exhaustive', 0)} an exhaustive run makes"
+                   + (f", then {s2['trials'] - s2['trials_before_extension']} more where the pick was still open"
+                      if s2.get("trials_before_extension") is not None and s2["trials"] > s2["trials_before_extension"]
+                      else "") + f", in {float(s2.get('seconds') or 0):.1f} s"
                    + (f"; the time budget ({float(s2['time_budget_s']):g} s) left {len(timed)} unmeasured beyond "
                       f"screening: {', '.join(timed)}" if timed else ""))
+        for ext in s2.get("extended") or []:
+            out.append(f"stage two (race): the pick was still open ({'; '.join(ext.get('why') or [])}), so "
+                       f"{', '.join(ext.get('names') or [])} got trials {ext['trials'][0]}–{ext['trials'][-1]} too")
     else:  # a tune stored before the race
         out.append(f"stage two: {len(real)} front candidates and llama.cpp's default run for real in "
                    f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "

@@ -108,8 +108,8 @@ def study_hash(study: Study, model_path: Path) -> str:
     if study.tune is None:
         exclude["tune"] = True
     else:  # [tune] keys added with the race hash as before while they keep their defaults
-        new = {k for k, v in (("exhaustive", False), ("seconds", None), ("quality", True), ("max_kld", None))
-               if getattr(study.tune, k) == v}
+        new = {k for k, v in (("exhaustive", False), ("seconds", None), ("quality", True), ("max_kld", None),
+                              ("max_repeats", None)) if getattr(study.tune, k) == v}
         if new:
             exclude["tune"] = new
     # the study as it dumped while `workload.seed` was a field (its last): the key is gone, its value stays hashed

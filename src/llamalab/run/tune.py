@@ -498,6 +498,9 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     ropts = session.Options(home=opts.home, db=opts.db, runs_dir=opts.runs_dir, model=prep.model_path,
                            fresh=opts.fresh, jobs=opts.jobs)
     run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), cut=race.cut)
+    with Store(opts.db) as store:
+        before_extension = _single_trials(store.trials(run_id))
+    race.extend(prep2, ropts, run_id, progress)
     stage2_s = round(time.monotonic() - t2, 2)
     with Store(opts.db) as store:
         trials = store.trials(run_id)
@@ -506,8 +509,9 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
         "quality": kld.as_dict(),
         "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": race.ruled,
                    "seconds": stage2_s, "screen": not _exhaustive(spec), "mode": race.mode,
-                   "time_budget_s": race.budget_s, "time_left_out": race.timed_out,
-                   "trials": _single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats},
+                   "time_budget_s": race.budget_s, "time_left_out": race.timed_out, "extended": race.extended,
+                   "trials": _single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats,
+                   "trials_before_extension": before_extension},
         "seconds": round(time.monotonic() - t0, 2),
         "threshold": s2.workload.threshold,
         "repeats": s2.workload.repeats,
@@ -571,6 +575,7 @@ class _Race:
                  is not None}, max_kld=spec.max_kld)
         self.ruled: dict[str, str] = {}
         self.timed_out: list[str] = []
+        self.extended: list[dict] = []
         self.t0: float | None = None
 
     def passes(self) -> list[Pass]:
@@ -579,6 +584,38 @@ class _Race:
         self.t0 = time.monotonic()
         return [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=tuple(range(1, n + 1)))
                 for b in self.study.builds]
+
+    def extend(self, prep: session.Prepared, opts: session.Options, run_id: str, progress: Progress) -> None:
+        """Where the measurements leave the pick open (`tunepick.undecided_names`: a member with more context whose
+        interval reaches the speed floor, or a pick whose interval reaches below it), more trials of those, the
+        pick and the configuration that sets the floor — `repeats` more a round, up to `[tune] max_repeats`
+        (default twice `repeats`), while the time budget lasts. The race only; an exhaustive run keeps its trials."""
+        n = self.study.workload.repeats
+        cap = self.spec.max_repeats or 2 * n
+        have = n
+        while self.mode == "race" and have < cap:
+            if self.budget_s is not None and self.t0 is not None and time.monotonic() - self.t0 > self.budget_s:
+                break
+            with Store(opts.db) as store:
+                trials = store.trials(run_id)
+                real = _ledger_ctx(store, run_id)
+            ms = ts.measures(trials, self.ctx_of, self.spec.parallel, real)
+            chosen = tunepick.pick(ms, DEFAULT, self.rule.goal, min_context=self.rule.floor_ctx,
+                                   min_gen_tps=self.rule.min_gen_tps, threshold=self.rule.threshold,
+                                   default_fits=self.rule.default_fits, min_trials=min(2, n), kld=self.rule.kld,
+                                   max_kld=self.rule.max_kld)
+            open_ = tunepick.undecided_names(ms, chosen, self.rule, n)
+            if not open_:
+                break
+            names = list(dict.fromkeys([*(x for x, _ in open_), chosen.name, *([chosen.floor] if chosen.floor else [])]))
+            more = tuple(range(have + 1, min(cap, have + n) + 1))
+            progress.message(f"tune stage two: the pick is still open ({'; '.join(w for _, w in open_)}): "
+                             f"{len(more)} more trial(s) of {', '.join(names)}")
+            self.extended.append({"names": names, "trials": list(more), "why": [w for _, w in open_]})
+            passes = [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=more)
+                      for b in self.study.builds if b.name in names]
+            runner.execute(prep, None, dataclasses.replace(opts, resume=run_id, fresh=False), progress, passes=passes)
+            have = more[-1]
 
     def cut(self, store: Store, run_id: str, p: Pass, trial: int) -> str | None:
         """After a member's screening trial: why its remaining trials are not run, or None."""

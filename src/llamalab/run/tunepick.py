@@ -49,6 +49,7 @@ class Pick:
     name: str
     reason: str
     considered: tuple[str, ...]  # the configurations that met the constraints
+    floor: str | None = None  # whose generation set the speed floor (goal context without --min-gen-tps)
 
 
 def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int = 0, min_gen_tps: float | None = None,
@@ -108,10 +109,12 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
 
     ok, slower = as_fast(by.get(default), "the default's")
     speed_floor = "the default"
+    floor_of: str | None = default if by.get(default) is not None else None
     if not ok and not default_fits and fits:
         # the default cannot run on these cards: the fastest configuration that can sets the pace instead
         fastest = max(fits, key=lambda m: m.median("output_tps") or 0.0)
         ok, slower = as_fast(fastest, f"{fastest.name}'s")
+        floor_of = fastest.name
         speed_floor = (f"{fastest.name}, the fastest configuration that fits (llama.cpp's default does not fit "
                        f"the budgets and everything that fits is slower than it)")
     why_out |= slower
@@ -131,7 +134,8 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
         floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
                      else f"generating not measurably slower than {speed_floor}")
         reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
-    return Pick(best.name, reason, tuple(m.name for m in ok))
+    uses_floor = goal == "context" and min_gen_tps is None
+    return Pick(best.name, reason, tuple(m.name for m in ok), floor_of if uses_floor else None)
 
 
 
@@ -234,24 +238,36 @@ def ruled_out(m: ts.Measures, full: Sequence[ts.Measures], rule: Rule) -> str | 
 
 
 def undecided(ms: Sequence[ts.Measures], chosen: Pick, rule: Rule, repeats: int) -> list[str]:
-    """What the measurements leave open about the pick: configurations with more context than the pick (goal
-    context) that were ruled out by the speed floor's median rule although their interval reaches it — more trials
-    could change the pick."""
+    """What the measurements leave open about the pick (goal context, against the configuration whose generation
+    set the floor): a configuration with more context than the pick that the floor's median rule ruled out
+    although its interval reaches the floor, and a pick whose own interval reaches below it — more trials could
+    change the pick. Each line starts with the configuration's name."""
+    return [line for _, line in undecided_names(ms, chosen, rule, repeats)]
+
+
+def undecided_names(ms: Sequence[ts.Measures], chosen: Pick, rule: Rule, repeats: int) -> list[tuple[str, str]]:
     by = {m.name: m for m in ms}
-    p = by.get(chosen.name)
-    default = by.get(rule.default)
-    if p is None or default is None or rule.goal != "context" or rule.min_gen_tps is not None:
+    p, ref = by.get(chosen.name), by.get(chosen.floor or "")
+    if p is None or ref is None or rule.goal != "context" or rule.min_gen_tps is not None:
         return []
+    cut = 1 - 2 * rule.threshold
+    n = min(len(ref.samples.get("output_tps") or []), len(p.samples.get("output_tps") or []))
+    whose = "the default's" if ref.name == rule.default else f"{ref.name}'s"
     out = []
     for m in ms:
-        if m.name in (p.name, rule.default) or m.n_ctx <= p.n_ctx:
+        if m.name in (p.name, ref.name, rule.default) or m.n_ctx <= p.n_ctx:
             continue
-        v = compare(default, m, "output_tps", rule.threshold)
+        v = compare(ref, m, "output_tps", rule.threshold)
         if v is None or v[1] == "slower" or not v[0].has_interval:
             continue
-        if v[0].ratio < 1 - 2 * rule.threshold and (v[0].ci_high or 0) >= 1 - 2 * rule.threshold:
-            out.append(f"{m.name} ({m.n_ctx:,} tokens) generates {stats.format_ratio(v[0])} of the default's: its "
-                       f"interval reaches the floor, so more than {repeats} trials could make it the pick")
+        if v[0].ratio < cut and (v[0].ci_high or 0) >= cut:
+            out.append((m.name, f"{m.name} ({m.n_ctx:,} tokens) generates {stats.format_ratio(v[0])} of {whose}: "
+                                f"its interval reaches the floor, so more than {n} trials could make it the pick"))
+    if p.name != ref.name:
+        v = compare(ref, p, "output_tps", rule.threshold)
+        if v is not None and v[0].has_interval and (v[0].ci_low or 1) < cut:
+            out.append((p.name, f"the pick {p.name} generates {stats.format_ratio(v[0])} of {whose}: its interval "
+                                f"reaches below the floor, so more than {n} trials could rule it out"))
     return out
 
 

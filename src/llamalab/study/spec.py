@@ -335,6 +335,8 @@ class TuneSpec(_Strict):
     # the measurements have not ruled out (docs/tune.md); `exhaustive` gives every one all its trials (the oracle)
     exhaustive: bool = False
     seconds: Annotated[float, Field(gt=0)] | None = None  # stage two's time budget (None: until the race is decided)
+    # trials a contender may get where the measurements leave the pick open (None: twice workload.repeats)
+    max_repeats: Annotated[int, Field(ge=1, le=10_000)] | None = None
     quality: bool = True  # measure each quantized KV pair's KL divergence against f16/f16 (llama-perplexity)
     max_kld: Annotated[float, Field(ge=0)] | None = None  # rule out KV pairs whose mean KLD is above this
     # kept so that older study files load; the race has no cap (max_real) and always screens (screen = false is
