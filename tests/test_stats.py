@@ -8,8 +8,8 @@ import numpy as np
 
 import pytest
 
-from llamalab.report import stats
-from llamalab.report.stats import Ratio
+from llamalab.run import stats
+from llamalab.run.stats import Ratio
 
 # ---- summarize ---------------------------------------------------------------------------------------------------
 
@@ -112,7 +112,7 @@ def test_ratio_with_one_sample_has_no_interval(base, cand, expected):
     r = stats.ratio(base, cand)
     assert r.ci_low is None and r.ci_high is None and not r.has_interval
     assert r.ratio == pytest.approx(expected)
-    assert stats.verdict(r) == "no measurable difference"
+    assert stats.verdict(r) == "untested (one trial)"  # a ratio measured once is no verdict, either way
 
 
 def test_three_samples_each_give_the_range_ratio_as_interval():
@@ -173,7 +173,8 @@ VERDICTS = [
     pytest.param(1.01, 1.005, 1.015, 0.0, True, "faster", id="zero-threshold"),
     pytest.param(0.97, 0.95, 0.99, 0.05, True, "no measurable difference", id="below-wide-threshold"),
     pytest.param(1.02, 1.01, 1.03, 0.02, True, "no measurable difference", id="exactly-at-threshold"),
-    pytest.param(1.50, None, None, 0.02, True, "no measurable difference", id="no-interval"),
+    pytest.param(1.50, None, None, 0.02, True, "untested (one trial)", id="no-interval"),
+    pytest.param(0.85, None, None, 0.02, True, "untested (one trial)", id="a-15-percent-drop-once-is-untested"),
 ]
 
 

@@ -12,7 +12,8 @@ import pytest
 
 import runfixtures
 from llamalab.cli import entry
-from llamalab.report import data as rdata, document, formats, html, markdown, plots, stats, tune as rtune
+from llamalab.report import data as rdata, document, formats, html, markdown, plots, tune as rtune
+from llamalab.run import stats
 from llamalab.store.db import Store
 
 
@@ -110,11 +111,11 @@ def test_cli_report_renders_a_tune(tmp_path, capsys):
     assert json.loads(json.dumps(v, default=str))["pick"]["command"].startswith("llama-server")
 
 
-H200_MOE = Path(__file__).parent.parent / "benchmarks" / "tune-h200" / "export-moe.json"
+H200_MOE = Path(__file__).parent.parent / "benchmarks" / "tune-h200" / "export-moe-race.json"
 
 
 def test_a_default_that_does_not_fit_does_not_set_the_pace_when_nothing_that_fits_matches_it(tmp_path):
-    """The H200 tune of the 30B-A3B-shape MoE (benchmarks/tune-h200/export-moe.json): llama.cpp's default keeps every
+    """The H200 tune of the 30B-A3B-shape MoE (benchmarks/tune-h200/export-moe-race.json): llama.cpp's default keeps every
     expert on the GPUs at 4,096 tokens and goes over a budget, and every configuration that fits moves experts to the
     host and generates slower than it. The default's speed cannot be the floor there (the pick would be "keep the
     default", which these cards cannot run): the fastest configuration that fits sets it, and the most context

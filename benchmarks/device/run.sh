@@ -21,13 +21,14 @@
 #   bash benchmarks/device/run.sh tensor-ledger  # issue 18: real `-sm tensor` logs on two virtual CUDA devices (equal
 #                                           # shares and -ts 3,1), NVML's per-process figure after each load, and
 #                                           # `llamalab inspect` of each; one file back: tensor-ledger.tar.gz (after `build`)
+#   bash benchmarks/device/run.sh tune-race # issue 24: each tune-h200 study --exhaustive, then raced on the same front
 #   COLLECT=split-modes bash benchmarks/device/run.sh chain   # the stages in CHAIN (default: build split-modes
 #                                           # tensor-ledger tune) one after another in one session of their own, started
 #                                           # by the first call, so the GPU never waits for the next call; each call
 #                                           # waits for the stage named in COLLECT and returns its files
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
-stage=${1:?stage: build, study, split-modes, validate, vulkan-build, vulkan, tune or chain (and study-bg, vulkan-bg, split-modes-bg, tune-bg)}
+stage=${1:?stage: build, study, split-modes, validate, vulkan-build, vulkan, tune, tune-race or chain (and study-bg, vulkan-bg, split-modes-bg, tune-bg)}
 study=${STUDY:-benchmarks/h200/study.toml}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -88,6 +89,29 @@ case "$stage" in
     done
     tar czf "$OUT/tune.tar.gz" -C /tmp/tune-files . 2>/dev/null
     echo "tune stage: done in $(( $(date +%s) - t0 )) s"
+    ;;
+  tune-race)
+    # Issue 24: each tune twice on the same front — `--exhaustive` (every member with all its trials), then raced
+    # (stage one reused from the first) — for the 8B dense and the MoE study. Files back (6): stderr.txt, and per
+    # model tune-<t>-exhaustive.json / tune-<t>-race.json (`llamalab tune --json`), and tune-race.tar.gz (Markdown and
+    # HTML reports of all four runs, their exports, the plots).
+    mkdir -p /tmp/tune-race/plots
+    for t in 8b moe; do
+      for mode in exhaustive race; do
+        flag=$([ $mode = exhaustive ] && echo --exhaustive)
+        s=$(date +%s)
+        ll tune "benchmarks/tune-h200/tune-$t.toml" $flag --json > "$OUT/tune-$t-$mode.json" 2>> "$OUT/stderr.txt"
+        echo "tune $t $mode rc=$? in $(( $(date +%s) - s )) s (at $(( $(date +%s) - t0 )) s)"
+        grep -E "tune stage|error" "$OUT/stderr.txt" | tail -3
+        run_id=$(python3 -c "import json; print(json.load(open('$OUT/tune-$t-$mode.json'))['run_id'])" 2>/dev/null) || continue
+        ll report "$run_id" --format md -o "/tmp/tune-race/report-$t-$mode.md"
+        ll report "$run_id" --format html -o "/tmp/tune-race/report-$t-$mode.html" --plots /tmp/tune-race/plots
+        ll export "$run_id" -o "/tmp/tune-race/export-$t-$mode.json"
+        python3 -c "import json; d=json.load(open('$OUT/tune-$t-$mode.json')); s=d['search']['stage2']; print('  pick', d['pick']['build'], d['pick']['command']); print('  stage two', s['mode'], s['trials'], 'trials of', s['trials_exhaustive'], 'in', s['seconds'], 's'); [print('  ', x) for x in d['stages'] + d.get('undecided', [])]"
+      done
+    done
+    tar czf "$OUT/tune-race.tar.gz" -C /tmp/tune-race . 2>/dev/null
+    echo "tune-race stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   study|split-modes)
     # split-modes: the split-modes study (layer with 4 and 1 copies and without pipeline parallelism, tensor, row,

@@ -81,6 +81,49 @@ def _bin_override(llama_bin: Path | None) -> list[str]:
     return [f"source.bin={json.dumps(str(p if p.is_absolute() else Path.cwd() / p))}"]
 
 
+MODEL_HELP = ("A GGUF model: a file (or only the first MiB of one), or a remote one read by its header alone: "
+              "hf://OWNER/REPO/FILE.gguf (@REVISION), hf://OWNER/REPO:QUANT, https://…/FILE.gguf, ollama://NAME:TAG.")
+DOWNLOAD_HELP = ("With a remote --model (hf://, https://, ollama://): fetch its weights (progress bar, resumable; "
+                 "hf:// into Hugging Face's own cache, checked against the published sha256).")
+
+
+def _progress():
+    from .run.progress import RichProgress, StderrProgress
+
+    return RichProgress() if sys.stderr.isatty() else StderrProgress()
+
+
+def _model_path(model: str | None, *, command: str, weights: bool = False, download: bool = False) -> Path | None:
+    """--model as a path llama.cpp opens: a local file as it is; a remote reference (llamacpp.modelref) as its
+    header-only stand-in, or with `weights` the whole model — fetched only with --download, else refused before
+    anything starts."""
+    if model is None:
+        return None
+    from .llamacpp import modelref
+
+    if not modelref.is_reference(model):
+        return Path(model).expanduser()
+    modelref.parse(model)  # a malformed reference is said before anything else
+    if weights and not download:
+        from .errors import ModelError
+
+        raise ModelError(f"`llamalab {command}` runs {model} for real, so it needs the model's weights, and without "
+                         "--download llamalab fetches only its header.",
+                         tip=f"pass --download to fetch the weights (resumable; hf:// into Hugging Face's own cache), "
+                             f"or `llamalab plan --model {model}` for the memory answers from the header alone.")
+    from .llamacpp import modelsource
+    from .paths import cache_home
+
+    progress = _progress()
+    try:
+        res = modelsource.resolve(model, cache_home(), weights=weights, log=progress.message,
+                                  on_download=progress.download)
+    finally:
+        progress.close()
+    click.echo(res.note, err=True)
+    return res.path
+
+
 def _study_options(f):
     f = click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)(f)
     f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
@@ -101,6 +144,13 @@ def _study_options(f):
                      help="Afterwards, load every fitted context again with fit off (verify), or also bisect -c up "
                      "to the model's training context for the largest that loads, within [devices] vram budgets "
                      "if any (search; at most 6 loads per configuration).")(f)
+    f = click.option("--budget-context", type=click.Choice(["auto", "always", "off"]), default="auto",
+                     show_default=True,
+                     help="With [devices] vram budgets: afterwards, find each configuration's largest context within "
+                     "every device's budget (and within them less llama.cpp's margin) by dry runs at fixed -c "
+                     "(auto: where llama.cpp's fit left a device over its budget, then for every "
+                     "configuration; always: for every configuration). --max-context verify loads each for "
+                     "real.")(f)
     f = click.option("--host", default=None, metavar="ADDR",
                      help="Bind llama-server and rpc-servers to ADDR instead of 127.0.0.1 (rpc-server has no "
                      "authentication: only on networks you trust).")(f)
@@ -108,7 +158,7 @@ def _study_options(f):
 
 
 def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
-               host, trust, model=None) -> None:
+               budget_context, host, trust, model=None) -> None:
     from .paths import default_db
     from .store.db import Store
 
@@ -121,7 +171,7 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
     from .run import runner, session
     from .run.progress import RichProgress, StderrProgress
     opts = session.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
-                          crosscheck=crosscheck, max_context=max_context)
+                          crosscheck=crosscheck, max_context=max_context, budget_context=budget_context)
     if resume:
         runids.check_ref(resume, "--resume")
     # before anything is built or run: the database opens, is sound, no other run is being measured in it, and
@@ -213,10 +263,11 @@ def _print_table(data) -> None:
         console.print(T("• " + line))
     key = summary.key_speed_lines(data)
     if len(data.cells) > 1:  # a grid: the verdicts that say something; the map and the table below say the rest
-        telling = [x for x in key if not x.endswith("— no measurable difference")]
+        telling = [x for x in key if not x.endswith(("— no measurable difference", "— untested (one trial)"))]
         if len(telling) < len(key):
-            telling.append(f"({len(key) - len(telling)} more: no measurable difference; every comparison is in the "
-                           "report)")
+            telling.append(f"({len(key) - len(telling)} more: no measurable difference"
+                           + (" or untested with one trial" if any(x.endswith("— untested (one trial)") for x in key)
+                              else "") + "; every comparison is in the report)")
         key = telling
     for line in key:
         console.print(T("• " + line))
@@ -287,9 +338,10 @@ def demo(**kw) -> None:
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("study")
-@click.option("--model", type=click.Path(path_type=Path), default=None, help="A GGUF model file to study.")
+@click.option("--model", default=None, metavar="MODEL", help=MODEL_HELP + " A remote one needs --download.")
+@click.option("--download", is_flag=True, help=DOWNLOAD_HELP)
 @_study_options
-def run(study, model, **kw) -> None:
+def run(study, model, download, **kw) -> None:
     """Run a study: a preset name (pipeline-parallel, split-modes, demo) or a study .toml file.
 
     Exit code 0 when every configuration was measured, 3 when some failed (the others are in the report), 4 when
@@ -305,8 +357,9 @@ def run(study, model, **kw) -> None:
       llamalab run pipeline-parallel --model m.gguf --llama-bin ~/llama-b11312   # a release archive
       llamalab run my-study.toml --set devices.count=2
       llamalab run pipeline-parallel --resume 20261129-101500-ab12cd
+      llamalab run pipeline-parallel --model hf://unsloth/Qwen3-8B-GGUF:Q4_K_M --download
     """
-    _run_study(study, model=model, **kw)
+    _run_study(study, model=_model_path(model, command="run", weights=True, download=download), **kw)
 
 
 @cli.command("build", context_settings=CONTEXT)
@@ -624,12 +677,17 @@ def doctor(as_json) -> None:
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("study", required=False)
-@click.option("--model", type=click.Path(path_type=Path), default=None,
-              help="A GGUF model, or only the first MiB of one (a stand-in is made from its header).")
+@click.option("--model", default=None, metavar="MODEL",
+              help=MODEL_HELP + " hf://OWNER/REPO alone plans every quant of the repository in one table.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a study key, e.g. --set devices.count=3 (repeatable).")
 @click.option("--budget", default=None, metavar="SIZES",
               help="Free memory per device of the rig to plan for, e.g. 16GiB,12GiB (replaces [devices] vram).")
+@click.option("--context", "context", type=click.IntRange(1), default=None, metavar="N",
+              help="With hf://OWNER/REPO: also the smallest budget each quant needs for a context of N tokens.")
+@click.option("--markdown", is_flag=True, help="With hf://OWNER/REPO: print the table as Markdown.")
+@click.option("--download", is_flag=True, help="With a remote --model: fetch the whole model rather than its header "
+              "(for a server that does not answer Range requests).")
 @click.option("--target", type=click.Choice(["cuda", "vulkan", "rocm", "metal", "cpu-rpc"]), default=None,
               help="The backend the figures are for (default: the one the dry runs use); labels CPU-RPC figures "
                    "as approximations of it.")
@@ -642,28 +700,50 @@ def doctor(as_json) -> None:
               help="Keep the dry runs' llama-server logs in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
-def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir, as_json, trust) -> None:
+def plan(study, model, overrides, budget, context, markdown, download, target, llama_cpp, llama_bin, logs_dir, as_json,
+         trust) -> None:
     """Memory per device, fitted context and pipeline-parallel copies for every build × setting of a study, from
-    llama.cpp's no-alloc dry run: no weights are loaded, so it takes seconds, and a model's header is enough.
-    STUDY defaults to pipeline-parallel.
+    llama.cpp's no-alloc dry run: no weights are loaded, so it takes seconds, and a model's header is enough — a
+    remote model's header is fetched with Range requests (a few MiB), never its weights. STUDY defaults to
+    pipeline-parallel.
+
+    With --model hf://OWNER/REPO, every GGUF model of the repository (split files as one) is dry-run with the
+    study's first build under the budgets, and one table says per quant: file size, whether it fits, the fitted
+    context with llama.cpp's default and with pipeline parallelism off (-ot no_such_tensor=CPU), and with
+    --context N the smallest budget it needs for N tokens.
 
     \b
     Examples:
       llamalab plan demo
       llamalab plan --model ~/models/qwen3-8b-q4_k_m.gguf --budget 16GiB,12GiB
+      llamalab plan --model hf://unsloth/Qwen3-8B-GGUF --budget 16GiB,12GiB --context 32768
+      llamalab plan --model hf://unsloth/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf --budget 16GiB,12GiB
+      llamalab plan --model ollama://qwen3:8b --budget 16GiB,12GiB
       head -c 64M llama-70b.gguf > head.gguf; llamalab plan --model head.gguf --budget 24GiB,24GiB
       llamalab plan pipeline-parallel --model m.gguf --target cuda --json
     """
     from rich.console import Console
 
+    from .llamacpp import modelref
     from .run import plan as planmod
-    from .study import spec as studymod
-    from .run.progress import RichProgress, StderrProgress
 
+    if model and modelref.is_reference(model):
+        ref = modelref.parse(model)
+        if isinstance(ref, modelref.HfRepo) and ref.quant is None:
+            if download:
+                raise ConfigError("--download with a whole repository would fetch every quant.",
+                                  tip="pick one: --model hf://OWNER/REPO:Q4_K_M --download.")
+            return _plan_repo(model, study, overrides, budget, context, markdown, llama_cpp, llama_bin, logs_dir,
+                              as_json, trust)
+    if context is not None or markdown:
+        raise ConfigError("--context and --markdown belong to the repository table (--model hf://OWNER/REPO).",
+                          tip="for one model, -c N in the study's arguments plans that context: "
+                              "--set 'server.args=[\"-c\",\"32768\"]'.")
     st, _ = _load_study(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)], trust)
-    opts = planmod.PlanOptions(llama_cpp=llama_cpp, model=model, budgets=[budget] if budget else None,
-                               target=target, logs_dir=logs_dir)
-    progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
+    opts = planmod.PlanOptions(llama_cpp=llama_cpp,
+                               model=_model_path(model, command="plan", weights=download, download=download),
+                               budgets=[budget] if budget else None, target=target, logs_dir=logs_dir)
+    progress = _progress()
     try:
         result = planmod.plan_study(st, opts, progress)
     finally:
@@ -674,6 +754,31 @@ def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir
     from .report import plan_view
 
     Console(width=200 if not sys.stdout.isatty() else None).print(plan_view.render(result))
+
+
+def _plan_repo(model, study, overrides, budget, context, markdown, llama_cpp, llama_bin, logs_dir, as_json,
+               trust) -> None:
+    """`plan --model hf://OWNER/REPO`: every quant's stand-in, dry-run, in one table (run.planrepo)."""
+    from .llamacpp import modelsource
+    from .paths import cache_home
+    from .report import planrepo_view
+    from .run import planrepo
+
+    st, _ = _load_study(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)], trust)
+    progress = _progress()
+    try:
+        found = modelsource.resolve_repo(model, cache_home(), log=progress.message)
+        opts = planrepo.RepoPlanOptions(llama_cpp=llama_cpp, budgets=[budget] if budget else None, context=context,
+                                        logs_dir=logs_dir)
+        result = planrepo.plan_repo(st, opts, found, progress)
+    finally:
+        progress.close()
+    if as_json:
+        click.echo(planrepo.dumps(result))
+    elif markdown:
+        click.echo(planrepo_view.markdown(result), nl=False)
+    else:
+        planrepo_view.print_table(result)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -694,16 +799,16 @@ def plan(study, model, overrides, budget, target, llama_cpp, llama_bin, logs_dir
                    "It is only read: llamalab checks commits out in its own shared clone.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a study key, e.g. --set devices.count=3 (repeatable).")
-@click.option("--model", type=click.Path(path_type=Path), default=None,
-              help="A GGUF model, or only the first MiB of one (a stand-in is made from its header).")
+@click.option("--model", default=None, metavar="MODEL", help=MODEL_HELP)
+@click.option("--download", is_flag=True, help="With a remote --model: fetch the whole model rather than its header.")
 @click.option("--budget", default=None, metavar="SIZES",
               help="Free memory per device, e.g. 16GiB,12GiB (replaces [devices] vram).")
 @click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the dry runs' logs in this folder (default: under the bisect's folder in $LLAMALAB_HOME).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
-def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides, model, budget, logs_dir, as_json,
-           trust) -> None:
+def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides, model, download, budget, logs_dir,
+           as_json, trust) -> None:
     """Find the first commit between GOOD and BAD of a llama.cpp checkout that changes a memory figure, from dry
     runs (llama.cpp's no-alloc memory fit: no weights loaded) of one configuration of a study. Every commit is
     built in one shared build folder (only the programs the dry run starts; ninja recompiles what the commit
@@ -721,7 +826,9 @@ def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides,
     st, _ = _load_study(config, overrides, trust)
     where = repo or (Path(st.source.llama_cpp) if st.source.llama_cpp else Path.cwd())
     opts = bisectmod.BisectOptions(repo=where, good=good, bad=bad, metric=metric, build=build_name,
-                                   setting=setting_name, model=model, budgets=[budget] if budget else None,
+                                   setting=setting_name,
+                                   model=_model_path(model, command="bisect", weights=download, download=download),
+                                   budgets=[budget] if budget else None,
                                    logs_dir=logs_dir)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
@@ -737,7 +844,10 @@ def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides,
 @cli.command(context_settings=CONTEXT)
 @click.argument("study", required=False)
 @click.option("--model", default=None, metavar="M",
-              help="A GGUF model file, or the name of a synthetic model (tiny, 8b, qwen3moe-tiny, 30b-a3b, …).")
+              help="A GGUF model file, the name of a synthetic model (tiny, 8b, qwen3moe-tiny, 30b-a3b, …), or a "
+                   "remote model (hf://OWNER/REPO/FILE.gguf, hf://OWNER/REPO:QUANT, https://…, ollama://NAME:TAG): "
+                   "stage one from its header alone; stage two needs --download.")
+@click.option("--download", is_flag=True, help=DOWNLOAD_HELP + " Tune's stage two runs them for real.")
 @click.option("--budget", default=None, metavar="SIZES",
               help="Free memory per device of the rig to tune for, e.g. 16GiB,12GiB (replaces [devices] vram; "
                    "default: what each device reports free).")
@@ -760,11 +870,24 @@ def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides,
               help="Results database (default ~/.local/share/llamalab/results.db).")
 @click.option("--logs", "logs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the dry runs' llama-server logs in this folder.")
-@click.option("--fresh", is_flag=True, help="Start a new run even if this tune has an unfinished one.")
+@click.option("--exhaustive", is_flag=True, default=None,
+              help="Stage two without racing: every front member with all its trials (the oracle the race is "
+                   "checked against; sets [tune] exhaustive).")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Stage two's time budget: no member gets trials beyond its screening one once S seconds are "
+                   "spent; the report says what was left undecided (sets [tune] seconds).")
+@click.option("--max-kld", type=click.FloatRange(0), default=None, metavar="X",
+              help="Rule out KV cache pairs whose mean KL divergence against f16/f16 (llama-perplexity, measured "
+                   "in stage one on a real model) is above X (sets [tune] max_kld).")
+@click.option("--emit", type=click.Choice(["command", "llama-swap"]), default="command", show_default=True,
+              help="What to print after the table: the llama-server command, or the pick as a llama-swap "
+                   "config.yaml entry (models: NAME: cmd: …, with ${PORT}).")
+@click.option("--fresh", is_flag=True, help="Start a new run even if this tune has an unfinished one, and dry-run "
+              "stage one again rather than reuse an earlier tune's (same search, model, build and budgets).")
 @click.option("--json", "as_json", is_flag=True, help="Print the search, the front and the pick as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
-def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrides, llama_cpp, llama_bin, db, logs_dir,
-         fresh, as_json, trust) -> None:
+def tune(study, model, download, budget, goal, min_context, min_gen_tps, parallel, overrides, llama_cpp, llama_bin, db,
+         logs_dir, exhaustive, seconds, max_kld, emit, fresh, as_json, trust) -> None:
     """Find the llama-server command for this rig and this model. Stage one dry-runs the search space — split mode
     (layer with and without pipeline parallelism, tensor, none), -ts layer splits, K and V cache types, -ub, and
     --n-cpu-moe for MoE models, each only where it applies — and keeps the feasible, non-dominated candidates
@@ -778,6 +901,7 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
       llamalab tune tune-demo                              # CPU only: two rpc-servers, 300 MiB budgets
       llamalab tune --model ~/models/qwen3-8b-q4_k_m.gguf --budget 16GiB,12GiB
       llamalab tune --model qwen3-30b-a3b-q8_0.gguf --budget 24GiB --goal throughput --parallel 4
+      llamalab tune --model hf://unsloth/Qwen3-8B-GGUF:Q4_K_M --budget 16GiB,12GiB   # stage one, from the header
     """
     from .paths import default_db
     from .report import data as rdata, markdown, tune as rtune
@@ -786,9 +910,14 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
     from .store.db import Store
     from .write import atomic_write
 
+    from .llamacpp import modelref
+
     sets = [*overrides, *_bin_override(llama_bin)]
     model_path = None
-    if model is not None:
+    remote = model is not None and modelref.is_reference(model)
+    if remote:
+        modelref.parse(model)
+    elif model is not None:
         from .llamacpp import models
 
         if Path(model).expanduser().exists() or model not in models.PRESETS:
@@ -796,12 +925,16 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
         else:
             sets.append(f"model.preset={json.dumps(model)}")
     for key, value in (("goal", goal), ("min_context", min_context), ("min_gen_tps", min_gen_tps),
-                       ("parallel", parallel)):
+                       ("parallel", parallel), ("exhaustive", exhaustive), ("seconds", seconds),
+                       ("max_kld", max_kld)):
         if value is not None:
             sets.append(f"tune.{key}={json.dumps(value)}")
     st, _ = _load_study(study or "tune", sets, trust)
+    if remote:
+        model_path = _model_path(model, command="tune", weights=download, download=download)
     opts = tunemod.TuneOptions(llama_cpp=llama_cpp, model=model_path, budgets=[budget] if budget else None,
-                               db=db or default_db(), logs_dir=logs_dir, fresh=fresh)
+                               db=db or default_db(), logs_dir=logs_dir, fresh=fresh,
+                               stage_one_only=remote and not download)
     with Store(opts.db) as store:
         store.check()
         store.refuse_if_busy()
@@ -810,6 +943,16 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
         result = tunemod.run_tune(st, opts, progress)
     finally:
         progress.close()
+    if result.run_id is None:  # a header-only stand-in: stage one only
+        from .report import tune_stage_one
+
+        if as_json:
+            click.echo(rdata.dumps(result.doc))
+        else:
+            _print_stage_one(result.doc)
+        click.echo(f"\nstage two runs the front for real and needs the model's weights: {tune_stage_one.why(result.doc)}"
+                   f" Rerun with --download to fetch them (resumable) and measure the front.", err=True)
+        return
     with Store(opts.db) as store:
         data = rdata.load(store, result.run_id, requests=False)
         failed, total, measured = runner.run_outcome(store, result.run_id)
@@ -817,6 +960,11 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
     view = rtune.view(data)
     if as_json:
         click.echo(rdata.dumps(rtune.as_json(view)))
+    elif emit == "llama-swap" and view is not None:
+        _print_tune(view, command=False)
+        click.echo(rtune.llama_swap(view))
+        click.echo(f"\nrun {result.run_id}: the entry above goes under `models:` in llama-swap's config.yaml",
+                   err=True)
     else:
         _print_tune(view)
         click.echo(f"\nrun {result.run_id}: report in {opts.runs_dir / result.run_id / 'report.md'} "
@@ -830,10 +978,36 @@ def tune(study, model, budget, goal, min_context, min_gen_tps, parallel, overrid
         sys.exit(EXIT_SOME_FAILED)
 
 
-def _print_tune(view) -> None:
+def _table(title: str, head: list[str], body: list[list[str]], left: int = 2):
+    """A rich table of a tune's front: every cell a Text of `safetext.plain`, the first `left` columns left."""
+    from rich.table import Table
+
+    from .safetext import rich_text as T
+
+    t = Table(title=T(title))
+    for i, h in enumerate(head):
+        t.add_column(T(h), justify="left" if i < left else "right")
+    for row in body:
+        t.add_row(*[T(c) for c in row])
+    return t
+
+
+def _print_stage_one(doc: dict) -> None:
+    """Tune's stage one alone (the model is a header-only stand-in): the verified front and llama.cpp's default."""
+    from rich.console import Console
+
+    from .report import tune_stage_one
+    from .safetext import rich_text as T
+
+    console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
+    console.print(_table("tune — stage one (dry runs): the predicted front, verified", *tune_stage_one.front_table(doc)))
+    for line in tune_stage_one.lines(doc):
+        console.print(T("• " + line))
+
+
+def _print_tune(view, command: bool = True) -> None:
     """The tune's front, pick and command on the terminal (every string a Text of `safetext.plain`)."""
     from rich.console import Console
-    from rich.table import Table
 
     from .report import tune as rtune
     from .safetext import rich_text as T
@@ -842,35 +1016,33 @@ def _print_tune(view) -> None:
     if view is None:
         console.print(T("this run holds no tune"))
         return
-    head, body = rtune.front_table(view)
-    t = Table(title=T(f"tune — run {view.run_id}: the front, measured"))
-    for i, h in enumerate(head):
-        t.add_column(T(h), justify="left" if i < 2 else "right")
-    for row in body:
-        t.add_row(*[T(c) for c in row])
-    console.print(t)
+    console.print(_table(f"tune — run {view.run_id}: the front, measured", *rtune.front_table(view)))
     for line in rtune.lines(view):
         console.print(T("• " + line))
     console.print(T("\nPick.", "bold") + T(" " + view.pick_sentence))
-    console.print(T(view.command))
+    if command:
+        console.print(T(view.command))
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("model", type=click.Path(path_type=Path))  # checked by standin: says FIFO, symlink loop …
+@click.argument("model")  # a path (checked by standin: says FIFO, symlink loop …) or a remote reference
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Where to write the stand-in.")
 def stub(model, output) -> None:
     """Write a header-only stand-in of a GGUF model: its real header, then a sparse hole up to the model's full
     size. It takes a few MiB of disk, and `llamalab plan --model` accepts it (a dry run never reads weights).
-    MODEL may be the whole file or only its first MiB (e.g. `head -c 64M model.gguf > head.gguf`).
+    MODEL may be the whole file, only its first MiB (e.g. `head -c 64M model.gguf > head.gguf`), or a remote
+    model (hf://OWNER/REPO/FILE.gguf, hf://OWNER/REPO:QUANT, https://…/FILE.gguf, ollama://NAME:TAG), whose header
+    alone is fetched with Range requests.
 
     \b
     Examples:
       llamalab stub ~/models/llama-70b-q4_k_m.gguf -o llama-70b.stub.gguf
+      llamalab stub hf://unsloth/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf -o qwen3-8b.stub.gguf
     """
     from .llamacpp import standin
 
-    out = standin.write(model, output)
+    out = standin.write(_model_path(model, command="stub"), output)
     st = out.stat()
     click.echo(f"wrote {out}: {st.st_size / 2**30:.2f} GiB as the model, {st.st_blocks * 512 / 2**20:.1f} MiB on disk",
                err=True)

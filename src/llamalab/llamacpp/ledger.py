@@ -139,6 +139,7 @@ class Ledger:
     breakdown_projected_tables: list[list[BreakdownRow]] = field(default_factory=list)
     breakdown_final: list[BreakdownRow] = field(default_factory=list)
     device_memory: dict[str, tuple[int, int]] = field(default_factory=dict)  # name → (total MiB, free MiB)
+    device_desc: dict[str, str] = field(default_factory=dict)  # name → description (an rpc device's endpoint)
     draft: bool = False  # a draft model / draft context was loaded and is included in the buffers
     mmproj_compute: dict[str, float] = field(default_factory=dict)  # clip (multimodal projector) compute buffers
     lora: dict[str, float] = field(default_factory=dict)
@@ -874,6 +875,8 @@ def _fit_line(st: _State, line: str) -> None:
             st.fit_args_next = True
     if "MiB free)" in line and (dm := device_line(line)):
         led.device_memory[dm[0]] = (dm[2], dm[3])
+        if len(led.device_desc) < MAX_TABLE_ROWS:
+            led.device_desc.setdefault(dm[0], dm[1][:512])
     if led.build is None and "build" in line and (m := _BUILD.search(line)):
         led.build = f"b{m.group(1)}-{m.group(2)}"
 
@@ -1363,6 +1366,8 @@ def device_names(ledger: dict) -> list[str]:
     log's order in current ledgers)."""
     names = list(ledger.get("devices", {}))
     rows = [r.get("name") or "" for r in (ledger.get("breakdown_final") or ledger.get("breakdown_projected") or [])]
+    if not rows:  # a log read before its exit-time table (a server still running): the device lines' order
+        rows = [f"{n} ({d})" for n, d in (ledger.get("device_desc") or {}).items() if isinstance(d, str)]
     parsed = [_NAME.match(r.strip().lstrip("- ").strip()) for r in rows]
 
     def rank(name: str) -> int:

@@ -74,3 +74,150 @@ def search(lo: int, hi: int, probe: Callable[[int], dict], *, max_probes: int = 
         else:
             hi_ = mid
     return res
+
+
+# ---------------------------------------------------------------- the largest context within per-device limits
+
+
+@dataclass(frozen=True)
+class WithinFit:
+    """The largest context (a multiple of STEP, at most the cap) whose projected memory keeps every device within
+    its limit, from dry runs at fixed contexts. `n_ctx` None: none fits, not even STEP tokens — `over_mib` says by
+    how much the worst device (`worst`) is over at the smallest context measured. `exact`: n_ctx is within the
+    limits and n_ctx + STEP was measured over them (or n_ctx is the cap); otherwise the run budget ran out and
+    n_ctx is only a context known to fit. `error`: a dry run gave no figures (n_ctx is then what was known)."""
+
+    n_ctx: int | None
+    exact: bool
+    over_mib: float | None = None
+    worst: int | None = None
+    over_at: int | None = None  # the context over_mib was measured at
+    probes: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    error: str | None = None
+
+
+Measure = Callable[[int], "Sequence[float] | str"]  # n_ctx → MiB per device, or why the dry run gave none
+
+
+def within_limits(used: Sequence[float], limits: Sequence[float]) -> bool:
+    return all(u <= lim for u, lim in zip(used, limits, strict=True))
+
+
+def largest_within(measure: Measure, limits: Sequence[float], cap: int, *, start: int | None = None,
+                   slopes: Sequence[float] | None = None, known: dict[int, tuple[float, ...]] | None = None,
+                   max_runs: int = 12) -> tuple[WithinFit, dict[int, tuple[float, ...]]]:
+    """Search by dry runs for the largest multiple of STEP ≤ `cap` whose memory stays within every device's limit.
+
+    Memory per device is close to linear in the context (KV cache exactly, compute buffers nearly), so each next
+    context is the linear prediction through the two measured points nearest the bracket (or one point and the
+    `slopes` given), kept strictly inside the bracket [largest known within, smallest known over]; where no
+    prediction lands inside, the bracket's midpoint. Every measurement narrows the bracket, so the search ends,
+    exactly, when the bracket is one step wide; `max_runs` bounds it. `known` (n_ctx → MiB per device, e.g. from a
+    search against other limits over the same configuration) is used first and returned with the new points."""
+    cache: dict[int, tuple[float, ...]] = dict(known or {})
+    top = max(STEP, cap // STEP * STEP)
+    lim = tuple(float(x) for x in limits)
+    runs = 0
+    error = None
+
+    def fits(n: int) -> bool:
+        return within_limits(cache[n], lim)
+
+    def bracket() -> tuple[int, int]:
+        """(largest known within or 0, smallest known over or top + STEP), over the points ≤ top."""
+        good = max((n for n in cache if n <= top and fits(n)), default=0)
+        bad = min((n for n in cache if n <= top and n > good and not fits(n)), default=top + STEP)
+        return good, bad
+
+    while True:
+        good, bad = bracket()
+        if bad - good <= STEP or runs >= max_runs:
+            break
+        n = _next_context(cache, lim, good, bad, start if not cache else None, slopes)
+        got = measure(n)
+        runs += 1
+        if isinstance(got, str):
+            error = got
+            break
+        cache[n] = tuple(float(x) for x in got)
+    good, bad = bracket()
+    probes = tuple(sorted(cache.items()))
+    if good == 0:
+        low = min(cache) if cache else None
+        over = None
+        worst = None
+        if low is not None:
+            excess = [u - x for u, x in zip(cache[low], lim, strict=True)]
+            worst = max(range(len(excess)), key=lambda i: excess[i])
+            over = round(excess[worst], 2)
+        return WithinFit(n_ctx=None, exact=error is None and bad == STEP, over_mib=over, worst=worst, over_at=low,
+                         probes=probes, error=error), cache
+    return WithinFit(n_ctx=good, exact=error is None and bad - good <= STEP, probes=probes, error=error), cache
+
+
+def _next_context(cache: dict[int, tuple[float, ...]], lim: tuple[float, ...], good: int, bad: int,
+                  start: int | None, slopes: Sequence[float] | None) -> int:
+    """The next context to measure, strictly inside (good, bad) on the STEP grid."""
+    lo, hi = good + STEP, bad - STEP
+
+    def inside(n: int) -> int | None:
+        n = n // STEP * STEP
+        return n if lo <= n <= hi and n not in cache else None
+
+    if start is not None and (n := inside(start)) is not None:
+        return n
+    pred = _predict(cache, lim, good, bad, slopes)
+    if pred is not None:
+        n = inside(pred)
+        if n is None and pred >= hi:
+            n = inside(hi)  # predicted beyond the bracket: the top of it
+        elif n is None and pred < lo:
+            n = inside(lo)  # predicted below: the bottom of it
+        if n is not None:
+            # a prediction at the known good point's next step confirms it; otherwise one step past the prediction
+            # is as likely to hold as not, and the prediction itself is the better bet
+            return n
+    if not cache:
+        return hi  # nothing known: the cap itself, which settles it when everything fits
+    return inside((lo + hi) // 2) or lo
+
+
+def _predict(cache: dict[int, tuple[float, ...]], lim: tuple[float, ...], good: int, bad: int,
+             slopes: Sequence[float] | None) -> int | None:
+    """The largest context within every limit on the lines through the two measured points nearest the bracket
+    (one point and `slopes` where only one is known). None where nothing can be predicted."""
+    pts = sorted(cache, key=lambda n: (min(abs(n - good), abs(n - bad)), n))
+    if not pts:
+        return None
+    if len(pts) >= 2:
+        n1, n2 = sorted(pts[:2])
+        u1, u2 = cache[n1], cache[n2]
+        b = [(y - x) / (n2 - n1) for x, y in zip(u1, u2, strict=True)]
+        base_n, base_u = n1, u1
+    elif slopes is not None:
+        base_n, base_u, b = pts[0], cache[pts[0]], [float(s) for s in slopes]
+    else:
+        return None
+    best = float("inf")
+    for u, s, x in zip(base_u, b, lim, strict=True):
+        room = x - u
+        if s > 1e-12:
+            best = min(best, base_n + room / s)
+        elif room < 0:
+            return STEP  # over its limit whatever the context: the smallest context settles it
+    if best == float("inf"):
+        return 1 << 40
+    return int(max(best, 0))
+
+
+def within_text(d: dict) -> str:
+    """A stored search's answer in words (a `run.budgetfit.Limit` as a dict): "24,832 tokens", "does not fit at any
+    context (RPC1 is 11.8 MiB over at 256 tokens)", or why it is unknown."""
+    if d.get("n_ctx"):
+        return f"{d['n_ctx']:,} tokens" + ("" if d.get("exact") or d.get("error") else " (at least)")
+    if d.get("error"):
+        return f"unknown ({d['error']})"
+    if d.get("over_mib") is not None:
+        return (f"does not fit at any context ({d.get('worst') or 'a device'} is {d['over_mib']:,.1f} MiB over "
+                f"at {d.get('over_at') or STEP:,} tokens)")
+    return "unknown"

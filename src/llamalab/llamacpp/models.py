@@ -97,11 +97,16 @@ class ModelShape:
 
 WRITER_VERSION = 1
 
-# Quantized weight types the writer can produce: (ggml type name, values per block, bytes per block, bytes of the
-# block's f16 scales at its start: d for Q8_0; d and dmin for the K quants).
-QUANT: dict[str, tuple[str, int, int, int]] = {
-    "q8_0": ("Q8_0", 32, 34, 2),
-    "q5_k": ("Q5_K", 256, 176, 4),
+# Quantized weight types the writer can produce: (ggml type name, values per block, bytes per block, where the
+# block's f16 scales are: d, and dmin for the K quants that have one; ggml-common.h's block_* structs).
+QUANT: dict[str, tuple[str, int, int, tuple[int, int | None]]] = {
+    "q8_0": ("Q8_0", 32, 34, (0, None)),
+    "q6_k": ("Q6_K", 256, 210, (208, None)),
+    "q5_k": ("Q5_K", 256, 176, (0, 2)),
+    "q4_k": ("Q4_K", 256, 144, (0, 2)),
+    "q4_0": ("Q4_0", 32, 18, (0, None)),
+    "q3_k": ("Q3_K", 256, 110, (108, None)),
+    "q2_k": ("Q2_K", 256, 84, (80, 82)),
 }
 
 
@@ -331,8 +336,10 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
         w.add_expert_feed_forward_length(m.n_ff_exp)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(shape.n_vocab)
-    w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-                     "q5_k": gguf.LlamaFileType.MOSTLY_Q5_K_M}[shape.wtype])
+    ft = gguf.LlamaFileType
+    w.add_file_type({"f16": ft.MOSTLY_F16, "q8_0": ft.MOSTLY_Q8_0, "q6_k": ft.MOSTLY_Q6_K, "q5_k": ft.MOSTLY_Q5_K_M,
+                     "q4_k": ft.MOSTLY_Q4_K_M, "q4_0": ft.MOSTLY_Q4_0, "q3_k": ft.MOSTLY_Q3_K_M,
+                     "q2_k": ft.MOSTLY_Q2_K}[shape.wtype])
     tokens, scores, types = _vocab(shape.n_vocab)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
@@ -358,11 +365,11 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
     pool32 = (rng.standard_normal(POOL) * 0.02).astype(np.float32).tobytes()
     blocks = b""
     if shape.wtype in QUANT:  # valid blocks: small fixed scales, random quants (no NaN/inf scale from random bits)
-        _, per, size, scales = QUANT[shape.wtype]
+        _, per, size, (d_at, dmin_at) = QUANT[shape.wtype]
         raw = rng.integers(0, 256, size=(POOL // per, size), dtype=np.uint8)
-        raw[:, 0:2] = np.frombuffer(np.float16(0.0005).tobytes(), np.uint8)
-        if scales == 4:
-            raw[:, 2:4] = np.frombuffer(np.float16(0.0).tobytes(), np.uint8)
+        raw[:, d_at:d_at + 2] = np.frombuffer(np.float16(0.0005).tobytes(), np.uint8)
+        if dmin_at is not None:
+            raw[:, dmin_at:dmin_at + 2] = np.frombuffer(np.float16(0.0).tobytes(), np.uint8)
         blocks = raw.tobytes() * 2
     pos = fout.tell()
     pos += (-pos) % align

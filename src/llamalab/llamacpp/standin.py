@@ -18,9 +18,10 @@ import errno
 import hashlib
 import io
 import os
+import re
 import stat
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -51,9 +52,12 @@ class HeaderIncomplete(ModelError):
         self.have = have
 
 
-def _damaged(what: str) -> ModelError:
+def damaged(what: str) -> ModelError:
     return ModelError(f"the GGUF header is damaged: {what}.",
                       tip="the file is not a model any converter writes; download or convert it again.")
+
+
+_damaged = damaged
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,12 @@ class _Reader:
 
     def __init__(self, f: BinaryIO, avail: int):
         self.f, self.avail, self.pos = f, avail, 0
+        self._expect = getattr(f, "expect", None)  # a remote file's read-ahead hint (rangeio); files have none
+
+    def expect(self, n: int) -> None:
+        """About `n` more bytes will be read from here on (a remote file fetches them in one request)."""
+        if self._expect is not None:
+            self._expect(n)
 
     def _need(self, n: int) -> None:
         if self.pos + n > min(self.avail, MAX_HEADER):
@@ -121,6 +131,7 @@ class ArrayInfo:
 
     item_type: int
     length: int
+    offset: int = field(default=-1, compare=False)  # where its first item starts in the file
 
     def __len__(self) -> int:
         return self.length
@@ -138,15 +149,20 @@ def _value(r: _Reader, vtype: int, key: str):
             if n > MAX_HEADER // size:
                 raise _damaged(f"the array {key!r} claims {n:,} items")
             if n > LIST_MAX:  # token score arrays hold 100k+ floats: skipped, only counted
+                at = r.pos
                 r.skip(size * n)
-                return ArrayInfo(itype, n)
+                return ArrayInfo(itype, n, at)
             return list(struct.unpack(f"<{n}{_SCALARS[itype]}", r.take(size * n)))
         if itype == 8:
             if n > MAX_STRINGS:
                 raise _damaged(f"the array {key!r} claims {n:,} strings")
-            for _ in range(n):
+            at = r.pos
+            r.expect(n * 16)
+            for i in range(n):
+                if i and not i % 4096:  # read-ahead for the rest, at the mean length so far
+                    r.expect((n - i) * (r.pos - at) // i + 4096)
                 r.skip(r.length("a string's length", MAX_STRING))
-            return ArrayInfo(itype, n)
+            return ArrayInfo(itype, n, at)
         if itype == 9:  # llama.cpp refuses arrays of arrays too
             raise _damaged(f"{key!r} is an array of arrays")
     raise ModelError(f"unknown GGUF value type {vtype} in the header (key {key!r}).",
@@ -217,7 +233,11 @@ def _header(r: _Reader) -> Header:
     tensors = []
     names: set[str] = set()
     expected = 0  # llama.cpp wants each tensor right after the one before, padded to the alignment
-    for _ in range(n_tensors):
+    at = r.pos
+    r.expect(n_tensors * 64)
+    for i in range(n_tensors):
+        if i and not i % 64:
+            r.expect((n_tensors - i) * (r.pos - at) // i + 256)
         name = r.string("a tensor name's length").decode("utf-8", "replace")
         if len(name) >= GGML_MAX_NAME or name in names:
             raise _damaged(f"the tensor name {name[:80]!r} is too long or appears twice")
@@ -294,6 +314,17 @@ def read_header(path: Path) -> Header:
         return _header(_Reader(f, os.fstat(f.fileno()).st_size))
 
 
+def split_parts(path: Path) -> list[Path]:
+    """Every part of the model whose first file is `path` (llama.cpp's gguf-split naming,
+    PREFIX-00001-of-0000N.gguf, beside it); `path` alone for a model in one file."""
+    path = Path(path)
+    m = re.match(r"^(.+)-00001-of-(\d{5})\.gguf$", path.name)
+    if not m or read_layout(path).split_count <= 1:
+        return [path]
+    n = int(m.group(2))
+    return [path.with_name(f"{m.group(1)}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
+
+
 def is_complete(path: Path) -> bool:
     """Whether the file is as long as its header says (a full model, or already a stand-in)."""
     return path.stat().st_size >= read_layout(path).file_size
@@ -325,14 +356,28 @@ def write(src: Path, dest: Path) -> Path:
     def fill(out) -> None:
         with open_file(src) as f:
             _copy_head(f, lay.data_offset, out)
-            out.truncate(lay.file_size)
+
+    return _sparse(dest, lay.file_size, fill, reads=[src])
+
+
+def write_head(head: bytes, file_size: int, dest: Path) -> Path:
+    """Write a sparse stand-in from a header's bytes (`head`, all of [0, data_offset)) to `dest`."""
+    return _sparse(Path(dest), file_size, lambda out: out.write(head))
+
+
+def _sparse(dest: Path, file_size: int, fill, reads: list[Path] | None = None) -> Path:
+    """`dest` atomically (write.atomic_write): what `fill(out)` writes, then a hole up to `file_size` bytes."""
+
+    def whole(out) -> None:
+        fill(out)
+        out.truncate(file_size)
 
     try:  # a link, FIFO, device, directory, read-only file or the model itself at `dest` is refused, never replaced
-        atomic_write(dest, fill, reads=[src])
+        atomic_write(dest, whole, reads=reads or [])
     except OutputError as e:
         cause = e.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.EFBIG:
-            raise ModelError(f"the stand-in would be {lay.file_size:,} bytes, more than the file system at {dest.parent} "
+            raise ModelError(f"the stand-in would be {file_size:,} bytes, more than the file system at {dest.parent} "
                              "allows in one file.", tip="write it to another file system (ext4, xfs), e.g. -o /tmp/x.gguf.") \
                 from None
         raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 from ..store import jsoncol
-from . import stats
+from ..run import stats
 from . import speed, tables
 from .data import RunData, compute_by_label, host_compute
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 
 from ..store import jsoncol
-from ..llamacpp import memory
+from ..llamacpp import maxctx, memory
 from .data import RunData, compute_by_label, device_labels, device_names
 from .verdict import study_builds, study_settings
 
@@ -82,6 +82,59 @@ def _checks(data: RunData) -> dict[tuple[str, str], dict]:
     return {(r["build"], r["setting"]): r for r in data.tables.get("context_checks", [])}
 
 
+def _budget_fits(data: RunData) -> dict[tuple[str, str], dict]:
+    """(build, setting) → the stored search for the context within every budget (`run.budgetfit`), with
+    `verified` (the verifying load's verdict, None where none was made)."""
+    out = {}
+    for r in data.tables.get("budget_fits", []):
+        doc = jsoncol.decode(r.get("result_json"))
+        if isinstance(doc, dict):
+            out[(r["build"], r["setting"])] = {**doc, "verified": None if r.get("verified") is None
+                                               else bool(r["verified"])}
+    return out
+
+
+WITHIN_NOTE = ("Context within budgets: the largest context (a multiple of 256) that keeps every device within its "
+               "budget, found by llama.cpp's own dry runs at fixed contexts where its fit did not keep to the budgets "
+               "(it shrinks the context for the total memory and, with -ngl given, stops before placing layers per "
+               "device); the decision table and the advice credit that figure.")
+
+
+def searched(data: RunData) -> bool:
+    """Whether the run searched for any configuration's context within the budgets."""
+    return bool(data.tables.get("budget_fits"))
+
+
+def credited(fitted: int | None, over: list[str], fit: dict | None, searched_setting: bool) -> tuple[int | None, str]:
+    """The context a configuration is credited with, and why it is unknown where it is (""): the largest within
+    every budget where that was searched for; llama.cpp's fitted context where nothing was over budget and no
+    configuration of the setting needed the search; otherwise unknown."""
+    if fit is not None:
+        lim = fit.get("budget") or {}
+        ver = fit.get("verify") or {}
+        if lim.get("n_ctx") and ver and not ver.get("loaded"):  # a real load said otherwise: it decides
+            if ver.get("n_ctx_loaded_within"):
+                return int(ver["n_ctx_loaded_within"]), ""
+            return None, (f"the dry runs put it at {lim['n_ctx']:,} tokens, but loaded for real that went over a "
+                          f"budget ({ver.get('reason') or 'not loaded'}) and no lower context was confirmed")
+        if lim.get("n_ctx"):
+            return int(lim["n_ctx"]), ""
+        if lim.get("error"):
+            return None, f"the dry runs that search for it failed: {lim['error']}"
+        if lim.get("over_mib") is not None:
+            return None, (f"it does not load within the budgets at any context ({lim.get('worst') or 'a device'} is "
+                          f"{lim['over_mib']:,.1f} MiB over at {lim.get('over_at') or 256:,} tokens)")
+        return None, "the search for it gave no figure"
+    if over:
+        return None, (f"llama.cpp's fit left it over budget, {' and '.join(over)}, and this run holds no search for "
+                      "its context within the budgets: runs made before llamalab searched for it do not, so run the "
+                      "study again")
+    if searched_setting:
+        return None, ("the other configurations' contexts within the budgets were searched for and this one's "
+                      "was not")
+    return fitted, ""
+
+
 def _first_probe_reason(chk: dict | None) -> str | None:
     """Why the verifying reload did not count as loaded: the server did not start, or it started and its buffers
     went over a budget (then it did load, just not within what the emulated cards hold)."""
@@ -96,32 +149,46 @@ def rows(data: RunData) -> list[dict]:
     from the setting's baseline (the study's first build with a ledger)."""
     out = []
     checks = _checks(data)
+    fits = _budget_fits(data)
     for setting in study_settings(data):
         builds = [b for b in study_builds(data) if _config(data, b, setting)]
         if not builds:
             continue
         base_cfg = _config(data, builds[0], setting)
         base = base_cfg["ledger"]
+        searched = any(k[1] == setting for k in fits)
+        base_ctx, _ = credited(base.get("n_ctx"), _over_budget(base, _budgets(base_cfg)), fits.get((builds[0], setting)),
+                               searched)
         for b in builds:
             cfg = _config(data, b, setting)
             led = cfg["ledger"]
             fitted = led.get("n_ctx")
-            measured = None if fitted is None or base.get("n_ctx") is None else fitted - base["n_ctx"]
+            budgets = _budgets(cfg)
+            over = _over_budget(led, budgets)
+            fit = fits.get((b, setting))
+            ctx, unknown = credited(fitted, over, fit, searched)
+            measured = None if ctx is None or base_ctx is None else ctx - base_ctx
             predicted = 0 if b == builds[0] else predicted_delta_tokens(base, led)
             train = data.n_ctx_train(led)
             capped = False
-            if predicted and predicted > 0 and train and base.get("n_ctx") is not None:
-                room = max(0, train - base["n_ctx"])  # no build gives more context than the model was trained for
+            base_for_cap = base_ctx if base_ctx is not None else base.get("n_ctx")
+            if predicted and predicted > 0 and train and base_for_cap is not None:
+                room = max(0, train - base_for_cap)  # no build gives more context than the model was trained for
                 capped, predicted = predicted > room, min(predicted, room)
-            fit = led.get("fit") or {}
-            budgets = _budgets(cfg)
-            over = _over_budget(led, budgets)
+            fit_ = led.get("fit") or {}
             out.append({
                 "build": b, "setting": setting, "baseline": builds[0],
-                "fitted_n_ctx": fitted,
+                "fitted_n_ctx": fitted,  # llama.cpp's fit: the context the server ran with
+                # the context credited to it: within every budget where llama.cpp's fit did not keep to them
+                "n_ctx": ctx,
+                "context_unknown": unknown,  # why n_ctx is None
+                "budget_n_ctx": ((fit or {}).get("budget") or {}).get("n_ctx"),
+                "margin_n_ctx": ((fit or {}).get("margin") or {}).get("n_ctx"),
+                "budget_fit": fit,  # the search (run/budgetfit.py), None where none ran
+                "budget_verified": (fit or {}).get("verified"),
                 "n_ctx_train": train,
-                "at_model_limit": bool(train and fitted and fitted >= train),
-                "fit_reduced_from": led.get("fit_ctx_from") or fit.get("ctx_from"),
+                "at_model_limit": bool(train and ctx and ctx >= train),
+                "fit_reduced_from": led.get("fit_ctx_from") or fit_.get("ctx_from"),
                 "fit_status": led.get("fit_status"),  # llama.cpp's own word: "ok", "failed", or None (no fit ran)
                 "budgets_mib": budgets,
                 "over_budget": over,  # devices whose allocated buffers exceed their budget: would not load there
@@ -142,37 +209,64 @@ def limit_text(r: dict) -> str:
     return f" (the model's limit, n_ctx_train {r['n_ctx_train']:,})" if r.get("at_model_limit") else ""
 
 
+def _fit_text(r: dict) -> str:
+    """What the context figure of a row is, where it is not llama.cpp's fitted one."""
+    if r.get("budget_fit") is None:
+        return ""
+    fit = r["budget_fit"]
+    return (f" within every budget (llama.cpp's fit gave {r['fitted_n_ctx']:,}; within every budget less its margin: "
+            f"{maxctx.within_text(fit.get('margin') or {})})")
+
+
 def sentences(data: RunData) -> list[str]:
     out = []
     all_rows = rows(data)
     for r in all_rows:
-        if r["build"] == r["baseline"] or r["measured_delta_tokens"] is None:
+        if r["build"] == r["baseline"]:
+            continue
+        base_row = next((x for x in all_rows if x["build"] == r["baseline"] and x["setting"] == r["setting"]), {})
+        if r["measured_delta_tokens"] is None:
+            why = r["context_unknown"] or base_row.get("context_unknown")
+            if why:
+                who = r["build"] if r["context_unknown"] else r["baseline"]
+                out.append(f"{r['setting']}: {r['build']}'s context against {r['baseline']} is unknown — {who}'s "
+                           f"context within the budgets is not known: {why}.")
             continue
         pred = r["predicted_delta_tokens"]
-        base_ctx = r["fitted_n_ctx"] - r["measured_delta_tokens"]
-        base_row = next((x for x in all_rows if x["build"] == r["baseline"] and x["setting"] == r["setting"]), {})
+        base_ctx = r["n_ctx"] - r["measured_delta_tokens"]
         pct = f" ({100 * r['measured_delta_tokens'] / base_ctx:+.0f}%)" if base_ctx else ""
-        s = (f"{r['setting']}: {r['build']} fits {r['fitted_n_ctx']:,} tokens{limit_text(r)} vs {base_ctx:,} for "
-             f"{r['baseline']}{limit_text(base_row)}: {r['measured_delta_tokens']:+,} tokens{pct}")
-        if r["over_budget"]:
-            s += (f" — but it is over budget ({'; '.join(r['over_budget'])}): fit could not meet the budgets, so this "
-                  "context would not load on the emulated devices")
+        s = (f"{r['setting']}: {r['build']} holds {r['n_ctx']:,} tokens{limit_text(r)}{_fit_text(r)} vs "
+             f"{base_ctx:,} for {r['baseline']}{limit_text(base_row)}{_fit_text(base_row)}: "
+             f"{r['measured_delta_tokens']:+,} tokens{pct}")
+        if r["over_budget"] and r.get("budget_fit") is not None:
+            s += (f" — at llama.cpp's fitted context it is over budget ({'; '.join(r['over_budget'])}), which would "
+                  "not load on such cards")
         if pred is not None:
             s += f"; predicted from its compute buffers and KV bytes per token: {pred:+,}"
             if r["predicted_capped_at_model_limit"]:
                 s += " (capped at the model's limit)"
         out.append(s + ".")
+    for r in all_rows:
+        if r["build"] == r["baseline"] and r["over_budget"] and r.get("budget_fit") is not None:
+            out.append(f"{r['setting']}: {r['build']} at llama.cpp's fitted context ({r['fitted_n_ctx']:,} tokens) is "
+                       f"over budget ({'; '.join(r['over_budget'])}): it holds {r['n_ctx'] or 0:,} within every "
+                       "budget." if r["n_ctx"] else
+                       f"{r['setting']}: {r['build']} is over budget ({'; '.join(r['over_budget'])}) and "
+                       f"{r['context_unknown']}.")
     at_limit = [r for r in all_rows if r["build"] == r["baseline"] and r.get("at_model_limit")]
     for r in at_limit:
-        out.append(f"{r['setting']}: {r['baseline']} already runs the model's whole context ({r['fitted_n_ctx']:,} "
+        out.append(f"{r['setting']}: {r['baseline']} already runs the model's whole context ({r['n_ctx']:,} "
                    "tokens = n_ctx_train): no build can give more context here, whatever memory it frees.")
     failed = [r for r in all_rows if r.get("fit_status") == "failed"]
     if failed:
         out.append(f"llama.cpp's memory fit reported failure in {len(failed)} of {len(all_rows)} configuration(s) "
                    "(\"failed to fit params to free device memory\"): where it reduced the context it had done so "
                    "for the total memory, then stopped before placing layers per device (it does not move layers "
-                   "when -ngl is given); each fitted context is the one it reduced to, and the per-device budget "
-                   "check above is llamalab's.")
+                   "when -ngl is given); each fitted context is the one it reduced to"
+                   + ("; the contexts above are llamalab's search for the largest within every device's budget "
+                      "(dry runs at fixed contexts, llama.cpp's own figures)" if any(r.get("budget_fit") for r in
+                                                                                      all_rows)
+                      else ", and the per-device budget check above is llamalab's") + ".")
     for r in rows(data):
         if r["verified"] is not None:
             why = r.get("verify_reason") or ""
@@ -187,4 +281,18 @@ def sentences(data: RunData) -> list[str]:
                 s += (f"; the largest that loads{' within the budgets' if r['budgets_mib'] else ''} is "
                       f"{r['max_loaded_n_ctx']:,} (fit keeps a safety margin)")
             out.append(s + ".")
+    for r in all_rows:
+        step = (r.get("budget_fit") or {}).get("verify")
+        if not step:
+            continue
+        mib = ", ".join(f"{v:,.1f}" for v in (step.get("device_mib") or {}).values())
+        s = (f"{r['setting']}: {r['build']}'s context within the budgets by dry runs, {step['n_ctx']:,} tokens, "
+             + ("loads for real within every budget" if step.get("loaded") else
+                f"did NOT load within the budgets ({step.get('reason') or 'not loaded'})")
+             + (f" (MiB per device: {mib})" if mib else ""))
+        low = step.get("n_ctx_loaded_within")
+        if not step.get("loaded"):
+            s += (f"; {low:,} tokens does, and is the figure used" if low else
+                  "; no lower context was confirmed, so its context within the budgets is unknown")
+        out.append(s + ".")
     return out

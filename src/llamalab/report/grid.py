@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import stats
+from ..run import stats
 from . import speed
 from .data import RunData
 from .summary import _study_cmake
@@ -102,12 +102,16 @@ def crossover(data: RunData, rows: list[dict] | None = None, p: Pair | None = No
     pays = {c for c, v in verdicts.items() if "faster" in v.values()}
     costs = {c for c, v in verdicts.items() if "slower" in v.values()}
     unlike = {c for c, v in verdicts.items() if speed.NOT_COMPARABLE in v.values()}
+    untested = {c for c, v in verdicts.items() if stats.UNTESTED in v.values()} - pays - costs - unlike
     who = f"Pipeline parallelism ({p.pp}, {p.copies} copies, against {p.no_pp})"
     levels = sorted({lv for _, lv in cells})
     prompts = sorted({pr for pr, _ in cells})
     span = (f"{len(prompts)} prompt length{'s' if len(prompts) != 1 else ''} × {len(levels)} concurrency "
             f"level{'s' if len(levels) != 1 else ''}")
-    if not pays:
+    if untested and untested == set(cells):
+        s = (f"{who} is untested on this rig: each of the {len(cells)} cells ({span}) was measured with one trial, "
+             "which gives a ratio but no interval (run more repeats)")
+    elif not pays:
         s = f"{who} never pays measurably on this rig: in none of the {len(cells)} cells ({span}) is aggregate " \
             "prompt or output t/s faster beyond the threshold with an interval that excludes 1"
     else:
@@ -140,13 +144,15 @@ def crossover(data: RunData, rows: list[dict] | None = None, p: Pair | None = No
         stray = sorted(pays - covered)
         if stray:
             s += ("; also at " if parts else ": ") + ", ".join(f"{pr:,} tokens × {lv}" for pr, lv in stray)
-        rest = set(cells) - pays - costs - unlike
+        rest = set(cells) - pays - costs - unlike - untested
         if rest:
             s += "; elsewhere it makes no measurable difference"
     if costs:
         s += ("; it is slower at " + ", ".join(f"{pr:,} tokens × {lv}" for pr, lv in sorted(costs)))
     if unlike:
         s += f"; {len(unlike)} cell(s) not comparable (foreign CPU load)"
+    if untested and untested != set(cells):
+        s += f"; {len(untested)} cell(s) untested (one trial: a ratio, no interval)"
     skipped = _skipped(data, p)
     if skipped:
         s += f"; not run (the context does not hold them): {skipped}"
@@ -183,4 +189,5 @@ def _ratio(r: dict) -> str:
 
 
 def _word(v: str) -> str:
-    return {"faster": "pays", "slower": "costs", "no measurable difference": "same"}.get(v, v)
+    return {"faster": "pays", "slower": "costs", "no measurable difference": "same",
+            stats.UNTESTED: "untested"}.get(v, v)

@@ -209,7 +209,8 @@ def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
         f"<h2>Results{' (single stream)' if level == 1 else f' at {level} parallel requests'}</h2>",
         _table(head, body) if body else '<p class="note">No trial was stored for this run.</p>',
         '<p class="note">Compute buffers are llama.cpp\'s own <code>compute buffer size</code> lines (MiB); context '
-        "is the <code>n_ctx</code> the server ran with; copies is the log's <code>sched copies</code>.</p>",
+        "is the <code>n_ctx</code> the server ran with; copies is the log's <code>sched copies</code>."
+        + (" " + esc(context.WITHIN_NOTE) if context.searched(data) else "") + "</p>",
     ]
     verdict_mem = summary.memory_lines(data) + context.sentences(data)
     comparisons = speed.comparisons(data)

@@ -122,5 +122,5 @@ def render(data: RunData) -> str:
             out.append(f"- {x['build']} × {x['setting']}: `{env}llama-server -m MODEL {x['server']}`")
         out.append("")
     out.append("Compute buffers are llama.cpp's own `compute buffer size` lines (MiB); context is the `n_ctx` "
-               "the server ran with.")
+               "the server ran with." + (" " + context.WITHIN_NOTE if context.searched(data) else ""))
     return plain("\n".join(out) + "\n")  # labels, names and reasons may hold terminal control sequences

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..store import jsoncol
 from ..rig import remote
-from . import stats
+from ..run import stats
 from . import compare, speed, tables
 from .data import RunData
 

@@ -3,7 +3,7 @@ and the notes, from the records `run.plan` makes (`Plan`, `ConfigPlan`)."""
 
 from __future__ import annotations
 
-from ..llamacpp import ledger
+from ..llamacpp import ledger, maxctx
 from ..llamacpp.applicability import NOT_APPLICABLE
 from ..run.plan import BASIS_APPROX, Plan, input_copies_mib
 from ..safetext import rich_text as Text  # never markup, no control sequences: names and reasons come from logs
@@ -36,7 +36,8 @@ def _table(plan: Plan):
                 names.append(d.name)
     t = Table(title=Text(f"{plan.study}: memory plan (MiB) — dry runs on {plan.backend}, for {plan.target}"),
               show_lines=False)
-    for h in ("build", "setting", "PP", "n_ctx"):
+    within = any(c.within for c in plan.configs)
+    for h in ("build", "setting", "PP", "n_ctx", *(("within budgets", "less margin") if within else ())):
         t.add_column(h, justify="left" if h in ("build", "setting") else "right")
     hosts = list(dict.fromkeys(h.name for c in plan.configs for h in c.host_buffers))
     for n in [*names, "host", *hosts]:
@@ -70,8 +71,20 @@ def _table(plan: Plan):
         for n in hosts:
             h = next((x for x in c.host_buffers if x.name == n), None)
             cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib)}" if h else "")
-        t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *cells)
+        w = [_within_cell((c.within or {}).get(k) or {}) for k in ("budget", "margin")] if within else []
+        t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *w,
+                  *cells)
     return t
+
+
+def _within_cell(lim: dict):
+    """A searched context within the budgets (or less the margin): the tokens, "none" (not even 256 tokens fit),
+    or "?" (unknown)."""
+    if lim.get("n_ctx"):
+        return f"{lim['n_ctx']}" + ("" if lim.get("exact") else "+")
+    if lim.get("over_mib") is not None and not lim.get("error"):
+        return Text("none", style="red")
+    return Text("?", style="yellow") if lim else ""
 
 
 def _notes(plan: Plan) -> list:
@@ -91,6 +104,11 @@ def _notes(plan: Plan) -> list:
                "each device, so the n_ctx shown is the reduced one and a device may hold more than its budget "
                "(red cells); to let the fit place layers, leave -ngl out of the study's server args"
                if reduced else ": the server would run with the parameters as given"), style="yellow"))
+    for c in plan.configs:
+        if c.within:
+            parts.append(Text(f"{c.build} × {c.setting}: {maxctx.within_text(c.within['budget'])} within every "
+                              f"budget, {maxctx.within_text(c.within['margin'])} within every budget less the "
+                              f"margin (dry runs at fixed contexts; {c.within.get('why')})"))
     thin: dict[tuple[str, int], list[float]] = {}  # (device, margin) → MiB left free, per configuration
     for c in plan.configs:
         if c.copies_mismatch:

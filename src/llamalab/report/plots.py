@@ -181,7 +181,8 @@ def pp_gain_figure(data: RunData) -> Figure | None:
                 continue
             i, j = prompts.index((r["prompt_tokens"], r["output_tokens"])), levels.index(r["concurrency"])
             iv = f"\n[{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if r["ci_low"] is not None else "\n(no interval)"
-            mark = {"faster": "pays", "slower": "costs", "no measurable difference": "same"}.get(r["verdict"],
+            mark = {"faster": "pays", "slower": "costs", "no measurable difference": "same",
+                    "untested (one trial)": "untested"}.get(r["verdict"],
                                                                                                "not comparable")
             ax.text(j, i, f"{r['ratio']:.2f}×{iv}\n{mark}", ha="center", va="center", fontsize=7,
                     fontweight="bold" if r["verdict"] in ("faster", "slower") else "normal")

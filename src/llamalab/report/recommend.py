@@ -25,6 +25,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from ..run import stats
 from . import context, speed
 from .data import RunData
 from .summary import _study_cmake
@@ -91,11 +92,13 @@ class Assessment:
     costs: list[Claim] = field(default_factory=list)
     same: list[dict] = field(default_factory=list)  # comparisons with no measurable difference
     unlike: list[dict] = field(default_factory=list)  # comparisons that are not comparable
+    untested: list[dict] = field(default_factory=list)  # one trial on a side: a ratio, no verdict
     notes: list[str] = field(default_factory=list)  # neither bought nor paid: freed memory without a context gain
     unneeded_context: str = ""  # a context gain in a use that does not need it (short prompts)
     context_gain: int = 0
     freed_mib: float = 0.0  # compute freed over every device
     moved: bool = False
+    context_unknown: str = ""  # why its context against the baseline's is not known (never counted as no gain)
 
     @property
     def speed_buys(self) -> list[Claim]:
@@ -148,14 +151,19 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
             a.costs.append(Claim("speed", text, c, _label(c, scope, many_outputs)))
         elif c["verdict"] == speed.NOT_COMPARABLE:
             a.unlike.append(c)
+        elif c["verdict"] == stats.UNTESTED:
+            a.untested.append(c)
         else:
             a.same.append(c)
     row = ctx.get((build, scope.setting))
     base_row = ctx.get((row["baseline"], scope.setting)) if row else None
-    gain = (row or {}).get("measured_delta_tokens") or 0
-    if row and row.get("over_budget"):
-        gain = 0
-        a.notes.append(f"its context is not counted: over budget ({'; '.join(row['over_budget'])})")
+    gain = (row or {}).get("measured_delta_tokens")
+    if row and gain is None:
+        why = row.get("context_unknown") or (base_row or {}).get("context_unknown")
+        if why:
+            whose = build if row.get("context_unknown") else row["baseline"]
+            a.context_unknown = f"{whose}'s context within the budgets is not known ({why})"
+    gain = gain or 0
     a.context_gain = gain
     mem = _memory(data, scope.setting, build)
     if mem:
@@ -172,20 +180,22 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
             a.costs.append(Claim("memory", "more compute buffer (" + ", ".join(
                 f"{d} {v:+,.2f} MiB" for d, v in grown.items()) + ")"))
     if gain > 0 and row and base_row:
-        text = (f"+{gain:,} tokens of context ({base_row['fitted_n_ctx']:,} → {row['fitted_n_ctx']:,}"
-                f"{context.limit_text(row)})")
+        text = (f"+{gain:,} tokens of context ({base_row['n_ctx']:,} → {row['n_ctx']:,}{context.limit_text(row)}"
+                + (" within every budget" if row.get("budget_fit") else "") + ")")
         if CONTEXT_MATTERS[scope.use]:
             a.buys.append(Claim("context", text))
         else:
             a.unneeded_context = text + ", which short prompts do not need"
     elif gain < 0 and row and base_row:
-        a.costs.append(Claim("context", f"{gain:,} tokens of context ({base_row['fitted_n_ctx']:,} → "
-                                        f"{row['fitted_n_ctx']:,})"))
-    elif a.freed_mib > 1.0 and mem:
+        a.costs.append(Claim("context", f"{gain:,} tokens of context ({base_row['n_ctx']:,} → "
+                                        f"{row['n_ctx']:,}" + (" within every budget" if row.get("budget_fit")
+                                                               else "") + ")"))
+    elif a.freed_mib > 1.0 and mem and not a.context_unknown:
         n = max(1, len(mem["compute_delta_mib"]))
         why = ("the baseline already runs the model's whole context" if base_row and base_row.get("at_model_limit")
                else "no budget limited the context" if not (row or {}).get("budgets_mib")
-               and not (row or {}).get("fit_reduced_from") else "the fit gave no more context")
+               and not (row or {}).get("fit_reduced_from") else "no more within every budget"
+               if (row or {}).get("budget_fit") else "the fit gave no more context")
         a.notes.append(f"frees {a.freed_mib / n:,.0f} MiB of compute buffer per device but gains no context ({why})")
     return a
 
@@ -228,6 +238,8 @@ class Row:
     context_only: bool = False  # the build buys context alone and pays for it in speed
     measured_any: bool = True
     baseline_is: str = "llama.cpp's default"  # what the baseline is, in words ("llama.cpp b11312" among versions)
+    context_unknown: str = ""  # the chosen build's (or, keeping the default, the alternative's) context is not known
+    untested: list[dict] = field(default_factory=list)  # comparisons of one trial: a ratio, neither bought nor paid
 
     def as_json(self) -> dict:
         return {"use": self.use, "title": self.title, "setting": self.setting, "build": self.build,
@@ -237,8 +249,10 @@ class Row:
                 "buy_comparisons": [c.comparison for c in self.buys if c.comparison],
                 "no_difference": [f"{speed.metric(c['metric']).short} {ratio_text(c)}" for c in self.same],
                 "not_comparable": [f"{speed.metric(c['metric']).short}: {c['reason']}" for c in self.unlike],
+                "untested": [f"{speed.metric(c['metric']).short} {ratio_text(c)}" for c in self.untested],
                 "notes": self.notes, "measured": self.measured, "alternatives": self.alternatives,
-                "versus": self.versus, "context_only": self.context_only}
+                "versus": self.versus, "context_only": self.context_only,
+                "context_unknown": self.context_unknown or None}
 
 
 def _scopes(data: RunData, setting: str) -> list[Scope]:
@@ -313,10 +327,13 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
             notes = pick.notes + ([pick.unneeded_context] if pick.unneeded_context else [])
             rows.append(Row(scope.use, scope.title, setting, pick.build, base, False, action(data, pick.build),
                             pick.buys, pick.costs, pick.same, pick.unlike, notes,
-                            _measured(data, scope, pick.build, base), alts, None, context_only, measured_any))
+                            _measured(data, scope, pick.build, base), alts, None, context_only, measured_any,
+                            context_unknown=pick.context_unknown if CONTEXT_MATTERS[scope.use] else "",
+                            untested=pick.untested))
             continue
         # nothing buys anything here: keep the default, weighed against the best alternative
-        ref = sorted(assessed, key=lambda a: (a.moved, -a.context_gain, -a.freed_mib, bool(a.speed_costs),
+        ref = sorted(assessed, key=lambda a: (a.moved, -a.context_gain, not a.context_unknown, -a.freed_mib,
+                                              bool(a.speed_costs),
                                               bool(_study_cmake(data, a.build)), order.index(a.build)))
         alt = ref[0] if ref else None
         buys: list[Claim] = []
@@ -339,7 +356,9 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
                         f"keep {base}" + ("" if how == "use llama.cpp's defaults" else f" ({how})"), buys, costs,
                         alt.same if alt else [], alt.unlike if alt else [], notes,
                         _measured(data, scope, alt.build if alt else base, base), [],
-                        alt.build if alt else None, False, measured_any, baseline_is(data, base)))
+                        alt.build if alt else None, False, measured_any, baseline_is(data, base),
+                        context_unknown=alt.context_unknown if alt and CONTEXT_MATTERS[scope.use] else "",
+                        untested=alt.untested if alt else []))
     return rows
 
 
@@ -350,6 +369,12 @@ def _join(items: list[str]) -> str:
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _untested_text(untested: list[dict]) -> str:
+    """"untested with one trial: prompt t/s 0.85×, …": measured once, neither a gain nor a cost."""
+    names = list(dict.fromkeys(f"{speed.metric(c['metric']).short} {ratio_text(c)}" for c in untested))
+    return f"untested with one trial: {_join(names)}" if names else ""
 
 
 def _same_text(same: list[dict]) -> str:
@@ -371,6 +396,13 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
         said_same = False
         if r.buys:
             reasons.append(f"it keeps {_join([c.text for c in r.buys])}, where {r.versus} is slower")
+        elif r.context_unknown:
+            what = [n.removeprefix(f"{r.versus} ") for n in r.notes]
+            if r.same:
+                what.append(_same_text(r.same).replace("no measurable", "makes no measurable", 1))
+                said_same = True
+            reasons.append(f"{r.context_unknown}, so what {r.versus} buys here is not known"
+                           + (f"; it {_join(what)}" if what else ""))
         else:
             what = [n.removeprefix(f"{r.versus} ") for n in r.notes]
             if r.same:
@@ -383,6 +415,8 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
             reasons.append(_join(r.notes))
         if r.same and not said_same:
             reasons.append(f"{_same_text(r.same)} ({r.versus} vs {r.baseline})")
+        if r.untested:
+            reasons.append(f"{_untested_text(r.untested)} ({r.versus} vs {r.baseline})")
         if r.unlike:
             reasons.append("not comparable: " + _join(
                 list(dict.fromkeys(f"{speed.metric(c['metric']).short} ({c['reason']})" for c in r.unlike))))
@@ -392,8 +426,12 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
     head = f"{r.title}: " + (f"if you need the context, {r.run}" if r.context_only else r.run)
     s = f"{head} — it buys {buys}"
     s += f"; it costs {costs}" if costs else "; no measured cost"
+    if r.context_unknown:
+        s += f"; {r.context_unknown}"
     if r.same:
         s += f"; {_same_text(r.same)}"
+    if r.untested:
+        s += f"; {_untested_text(r.untested)}"
     if r.unlike:
         s += "; not comparable: " + _join(list(dict.fromkeys(
             f"{speed.metric(c['metric']).short} ({c['reason']})" for c in r.unlike)))
@@ -458,10 +496,13 @@ def table_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         if r.context_only:
             run = "if you need the context: " + run
         buys = "; ".join(c.text for c in r.buys) or "nothing measurable"
-        costs = "; ".join(c.text for c in r.costs) or "none measured"
+        costs = "; ".join([*(c.text for c in r.costs), *([f"unknown: {r.context_unknown}"] if r.context_unknown
+                                                          else [])]) or "none measured"
         extra = [n for n in r.notes]
         if r.same:
             extra.append(_same_text(r.same))
+        if r.untested:
+            extra.append(_untested_text(r.untested))
         if r.unlike:
             extra.append("not comparable: " + ", ".join(dict.fromkeys(speed.metric(c["metric"]).short
                                                                        for c in r.unlike)))

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from . import stats
+from ..run import stats
 from .data import RunData, figures
 from .verdict import study_builds, study_settings
 

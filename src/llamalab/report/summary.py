@@ -114,7 +114,10 @@ def _once(items: list) -> list:
 
 
 def memory_lines(data: RunData) -> list[str]:
-    return verdict.memory_sentences(data) + ledger_notes(data)
+    from . import context
+
+    rows = {(r["build"], r["setting"]): r for r in context.rows(data)}
+    return verdict.memory_sentences(data, rows) + ledger_notes(data)
 
 
 def ledger_notes(data: RunData) -> list[str]:

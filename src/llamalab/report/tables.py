@@ -7,11 +7,15 @@ from .data import RunData, compute_by_label, host_compute
 
 def rows(data: RunData, concurrency: int = 1) -> list[dict]:
     """Rows of the table, in study order, at one concurrency level (single stream by default)."""
+    from .context import rows as context_rows
+
+    within = {(r["build"], r["setting"]): r for r in context_rows(data) if r.get("budget_fit") is not None}
     out = []
     for t in data.trials:
         if t["concurrency"] != concurrency:
             continue
         led = _ledger_of_config(data, t["config_id"]) or {}
+        w = within.get((t["build"], t["setting"]))
         out.append({
             "build": t["build"],
             "setting": t["setting"],
@@ -24,6 +28,8 @@ def rows(data: RunData, concurrency: int = 1) -> list[dict]:
             "compute_mib": compute_by_label(led) if led else {},
             "compute_host_mib": host_compute(led) if led else None,
             "n_ctx": led.get("n_ctx"),
+            # where the run searched for it: the largest context within every device's budget (None: unknown)
+            **({"within_budgets_n_ctx": w["n_ctx"]} if w is not None else {}),
             "copies": led.get("sched_copies"),
             "pipeline_parallel": led.get("pipeline_parallel"),
             "errors": t["errors"],
@@ -69,14 +75,20 @@ HEADERS = ["Build", "Setting", "Trial", "Input tokens", "Input t/s", "Output tok
 
 def table_cells(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
     devs = device_columns(rows_)
-    head = HEADERS + [f"Compute {d} (MiB)" for d in devs] + ["Compute host (MiB)", "Context (tokens)", "Copies"]
+    within = any("within_budgets_n_ctx" in r for r in rows_)
+    ctx_head = ["Context, llama.cpp's fit (tokens)", "Context within budgets (tokens)"] if within else \
+        ["Context (tokens)"]
+    head = HEADERS + [f"Compute {d} (MiB)" for d in devs] + ["Compute host (MiB)", *ctx_head, "Copies"]
     body = []
     for r in rows_:
         body.append([
             r["build"], r["setting"], str(r["trial"]), _fmt(r["input_tokens"]), _fmt(r["input_tps"]),
             _fmt(r["output_tokens"]), _fmt(r["output_tps"]),
             *[_fmt(r["compute_mib"].get(d)) for d in devs],
-            _fmt(r["compute_host_mib"]), _fmt(r["n_ctx"]), _fmt(r["copies"]),
+            _fmt(r["compute_host_mib"]), _fmt(r["n_ctx"]),
+            *([_fmt(r.get("within_budgets_n_ctx")) if r.get("within_budgets_n_ctx") else "unknown"] if within
+              else []),
+            _fmt(r["copies"]),
         ])
     return head, body
 

@@ -5,14 +5,18 @@ command, llama.cpp's default beside it, and how many candidates each stage looke
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..llamacpp import argv
 from ..run import tunespace as ts
 from ..store import jsoncol
-from . import stats
+from ..run import stats
+from ..run import tunepick
+from ..run.tunepick import Pick, compare, measured_front, pick
 from .data import RunData
 from .tables import markdown_table
 
@@ -34,6 +38,8 @@ class Row:
     on_front: bool = False
     picked: bool = False
     note: str = ""
+    kld: dict | None = None  # its KV cache against f16/f16 (llama-perplexity --kl-divergence), where measured
+    kv: str = ""
 
 
 @dataclass
@@ -48,118 +54,13 @@ class View:
     devices: list[str]
     parallel: int
     stage_lines: list[str] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)  # what the measurements leave open about the pick
+    rule: "tunepick.Rule | None" = None
+    repeats: int = 1
+    replay: "tunepick.Replay | None" = None  # an exhaustive run: the race over its own trials
 
 
 # ---------------------------------------------------------------- measured speeds (stage two)
-
-
-def compare(base: ts.Measures, cand: ts.Measures, metric: str, threshold: float) -> tuple[stats.Ratio, str] | None:
-    """cand / base in one speed: ratio with its bootstrap interval, and the verdict."""
-    bx, cx = base.samples.get(metric) or [], cand.samples.get(metric) or []
-    if not bx or not cx or min(bx) <= 0:
-        return None
-    r = stats.ratio(bx, cx)
-    return r, stats.verdict(r, threshold)
-
-
-def measured_front(ms: Sequence[ts.Measures], threshold: float) -> list[str]:
-    """Names of the measured configurations no other beats: at least the context, no speed measurably slower (nor a
-    median more than twice the threshold below, as `pick` requires), and ahead in context or measurably faster in
-    a speed."""
-    out = []
-    for c in ms:
-        beaten = False
-        for d in ms:
-            if d.name == c.name or d.n_ctx < c.n_ctx:
-                continue
-            cmp = [v for m in ts.SPEEDS if (v := compare(c, d, m, threshold)) is not None]
-            if any(v[1] == "slower" or v[0].ratio < 1 - 2 * threshold for v in cmp):
-                continue
-            if d.n_ctx > c.n_ctx or any(v[1] == "faster" for v in cmp):
-                beaten = True
-                break
-        if not beaten:
-            out.append(c.name)
-    return out
-
-
-@dataclass(frozen=True)
-class Pick:
-    name: str
-    reason: str
-    considered: tuple[str, ...]  # the configurations that met the constraints
-
-
-def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int = 0, min_gen_tps: float | None = None,
-         need_context: int = 0, threshold: float = 0.02, default_fits: bool = True) -> Pick:
-    """The configuration for the goal. Context: the most context among those that hold `min_context` (and the K
-    requests' `need_context`) and whose generation is at least `min_gen_tps` — without a floor, not measurably
-    slower than the default's (no "slower" verdict, and a median ratio no more than twice the threshold below 1,
-    so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation.
-    Throughput: the highest aggregate output t/s at K requests among those that hold the context asked for (and
-    meet a generation floor if one is given); ties go to more context. The default is a candidate too, unless it
-    does not fit the budgets (`default_fits`). Its speed is the floor, as what the user has without tuning — but a
-    default that does not fit is not something these cards can run: where nothing that fits is as fast as it (an
-    MoE model whose experts must leave the GPUs), the floor is the fastest configuration that fits instead, and
-    the reason says so."""
-    by = {m.name: m for m in ms}
-    floor = max(min_context, need_context)
-    why_out: dict[str, str] = {}
-    fits: list[ts.Measures] = []
-    for m in ms:
-        gen = m.median("output_tps")
-        if m.name == default and not default_fits:
-            why_out[m.name] = "does not fit the budgets"
-        elif m.n_ctx < floor:
-            why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
-        elif gen is None:
-            why_out[m.name] = "no generation measured"
-        elif min_gen_tps is not None and gen < min_gen_tps:
-            why_out[m.name] = f"generates {gen:.1f} t/s, under the {min_gen_tps:g} t/s floor"
-        else:
-            fits.append(m)
-
-    def as_fast(base: ts.Measures | None, who: str) -> tuple[list[ts.Measures], dict[str, str]]:
-        """Those in `fits` not measurably slower in generation than `base` (all of them without a base)."""
-        if min_gen_tps is not None or goal != "context" or base is None:
-            return list(fits), {}
-        keep, out = [], {}
-        for m in fits:
-            v = None if m.name == base.name else compare(base, m, "output_tps", threshold)
-            if v is not None and (v[1] == "slower" or v[0].ratio < 1 - 2 * threshold):
-                out[m.name] = (f"generation {stats.format_ratio(v[0])} of {who}: "
-                               + ("measurably slower" if v[1] == "slower" else
-                                  f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
-            else:
-                keep.append(m)
-        return keep, out
-
-    ok, slower = as_fast(by.get(default), "the default's")
-    speed_floor = "the default"
-    if not ok and not default_fits and fits:
-        # the default cannot run on these cards: the fastest configuration that can sets the pace instead
-        fastest = max(fits, key=lambda m: m.median("output_tps") or 0.0)
-        ok, slower = as_fast(fastest, f"{fastest.name}'s")
-        speed_floor = (f"{fastest.name}, the fastest configuration that fits (llama.cpp's default does not fit "
-                       f"the budgets and everything that fits is slower than it)")
-    why_out |= slower
-    if not ok:
-        return Pick(default, "no configuration met the constraints (" + "; ".join(
-            f"{k}: {v}" for k, v in list(why_out.items())[:4]) + "): keep llama.cpp's default"
-            + ("" if default_fits else ", which does not fit the budgets either (relax --min-gen-tps or "
-               "--min-context)"), ())
-    if goal == "throughput":
-        def key(m: ts.Measures):
-            return (m.median("aggregate_output_tps") or m.median("output_tps") or 0.0, m.n_ctx)
-        best = max(ok, key=key)
-        val = best.median("aggregate_output_tps") or best.median("output_tps") or 0.0
-        reason = f"the highest aggregate output ({val:,.1f} t/s) with at least {floor:,} tokens of context"
-    else:
-        best = max(ok, key=lambda m: (m.n_ctx, m.median("output_tps") or 0.0))
-        floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
-                     else f"generating not measurably slower than {speed_floor}")
-        reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
-    return Pick(best.name, reason, tuple(m.name for m in ok))
 
 
 # ---------------------------------------------------------------- the view
@@ -220,9 +121,16 @@ def view(data: RunData) -> View | None:
     ms = _measures(data, doc)
     by = {m.name: m for m in ms}
     default = doc.get("default") or {}
-    p = pick(ms, DEFAULT, doc.get("goal") or "context", min_context=int(doc.get("min_context") or 0),
-                min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold,
-                default_fits=not default.get("over_budget"))
+    kld = {b: c["kld"]["mean"] for b, c in cands.items() if isinstance(c.get("kld"), dict)
+           and c["kld"].get("mean") is not None}
+    repeats = int(doc.get("repeats") or max((len(m.samples.get("output_tps") or []) for m in ms), default=1))
+    rule = tunepick.Rule(default=DEFAULT, goal=doc.get("goal") or "context", threshold=threshold,
+                         floor_ctx=max(int(doc.get("min_context") or 0), int(doc.get("need_context") or 0)),
+                         min_gen_tps=doc.get("min_gen_tps"), default_fits=not default.get("over_budget"),
+                         kld=kld, max_kld=doc.get("max_kld"))
+    p = pick(ms, DEFAULT, rule.goal, min_context=int(doc.get("min_context") or 0),
+             min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold,
+             default_fits=rule.default_fits, min_trials=min(2, repeats), kld=kld, max_kld=doc.get("max_kld"))
     front = set(measured_front(ms, threshold))
     if default.get("over_budget"):
         front.discard(DEFAULT)  # measured, but not something these cards could run
@@ -238,7 +146,9 @@ def view(data: RunData) -> View | None:
                   prompt=m.median("input_tps") if m else None, gen=m.median("output_tps") if m else None,
                   agg=m.median("aggregate_output_tps") if m else None,
                   n=len(m.samples.get("output_tps") or []) if m else 0, devices_mib=list(devs),
-                  on_front=b in front, picked=b == p.name)
+                  on_front=b in front, picked=b == p.name,
+                  kld=(c or {}).get("kld") if b != DEFAULT else None,
+                  kv="f16/f16" if b == DEFAULT else f"{(c or {}).get('ctk', 'f16')}/{(c or {}).get('ctv', 'f16')}")
         if m and b != DEFAULT and DEFAULT in by:
             for metric in ts.SPEEDS:
                 v = compare(by[DEFAULT], m, metric, threshold)
@@ -260,6 +170,16 @@ def view(data: RunData) -> View | None:
              command=command(data, p.name, k, model), default_command=command(data, DEFAULT, k, model),
              devices=list((doc.get("rig") or {}).get("devices") or []), parallel=k)
     v.stage_lines = stage_lines(doc)
+    v.undecided = tunepick.undecided(ms, p, rule, repeats)
+    v.rule, v.repeats = rule, repeats
+    if (doc.get("stage2") or {}).get("mode") == "exhaustive":
+        v.replay = tunepick.replay(ms, order[1:], rule, repeats)
+        total = sum(min(repeats, len(m.samples.get("output_tps") or [])) for m in ms)
+        v.stage_lines.append(
+            f"the race, replayed over these same trials: it would pick {v.replay.pick.name}"
+            + (" — the same pick" if v.replay.pick.name == p.name else f" — NOT this run's pick ({p.name})")
+            + f", with {v.replay.trials} of these {total} trials ({len(v.replay.ruled)} members ruled out after "
+              "their screening trial)")
     return v
 
 
@@ -283,11 +203,23 @@ def _pick_sentence(p: Pick, row: Row | None, base: Row | None) -> str:
     if row.build == DEFAULT:
         return f"keep llama.cpp's default — {p.reason}."
     parts = [f"{row.build} ({row.label}): {p.reason}."]
+    if row.kld:
+        parts.append(f"Its KV cache ({row.kv}) costs {kld_text(row.kld)} against f16/f16.")
     if base is not None and base.n_ctx:
         speeds = "; ".join(f"{SPEED_WORDS[k]} {v}" for k, v in row.vs_default.items())
         parts.append(f"Against llama.cpp's default: context {row.n_ctx:,} vs {base.n_ctx:,} tokens "
                      f"({(row.n_ctx - base.n_ctx) / base.n_ctx:+.0%})" + (f"; {speeds}" if speeds else "") + ".")
     return " ".join(parts)
+
+
+def kld_text(k: dict) -> str:
+    """"mean KLD 0.0083 nats, 99th percentile 0.051, same top token 95.3%"."""
+    parts = [f"mean KLD {k['mean']:.4f}"]
+    if k.get("p99") is not None:
+        parts.append(f"99th percentile {k['p99']:.3f}")
+    if k.get("same_top_pct") is not None:
+        parts.append(f"same top token {k['same_top_pct']:.1f}%")
+    return ", ".join(parts)
 
 
 def stage_lines(doc: dict) -> list[str]:
@@ -303,9 +235,31 @@ def stage_lines(doc: dict) -> list[str]:
                                               ("not plannable", by.get("unplannable", 0))) if n)]
     real = [b for b in s2.get("real") or [] if b != DEFAULT]
     screened = s2.get("screened_out") or {}
-    out.append(f"stage two: {len(real)} front candidates and llama.cpp's default run for real in "
-               f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
-                                                          "(clearly dominated)" if screened else ""))
+    if s2.get("mode") == "exhaustive":
+        out.append(f"stage two (exhaustive): every one of the {len(real)} front members and llama.cpp's default with "
+                   f"all its trials, {s2.get('trials', 0)} trials in {float(s2.get('seconds') or 0):.1f} s")
+    elif s2.get("mode") == "race":
+        timed = s2.get("time_left_out") or []
+        out.append(f"stage two (race): all {len(real)} front members and llama.cpp's default screened with one trial "
+                   f"each; {len(screened) - len(timed)} ruled out by the measurements, the rest measured with every "
+                   f"trial: {s2.get('trials_before_extension', s2.get('trials', 0))} trials of the "
+                   f"{s2.get('trials_exhaustive', 0)} an exhaustive run makes"
+                   + (f", then {s2['trials'] - s2['trials_before_extension']} more where the pick was still open"
+                      if s2.get("trials_before_extension") is not None and s2["trials"] > s2["trials_before_extension"]
+                      else "") + f", in {float(s2.get('seconds') or 0):.1f} s"
+                   + (f"; the time budget ({float(s2['time_budget_s']):g} s) left {len(timed)} unmeasured beyond "
+                      f"screening: {', '.join(timed)}" if timed else ""))
+        for ext in s2.get("extended") or []:
+            out.append(f"stage two (race): the pick was still open ({'; '.join(ext.get('why') or [])}), so "
+                       f"{', '.join(ext.get('names') or [])} got trials {ext['trials'][0]}–{ext['trials'][-1]} too")
+    else:  # a tune stored before the race
+        out.append(f"stage two: {len(real)} front candidates and llama.cpp's default run for real in "
+                   f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
+                                                              "(clearly dominated)" if screened else ""))
+    q = doc.get("quality") or {}
+    if q.get("measured"):
+        out.append("KV cache quality: " + "; ".join(f"{kv} {kld_text(k)}" for kv, k in sorted(q["by_pair"].items()))
+                   + f" — against f16/f16 over {q.get('corpus', {}).get('name', 'a text')} ({q.get('method')})")
     sp = doc.get("space") or {}
     dims = [f"split {', '.join(sp.get('splits') or [])}", f"KV {', '.join(sp.get('kv') or [])}",
             f"-ub {', '.join(str(x) for x in sp.get('ubatch') or [])}"]
@@ -332,13 +286,17 @@ def stage_lines(doc: dict) -> list[str]:
 
 def front_table(v: View) -> tuple[list[str], list[list[str]]]:
     k = v.parallel
+    quality = any(r.kld for r in v.rows)
     head = ["Config", "What", "Context", "Prompt t/s", "Gen t/s", f"Aggregate t/s at {k}" if k > 1
-            else "Aggregate t/s (1 request)", "Gen vs default", *[f"{d} MiB" for d in v.devices], "Front"]
+            else "Aggregate t/s (1 request)", "Gen vs default", *(["KV mean KLD"] if quality else []),
+            *[f"{d} MiB" for d in v.devices], "Front"]
     body = []
     for r in v.rows:
         mark = "pick" if r.picked else ("front" if r.on_front else "")
         body.append([r.build, r.label + (f" ({r.note})" if r.note else ""), f"{r.n_ctx:,}", _fmt(r.prompt),
                      _fmt(r.gen), _fmt(r.agg), r.gen_vs_default or ("baseline" if r.build == DEFAULT else "–"),
+                     *([f"{r.kld['mean']:.4f}" if r.kld else ("0 (f16/f16)" if r.kv == "f16/f16" else "–")]
+                       if quality else []),
                      *[_fmt(x, 0) for x in (r.devices_mib + [None] * len(v.devices))[: len(v.devices)]], mark])
     return head, body
 
@@ -361,7 +319,21 @@ def candidates_table(v: View) -> tuple[list[str], list[list[str]]]:
 
 
 def lines(v: View) -> list[str]:
-    return list(v.stage_lines)
+    return list(v.stage_lines) + [f"undecided: {u}" for u in v.undecided]
+
+
+def llama_swap(v: View, name: str | None = None) -> str:
+    """The pick as a llama-swap configuration entry (YAML: `models: NAME: cmd: …`), llama-swap's `${PORT}` in
+    place of a port; paste it under `models:` of llama-swap's config.yaml."""
+    words = shlex.split(v.command)
+    model = (v.doc.get("model") or {}).get("path") or "MODEL"
+    key = name or Path(model).stem
+    cmd = " ".join([words[0], "--port", "${PORT}", *(shlex.quote(w) for w in words[1:])])
+    return ("# llamalab tune, run " + v.run_id + ": " + v.pick.reason.replace("\n", " ") + "\n"
+            "models:\n"
+            f"  {json.dumps(key)}:\n"
+            "    cmd: |\n"
+            f"      {cmd}\n")
 
 
 def markdown(data: RunData) -> list[str]:
@@ -375,7 +347,7 @@ def markdown(data: RunData) -> list[str]:
            f"aggregate: median output t/s of {v.parallel} request(s) at once; MiB per device: llama.cpp's dry-run "
            "projection (model + KV cache + compute) at that context; *Front*: no other measured configuration holds "
            "as much context without being measurably slower in a speed.", ""]
-    out += [f"- {s}" for s in v.stage_lines] + [""]
+    out += [f"- {s}" for s in lines(v)] + [""]
     out += ["<details><summary>Every stage-one candidate</summary>", "", markdown_table(*candidates_table(v)), "",
             "</details>", ""]
     return out
@@ -387,4 +359,5 @@ def as_json(v: View | None) -> dict:
     return {"run_id": v.run_id, "pick": {"build": v.pick.name, "reason": v.pick.reason, "command": v.command,
                                          "considered": list(v.pick.considered)},
             "default_command": v.default_command, "front": [r.__dict__ for r in v.rows], "stages": v.stage_lines,
+            "undecided": v.undecided,
             "search": v.doc}

@@ -125,8 +125,12 @@ def _deltas(cand: dict, base: dict) -> dict[str, float | None]:
             for d in dict.fromkeys([*base, *cand])}
 
 
-def memory_sentences(data: RunData) -> list[str]:
+def memory_sentences(data: RunData, contexts: dict[tuple[str, str], dict] | None = None) -> list[str]:
+    """One sentence per comparison. `contexts` (report.context's rows by build and setting): where a study searched
+    for each configuration's context within every budget, the context is said as that, with llama.cpp's fitted
+    figures beside it."""
     lines = []
+    contexts = contexts or {}
     for c in memory_comparisons(data):
         parts = [f"{d} {_signed(v)} MiB" for d, v in c["compute_delta_mib"].items() if v is not None]
         host = c["compute_host_delta_mib"]
@@ -153,7 +157,15 @@ def memory_sentences(data: RunData) -> list[str]:
                   "the model's weights live (and so which device computes with them)")
         else:
             s += "; model buffers unchanged on every device (no weight moved)"
-        if ctx:
+        row, base = contexts.get((c["candidate"], c["setting"])), contexts.get((c["baseline"], c["setting"]))
+        if row is not None and base is not None and (row.get("budget_fit") or base.get("budget_fit")):
+            fitted = f"llama.cpp's fit: {c['baseline_n_ctx']:,} → {c['candidate_n_ctx']:,}" if ctx else ""
+            if row["measured_delta_tokens"] is not None:
+                s += (f"; context within every budget {_signed(row['measured_delta_tokens'], 0)} tokens "
+                      f"({base['n_ctx']:,} → {row['n_ctx']:,}" + (f"; {fitted}" if fitted else "") + ")")
+            else:
+                s += "; context within every budget unknown" + (f" ({fitted})" if fitted else "")
+        elif ctx:
             s += f"; context {_signed(ctx, 0)} tokens ({c['baseline_n_ctx']:,} → {c['candidate_n_ctx']:,})"
         lines.append(s + ".")
     return lines

@@ -37,7 +37,7 @@ from pathlib import Path
 from ..llamacpp import applicability, argv, budget, build as buildmod, ledger, models, standin
 from ..llamacpp.applicability import NOT_APPLICABLE
 from .. import net, proc
-from . import session
+from . import budgetfit, session
 from ..llamacpp.build import BuildArtifact
 from ..errors import ConfigError
 from ..paths import cache_home
@@ -393,6 +393,9 @@ class ConfigPlan:
     margins_mib: list[int] | None = None
     fit_targets_mib: list[int] | None = None
     over_budget: dict[str, float] = field(default_factory=dict)  # device → MiB used beyond budget − margin
+    # the largest context within every budget and within every budget less the margin (run.budgetfit), searched for
+    # where llama.cpp's fit left a device over its budget
+    within: dict | None = None
     n_ubatch: int | None = None
     n_embd: int | None = None
     args: list[str] = field(default_factory=list)
@@ -557,6 +560,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                     progress.message(f"dry run: {cfg.build.name} × {cfg.setting.name}")
                     plans.append(plan_config(prep, cfg, art, dev, env, emu, logs, opts.timeout_s))
         at_ctx = _baselines_at_ctx(prep, plans, budgets, logs, opts.timeout_s, progress)
+        _within_budgets(prep, plans, budgets, logs, opts.timeout_s, progress)
     finally:
         if opts.logs_dir is None:
             shutil.rmtree(logs, ignore_errors=True)
@@ -606,6 +610,46 @@ def _baselines_at_ctx(prep: session.Prepared, plans: list[ConfigPlan], budgets: 
                 out[(bname, setting, n_ctx)] = plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s,
                                                            extra_args=["-c", str(n_ctx)])
     return out
+
+
+def needs_within(cp: ConfigPlan) -> str | None:
+    """Why a planned configuration's context within its budgets must be searched for: a device's projected memory
+    exceeds its budget (not only its margin; llama.cpp's "failed" fit with -ngl given is no reason by itself)."""
+    if cp.status != "ok" or not cp.budgets_mib:
+        return None
+    over = [f"{d.name} {d.used_mib:,.0f} > {b:,} MiB" for d, b in zip(cp.devices, cp.budgets_mib, strict=False)
+            if d.used_mib is not None and d.used_mib > b]
+    return "over budget: " + "; ".join(over) if over else None
+
+
+def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
+                    timeout_s: float, progress: Progress) -> None:
+    """Where llama.cpp's fit left any configuration's device over its budget, every configuration's largest
+    context within the budgets (and within them less the margin), by dry runs at fixed contexts
+    (`run.budgetfit`), so that all of them are compared the same way."""
+    if not budgets or not any(needs_within(cp) for cp in plans):
+        return
+    study = prep.study
+    cap = prep.model_info.n_ctx_train or 0
+    for bspec in study.builds:
+        art = prep.artifacts.get(bspec.name)
+        mine = [cp for cp in plans if cp.build == bspec.name and cp.status == "ok"]
+        if art is None or not mine:
+            continue
+        with session.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}-within".replace("/", "_"))) as dev:
+            env = {**art.env(), **dev.env}
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+            if emu is None:
+                continue
+            for cp in mine:
+                cfg = next(c for c in configs(study) if c.build.name == cp.build and c.setting.name == cp.setting)
+                progress.message(f"dry runs: {cp.build} × {cp.setting}, the largest context within the budgets")
+                fit = budgetfit.for_config(
+                    lambda n, cfg=cfg: plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s,
+                                                   extra_args=["-c", str(n)]),
+                    [d.name for d in emu.devices], emu.budgets_mib, emu.margins_mib, cap, start=cp.n_ctx)
+                cp.within = {**fit.as_dict(), "why": needs_within(cp) or "like every configuration of the plan"}
+                cp.dry_runs += fit.dry_runs
 
 
 def _mkdir(path: Path) -> Path:
@@ -710,9 +754,7 @@ def _read_lines(path: Path) -> list[str]:
 def input_copies_mib(cp: ConfigPlan) -> float | None:
     """n_copies × n_ubatch × n_embd × 4 bytes in MiB: how far a later device's dry-run compute figure was from
     the full load's on CPU-RPC (the pipeline's copies of a split's f32 input)."""
-    if not (cp.sched_copies and cp.n_ubatch and cp.n_embd):
-        return None
-    return cp.sched_copies * cp.n_ubatch * cp.n_embd * 4 / 2**20
+    return budgetfit.input_copies_mib(cp)
 
 
 def dumps(plan: Plan) -> str:

@@ -21,6 +21,9 @@ class Progress:
 
     def trial(self, k: int, n: int, label: str) -> None: ...
 
+    def download(self, what: str, done: int, total: int) -> None:
+        """Bytes of a model downloaded so far (`--download`)."""
+
     def close(self) -> None: ...
 
 
@@ -49,6 +52,12 @@ class StderrProgress(Progress):
     def trial(self, k: int, n: int, label: str) -> None:
         self._p(f"trial {k}/{n}: {label}")
 
+    def download(self, what: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self._last_build > 15 or done == total:
+            self._last_build = now
+            self._p(f"{what}: {done / 2**20:,.1f} of {total / 2**20:,.1f} MiB")
+
 
 class RichProgress(Progress):
     """A live rich display on a terminal: build progress bar with elapsed time; trial k of n with time left."""
@@ -65,6 +74,7 @@ class RichProgress(Progress):
         self._build_task = None
         self._build_what = None
         self._trial_task = None
+        self._downloads: dict[str, object] = {}
 
     def message(self, text: str) -> None:
         self.console.log(rich_text(text))  # never markup: messages carry labels, paths and log lines
@@ -80,6 +90,11 @@ class RichProgress(Progress):
 
     def build_done(self) -> None:
         self._build_task = None
+
+    def download(self, what: str, done: int, total: int) -> None:
+        if what not in self._downloads:
+            self._downloads[what] = self.rp.add_task(markup(what), total=total)
+        self.rp.update(self._downloads[what], completed=done, total=total)  # type: ignore[arg-type]
 
     def trial(self, k: int, n: int, label: str) -> None:
         if self._trial_task is None:

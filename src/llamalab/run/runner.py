@@ -23,8 +23,9 @@ from ..records import ConfigOutcome
 from ..llamacpp.server import launch
 from ..store.db import Store
 from ..study.spec import Pass, configs, expand, to_toml
-from .session import (Options, Prepared, check_budgets, device_setup, emulate_budgets, server_args,
-                      study_hash)
+from . import budgetfit, plan as planmod
+from .session import (Options, Prepared, budget_emulation, check_budgets, device_setup, emulate_budgets,
+                      server_args, study_hash)
 
 
 def n_slots(args: list[str]) -> int:
@@ -66,12 +67,18 @@ def llama_cpp_info(prep: Prepared) -> dict:
     return info
 
 
+Cut = Callable[[Store, str, Pass, int], str | None]
+
+
 def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress, *,
-            passes: list[Pass] | None = None, skip: Callable[[Store, str, Pass], str | None] | None = None) -> str:
+            passes: list[Pass] | None = None, skip: Callable[[Store, str, Pass], str | None] | None = None,
+            cut: Cut | None = None) -> str:
     """Run every pass of the study into the store; returns the run id. The run records the effective study
     (file plus overrides) as TOML, whatever `study_toml` held. `passes` replaces the study's own order (expand);
     `skip`, asked before each pass, may return why that pass is not run (it is then left out, with the reason
-    shown), so a caller can stop measuring a configuration that earlier passes already settled."""
+    shown), so a caller can stop measuring a configuration that earlier passes already settled; `cut`, asked after
+    each trial of a pass (with the trial number, every cell and level of it stored), may return why the pass's
+    remaining trials are not run — on the same server start, so deciding costs no reload."""
     study = prep.study
     study_toml = to_toml(study)
     shash = study_hash(study, prep.model_path)
@@ -123,11 +130,13 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
                     counter[0] += len(trials) * per_trial
                     continue
                 if _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter,
-                             total) == NOT_APPLICABLE:
+                             total, cut) == NOT_APPLICABLE:
                     inapplicable.add(key)
                     counter[0] += len(trials) * per_trial  # they will never run: the progress total stays true
             if opts.crosscheck:
                 _crosscheck(prep, store, run_id, run_dir / "logs", progress)
+            if opts.budget_context != "off" and prep.study.devices.vram:
+                _budget_fits(prep, store, run_id, run_dir / "logs", progress, always=opts.budget_context == "always")
             if opts.max_context != "off":
                 _context_checks(prep, store, run_id, run_dir / "logs", progress, opts.max_context,
                                 opts.max_context_probes)
@@ -252,6 +261,7 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
     hi = prep.model_info.n_ctx_train or 0
     fitted_by = {(c["build"], c["setting"]): (c.get("ledger") or {}).get("n_ctx")
                  for c in store.configs(run_id) if c["status"] == "ok"}
+    fits = {k: {kk: vv for kk, vv in v.items() if kk != "verified"} for k, v in store.budget_fits(run_id).items()}
     for cfg in configs(prep.study):
         fitted = fitted_by.get((cfg.build.name, cfg.setting.name))
         if cfg.build.name not in prep.artifacts or not fitted:
@@ -292,6 +302,92 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
                                  res.steps)
         progress.message(f"context check {label}: fitted {fitted:,} {'loads' if verified else 'DOES NOT load'}"
                          + (f"; largest that loads: {res.max_loaded:,}" if mode == "search" and res.max_loaded else ""))
+        fit = fits.get((cfg.build.name, cfg.setting.name))
+        if fit and (fit.get("budget") or {}).get("n_ctx"):
+            _verify_budget_fit(store, run_id, cfg, fit, probe, budgets, progress)
+
+
+def needs_budget_fit(led: dict, budgets: list[int]) -> str | None:
+    """Why a configuration's context within its budgets must be searched for, or None: a device's allocated buffers
+    exceed its budget, so that context would not load on such a card (with -ngl given, llama.cpp's fit shrinks the
+    context for the total memory and stops before placing layers per device; it reports that as a failed fit even
+    where every device stays within its budget, which is then no reason to search)."""
+    names = ledger.device_names(led)
+    totals = [float((led.get("devices") or {}).get(n, {}).get("total_mib") or 0.0) for n in names]
+    ok, why = maxctx.within_budgets(totals, budgets)
+    return None if ok else why
+
+
+def _budget_fits(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress, *, always: bool) -> None:
+    """For every configuration that ran whose context llama.cpp's fit did not keep within every device's budget
+    (or every one, `always`): the largest context within the budgets, and within them less the margin, by dry
+    runs (`run.budgetfit`). A resumed run keeps the searches it stored."""
+    budgets = budget.parse_budgets(prep.study.devices.vram)
+    stored = store.budget_fits(run_id)
+    ledgers = {(c["build"], c["setting"]): c.get("ledger") for c in store.configs(run_id)
+               if c["status"] == "ok" and c.get("ledger")}
+    whys = {k: needs_budget_fit(led, budgets) for k, led in ledgers.items()}
+    first = next((f"{k[0]} × {k[1]}: {w}" for k, w in whys.items() if w), None)
+    if first is None and not always:
+        return
+    for cfg in configs(prep.study):
+        key = (cfg.build.name, cfg.setting.name)
+        led = ledgers.get(key)
+        if led is None or key in stored or cfg.build.name not in prep.artifacts:
+            continue
+        # every configuration, so that all are compared within the same budgets
+        why = whys.get(key) or ("asked for" if always else f"like every configuration, since {first}")
+        proc.check_stop()
+        art = prep.artifacts[cfg.build.name]
+        log_dir = logs / f"budget-{cfg.build.name}-{cfg.setting.name}".replace("/", "_")
+        log_dir.mkdir(parents=True, exist_ok=True)
+        progress.message(f"context within the budgets, {cfg.build.name} × {cfg.setting.name} ({why}): dry runs")
+        with device_setup(prep, art, log_dir) as dev:
+            env = {**art.env(), **dev.env}
+            emu = budget_emulation(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+            if emu is None:
+                continue
+            ref = [float((led.get("devices") or {}).get(n, {}).get("total_mib") or 0.0)
+                   for n in ledger.device_names(led)]
+            fit = budgetfit.for_config(
+                lambda n: planmod.plan_config(prep, cfg, art, dev, env, emu, log_dir, 300.0, extra_args=["-c", str(n)]),
+                [d.name for d in emu.devices], emu.budgets_mib, emu.margins_mib, prep.model_info.n_ctx_train or 0,
+                start=led.get("n_ctx"), reference=ref)
+        doc = {**fit.as_dict(), "why": why, "fitted_n_ctx": led.get("n_ctx")}
+        store.save_budget_fit(run_id, cfg.build.name, cfg.setting.name, doc)
+        progress.message(f"context within the budgets, {cfg.build.name} × {cfg.setting.name}: "
+                         + budgetfit.summary(fit) + f" ({fit.dry_runs} dry runs, {fit.seconds:.1f} s)")
+
+
+def _verify_budget_fit(store: Store, run_id: str, cfg, fit: dict, probe: Callable[[int], dict],
+                       budgets: list[int] | None, progress: Progress, max_loads: int = 4) -> None:
+    """Load the context within the budgets for real (`--max-context verify`): where a device goes over its budget
+    after all (the dry run's figures are projections), step down by that device's overflow over its MiB per token
+    and load again, at most `max_loads` loads in all; the largest that loads within every budget is stored as
+    verified (`verify.n_ctx_loaded_within`)."""
+    label = f"{cfg.build.name} × {cfg.setting.name}"
+    n: int | None = int(fit["budget"]["n_ctx"])
+    steps: list[dict] = []
+    good = None
+    while n is not None and len(steps) < max_loads:
+        step = {"n_ctx": n, **probe(n)}
+        steps.append(step)
+        if step["loaded"]:
+            good = n
+            break
+        totals = list((step.get("device_mib") or {}).values())
+        if not totals or not budgets:
+            break  # it did not start at all: no overflow to step down by
+        per = budgets * len(totals) if len(budgets) == 1 else budgets
+        n = budgetfit.step_down(fit, n, [t - b for t, b in zip(totals, per, strict=False)])
+    verify = {**steps[0], "steps": steps, "n_ctx_loaded_within": good}
+    store.save_budget_fit(run_id, cfg.build.name, cfg.setting.name, {**fit, "verify": verify},
+                          verified=good == int(fit["budget"]["n_ctx"]))
+    first = steps[0]
+    progress.message(f"context check {label}: {first['n_ctx']:,} tokens within the budgets "
+                     + ("loads within every budget" if first["loaded"] else
+                        f"does NOT load within the budgets ({first.get('reason') or 'not loaded'})"
+                        + (f"; {good:,} does" if good else "")))
 
 
 def report_device_names(led: ledger.Ledger) -> list[str]:
@@ -300,7 +396,8 @@ def report_device_names(led: ledger.Ledger) -> list[str]:
 
 
 def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
-              logs: Path, index: int, progress: Progress, counter: list[int], total: int) -> str:
+              logs: Path, index: int, progress: Progress, counter: list[int], total: int,
+              cut: Cut | None = None) -> str:
     """One server start of a configuration and its trials; returns how the configuration ended (ok, failed, or
     not-applicable where llama.cpp refused it at load for what the rig, build or model lacks)."""
     cfg = p.config
@@ -384,10 +481,19 @@ def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[
                         counter[0] += len(trials) * len(too_big)
                     grid.append((shape, levels))
                 progress.trial(counter[0] + 1, total, label)
+                def go_on(trial: int) -> bool:
+                    why = cut(store, run_id, p, trial) if cut is not None else None
+                    if why:
+                        progress.message(f"not measuring {label} further: {why}")
+                        left = [t for t in trials if t > trial]
+                        counter[0] += len(left) * sum(len(lv) for _, lv in grid)  # the progress total stays true
+                    return why is None
+
                 try:
                     if any(levels for _, levels in grid):
                         workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
-                                         cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args))
+                                         cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args),
+                                         go_on=go_on)
                 except WorkloadError:
                     if not srv.ended():
                         raise

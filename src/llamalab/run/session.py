@@ -38,6 +38,9 @@ class Options:
     crosscheck: bool = False  # after the study: llama-bench on the first configuration, and wall vs server time
     max_context: str = "off"  # off | verify (load each fitted context again, fit off) | search (bisect -c upwards)
     max_context_probes: int = 6
+    # the largest context within every device's budget, by dry runs (run.budgetfit): auto (where llama.cpp's fit
+    # failed or left a device over its budget) | always (every configuration of a budgeted study) | off
+    budget_context: str = "auto"
 
 
 @dataclass
@@ -104,6 +107,11 @@ def study_hash(study: Study, model_path: Path) -> str:
             exclude[table] = unset
     if study.tune is None:
         exclude["tune"] = True
+    else:  # [tune] keys added with the race hash as before while they keep their defaults
+        new = {k for k, v in (("exhaustive", False), ("seconds", None), ("quality", True), ("max_kld", None),
+                              ("max_repeats", None)) if getattr(study.tune, k) == v}
+        if new:
+            exclude["tune"] = new
     # the study as it dumped while `workload.seed` was a field (its last): the key is gone, its value stays hashed
     dump = json.loads(study.model_dump_json(exclude=exclude or None))
     dump["workload"]["seed"] = study.workload.legacy_seed

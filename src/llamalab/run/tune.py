@@ -18,6 +18,8 @@ The run is stored with its search (`tunes` table); `report.tune` renders the fro
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import shutil
 import tempfile
 import time
@@ -25,12 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..llamacpp import budget, server as servermod, standin
+from ..llamacpp import budget, maxctx, server as servermod, standin
 from ..paths import cache_home, data_home, default_db
+from ..write import atomic_write
 from ..rig import devices
 from ..store.db import Store
 from ..study.spec import Config, Pass, SettingSpec, Study, TuneSpec
-from . import plan as planmod, runner, session, tunespace as ts
+from . import plan as planmod, quality, runner, session, tunepick, tunespace as ts
 from .progress import Progress
 
 DEFAULT = "default"  # the build name of llama.cpp's default in a tune run
@@ -47,7 +50,9 @@ class TuneOptions:
     logs_dir: Path | None = None  # keep the dry runs' logs here (default: a temporary folder, removed)
     jobs: int | None = None
     timeout_s: float = 300.0
-    fresh: bool = False
+    fresh: bool = False  # a new run, and stage one dry-run again rather than reused
+    seconds: float | None = None  # stage two's time budget (overrides [tune] seconds)
+    stage_one_only: bool = False  # the model is a header-only stand-in (a remote model without --download)
 
 
 def tune_study(study: Study) -> Study:
@@ -82,6 +87,7 @@ class StageOne:
     dry_runs: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    reused_from: str | None = None  # stage one read from the cache of an earlier tune (its key)
 
 
 class _Runner:
@@ -139,9 +145,9 @@ def _rig(names: list[str], budgets: list[int], margins: list[int], prep: session
 
 
 def _layout(prep: session.Prepared) -> ts.ModelLayout:
-    hdr = standin.read_header(prep.model_path)
+    tensors = [t for part in standin.split_parts(prep.model_path) for t in standin.read_header(part).tensors]
     info = prep.model_info
-    return ts.model_layout(((n, b) for n, _, b in hdr.tensors), info.n_layer or 0, info.n_ctx_train or 0,
+    return ts.model_layout(((n, b) for n, _, b in tensors), info.n_layer or 0, info.n_ctx_train or 0,
                            info.n_expert or 0)
 
 
@@ -294,40 +300,36 @@ def _predict_and_verify(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout,
 
 
 def _verify(c: ts.Candidate, p: ts.Prediction, rig: ts.Rig, dr: _Runner, floor: int, cap: int) -> dict:
-    """Dry runs of the candidate's exact command: at the predicted context, then stepped (at most three more) to
-    the largest context every device holds."""
-    slopes = list(p.slopes)
-    tried: dict[int, ts.Measured] = {}
-    ctx: int | None = p.n_ctx
-    runs = 0
-    last_error = None
-    while ctx is not None and ctx >= max(floor, ts.STEP) and ctx not in tried and runs < 4:
-        m, d = dr.measure(c, ctx)
-        runs += 1
+    """Dry runs of the candidate's exact command, from its predicted context and the predicted MiB per token, to
+    the largest context (a multiple of 256) that keeps every device within its budget less the margin: the search
+    `run`'s and `plan`'s contexts within budgets use too (`llamacpp.maxctx.largest_within`), exact when it ends."""
+    measured: dict[int, ts.Measured] = {}
+    last_error: list[str] = []
+
+    def measure(n: int):
+        m, d = dr.measure(c, n)
         if m is None:
-            last_error = d.error
-            break
-        if tried:  # measured slopes from two points replace the predicted ones
-            prev = tried[max(tried)] if max(tried) != ctx else tried[min(tried)]
-            dc = ctx - prev.n_ctx
-            if dc:
-                slopes = [max((a - b) / dc, s * 0.5) for a, b, s in
-                          zip(m.used(), prev.used(), slopes, strict=True)]
-        tried[ctx] = m
-        ctx = ts.next_context(m, slopes, rig, cap)
-    ok = {n: m for n, m in tried.items() if all(o <= 0 for o in ts.over_budget(m, rig))}
-    if not ok:
-        worst = tried[min(tried)] if tried else None
-        why = (f"the dry run failed: {last_error}" if last_error else
-               f"over a budget even at {min(tried):,} tokens" if worst else "no context was left to try")
+            last_error.append(d.error or "failed")
+            return d.error or "the dry run gave no figures"
+        measured[n] = m
+        return m.used()
+
+    start = max(p.n_ctx, ts.STEP) if p.n_ctx else None
+    res, _ = maxctx.largest_within(measure, rig.avail_mib, cap, start=start, slopes=p.slopes, max_runs=6)
+    runs = len(measured) + len(last_error)
+    if res.n_ctx is None or res.n_ctx not in measured:
+        worst = measured[min(measured)] if measured else None
+        why = (f"the dry run failed: {last_error[-1]}" if last_error and not measured else
+               f"over a budget even at {min(measured):,} tokens" if worst else "no context was left to try")
         return _record(c, rig, status="infeasible", reason=why, predicted_n_ctx=p.n_ctx, dry_runs=runs,
                        devices_mib=[round(u, 2) for u in worst.used()] if worst else None)
-    best = ok[max(ok)]
+    best = measured[res.n_ctx]
     if best.n_ctx < floor:
         return _record(c, rig, status="infeasible", reason=f"holds {best.n_ctx:,} tokens, fewer than {floor:,}",
                        predicted_n_ctx=p.n_ctx, dry_runs=runs, n_ctx=best.n_ctx)
     return _record(c, rig, status="verified", predicted_n_ctx=p.n_ctx, n_ctx=best.n_ctx, dry_runs=runs,
-                   devices_mib=[round(u, 2) for u in best.used()], host_mib=round(best.host.used, 2))
+                   devices_mib=[round(u, 2) for u in best.used()], host_mib=round(best.host.used, 2),
+                   exact=res.exact)
 
 
 def candidate_of(rec: dict) -> ts.Candidate:
@@ -337,7 +339,8 @@ def candidate_of(rec: dict) -> ts.Candidate:
 
 
 def _front(records: list[dict], rig: ts.Rig, spec: TuneSpec, floor: int) -> list[tuple[ts.Candidate, int, dict]]:
-    """Verified candidates → the front (statuses `front` / `dominated`), and which of it runs for real."""
+    """Verified candidates → the front (statuses `front` / `dominated`): every member runs in stage two's race, the
+    most context first."""
     ver = [r for r in records if r["status"] == "verified"]
     items = [(candidate_of(r), int(r["n_ctx"])) for r in ver]
     keep = ts.front(items, rig)
@@ -350,11 +353,7 @@ def _front(records: list[dict], rig: ts.Rig, spec: TuneSpec, floor: int) -> list
         r["reason"] = (f"{items[j][0].label(rig)} holds {items[j][1]:,} tokens and gives up nothing this keeps"
                        if j is not None else "dominated")
     members = [(items[i][0], items[i][1], ver[i]) for i in keep]
-    chosen = ts.for_real([(c, n) for c, n, _ in members], spec.goal, spec.max_real, rig)
-    for k, (_, _, r) in enumerate(members):
-        if k not in chosen:
-            r["reason"] = f"on the front, not run for real ([tune] max_real = {spec.max_real})"
-    return [members[k] for k in chosen]
+    return sorted(members, key=lambda m: -m[1])
 
 
 def _mkdir(p: Path) -> Path:
@@ -362,12 +361,86 @@ def _mkdir(p: Path) -> Path:
     return p
 
 
+# ---------------------------------------------------------------- stage one, reused
+
+
+def stage_one_key(prep: session.Prepared, budgets: list[int] | None) -> str | None:
+    """What stage one's dry runs depend on, hashed: the search (the study's [tune] dimensions and floors, its
+    workload's sizes, server and build arguments), the model file (path, size, modification time), the build, the
+    backend and devices, and the budgets. None without budgets: then each device's budget is what it reports free,
+    which changes from run to run."""
+    if not budgets:
+        return None
+    st = prep.study
+    spec = st.tune or TuneSpec()
+    art = prep.artifacts[st.builds[0].name]
+    try:
+        stat = prep.model_path.stat()
+    except OSError:
+        return None
+    what = {
+        "tune": spec.model_dump(include={"splits", "kv", "ubatch", "n_cpu_moe", "min_context", "parallel"}),
+        "need": need_context(st), "server": st.server.model_dump(), "args": list(st.builds[0].args),
+        "devices": st.devices.model_dump(), "budgets": list(budgets),
+        "model": [str(prep.model_path), stat.st_size, stat.st_mtime_ns], "build": [art.key, art.source.key],
+        "backend": prep.backend,
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _dump_stage_one(one: StageOne) -> str:
+    index = {id(r): i for i, r in enumerate(one.records)}
+    return json.dumps({"rig": dataclasses.asdict(one.rig), "layout": dataclasses.asdict(one.layout),
+                       "space": dataclasses.asdict(one.space), "default": one.default,
+                       "default_extra": one.default_extra, "records": one.records,
+                       "chosen": [index[id(r)] for _, _, r in one.chosen], "dry_runs": one.dry_runs,
+                       "seconds": one.seconds, "notes": one.notes})
+
+
+def _load_stage_one(text: str, key: str) -> StageOne | None:
+    """A cached stage one, or None where the file does not read as one (it is then made again)."""
+    try:
+        d = json.loads(text)
+        records = d["records"]
+        rig = ts.Rig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["rig"].items()})
+        layout = ts.ModelLayout(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["layout"].items()})
+        sp = d["space"]
+        space = ts.Space(splits=tuple(sp["splits"]), kv=tuple(tuple(p) for p in sp["kv"]),
+                         ubatch=tuple(sp["ubatch"]), n_cpu_moe=tuple(sp["n_cpu_moe"]),
+                         not_searched=dict(sp["not_searched"]))
+        chosen = [(candidate_of(records[i]), int(records[i]["n_ctx"]), records[i]) for i in d["chosen"]]
+        return StageOne(rig=rig, layout=layout, space=space, default=d["default"], default_extra=d["default_extra"],
+                        records=records, chosen=chosen, dry_runs=int(d["dry_runs"]), seconds=float(d["seconds"]),
+                        notes=list(d["notes"]), reused_from=key)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def _stage_one_or_cached(prep: session.Prepared, budgets: list[int] | None, logs: Path, opts: "TuneOptions",
+                         progress: Progress) -> StageOne:
+    """Stage one, or the same stage one an earlier tune made (same search, model file, build, devices and budgets:
+    `stage_one_key`), so that a tune run again — with --exhaustive, another goal or floor — races the same front
+    without its dry runs. --fresh makes it again."""
+    key = stage_one_key(prep, budgets)
+    path = opts.home / "tune" / f"stage1-{key}.json" if key else None
+    if path is not None and not opts.fresh and path.is_file():
+        one = _load_stage_one(path.read_text(encoding="utf-8", errors="replace"), key or "")
+        if one is not None:
+            progress.message(f"tune stage one: reused from an earlier tune of this search, model, build and budgets "
+                             f"({one.dry_runs} dry runs, {one.seconds:.1f} s; --fresh makes it again)")
+            return one
+    one = stage_one(prep, budgets, logs, opts.timeout_s, progress)
+    if path is not None:
+        atomic_write(path, _dump_stage_one(one))
+    return one
+
+
 # ---------------------------------------------------------------- stage two and the whole
 
 
 @dataclass
 class TuneResult:
-    run_id: str
+    run_id: str | None  # None: stage one only, nothing run or stored
     doc: dict
 
 
@@ -388,13 +461,22 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
                           tip="tune runs the study's first build; check `llamalab build STUDY`.")
     logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-tune-"))
     try:
-        one = stage_one(prep, budgets, logs, opts.timeout_s, progress)
+        one = _stage_one_or_cached(prep, budgets, logs, opts, progress)
+        kld = quality.for_front(prep, one, spec, logs, opts.home, progress)
     finally:
         if opts.logs_dir is None:
             shutil.rmtree(logs, ignore_errors=True)
     counts = _counts(one)
     progress.message(f"tune stage one: {counts['enumerated']} candidates, {one.dry_runs} dry runs in "
-                     f"{one.seconds:.1f} s → {counts['front']} on the front, {len(one.chosen)} to run for real")
+                     f"{one.seconds:.1f} s → {counts['front']} on the front"
+                     + ("" if opts.stage_one_only else ", every one raced in stage two"
+                        + (" (exhaustive: every one with all its trials)" if _exhaustive(spec) else "")))
+    if opts.stage_one_only:  # a stand-in has no weights to run: the search is the answer
+        doc = {**_search_doc(study, spec, one, counts, budgets, prep), "stage2": None,
+               "seconds": round(time.monotonic() - t0, 2), "threshold": study.workload.threshold,
+               "chosen": [{"label": c.label(one.rig), "n_ctx": ctx, "args": [*study.builds[0].args, *c.args(ctx)],
+                           "devices_mib": rec.get("devices_mib")} for c, ctx, rec in one.chosen]}
+        return TuneResult(run_id=None, doc=doc)
     # stage two
     art0 = prep.artifacts[study.builds[0].name]
     b0 = study.builds[0]
@@ -403,6 +485,7 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     for k, (c, ctx, rec) in enumerate(one.chosen, start=1):
         name = f"t{k:02d}"
         rec["build"] = name
+        rec["kld"] = kld.by_pair.get(c.kv)
         builds.append(b0.model_copy(update={"name": name, "label": f"{c.label(one.rig)}, -c {ctx:,}",
                                             "args": [*b0.args, *c.args(ctx)]}))
     for b in builds[1:]:
@@ -410,29 +493,42 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     s2 = study.model_copy(update={"builds": builds, "settings": [SettingSpec(name="tune", label=f"tune: {spec.goal}")]})
     prep2 = dataclasses.replace(prep, study=s2, skipped={},
                                 artifacts={b.name: dataclasses.replace(art0, name=b.name) for b in builds})
-    passes = _passes(s2, spec)
-    ctx_of = {DEFAULT: one.default.get("n_ctx") or 0} | {rec["build"]: int(rec["n_ctx"]) for _, _, rec in one.chosen}
-    screened: dict[str, str] = {}
-
-    def skip(store: Store, run_id: str, p: Pass) -> str | None:
-        if p.config.build.name == DEFAULT or 1 in p.trials:
-            return None
-        ms = ts.measures(store.trials(run_id), ctx_of, spec.parallel, _ledger_ctx(store, run_id))
-        me = next((m for m in ms if m.name == p.config.build.name), None)
-        why = ts.clearly_dominated(me, ms, s2.workload.threshold) if me else None
-        if why:
-            screened[p.config.build.name] = why
-        return why
-
+    race = _Race(s2, spec, one, kld, opts.seconds if opts.seconds is not None else spec.seconds)
     t2 = time.monotonic()
     ropts = session.Options(home=opts.home, db=opts.db, runs_dir=opts.runs_dir, model=prep.model_path,
                            fresh=opts.fresh, jobs=opts.jobs)
-    run_id = runner.execute(prep2, None, ropts, progress, passes=passes, skip=skip)
+    run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), cut=race.cut)
+    with Store(opts.db) as store:
+        before_extension = _single_trials(store.trials(run_id))
+    race.extend(prep2, ropts, run_id, progress)
     stage2_s = round(time.monotonic() - t2, 2)
+    with Store(opts.db) as store:
+        trials = store.trials(run_id)
     doc = {
+        **_search_doc(study, spec, one, counts, budgets, prep),
+        "quality": kld.as_dict(),
+        "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": race.ruled,
+                   "seconds": stage2_s, "screen": not _exhaustive(spec), "mode": race.mode,
+                   "time_budget_s": race.budget_s, "time_left_out": race.timed_out, "extended": race.extended,
+                   "trials": _single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats,
+                   "trials_before_extension": before_extension},
+        "seconds": round(time.monotonic() - t0, 2),
+        "threshold": s2.workload.threshold,
+        "repeats": s2.workload.repeats,
+        "notes": one.notes + kld.notes,
+    }
+    with Store(opts.db) as store:
+        store.save_tune(run_id, doc)
+    return TuneResult(run_id=run_id, doc=doc)
+
+
+def _search_doc(study: Study, spec: TuneSpec, one: StageOne, counts: dict, budgets: list[int] | None,
+                prep: session.Prepared) -> dict:
+    """What stage one found, as the `tunes` table stores it (stage two adds its own keys)."""
+    return {
         "version": 1,
         "goal": spec.goal, "min_context": spec.min_context, "min_gen_tps": spec.min_gen_tps,
-        "parallel": spec.parallel, "need_context": need_context(study),
+        "parallel": spec.parallel, "need_context": need_context(study), "max_kld": spec.max_kld,
         "rig": {"devices": list(one.rig.names), "budgets_mib": list(one.rig.budgets_mib),
                 "margins_mib": list(one.rig.margins_mib), "backend": one.rig.backend,
                 "shared_processor": one.rig.shared_processor, "copies": one.rig.copies, "budgets_given": bool(budgets)},
@@ -443,17 +539,101 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
                   "not_searched": one.space.not_searched},
         "default": one.default,
         "candidates": one.records,
-        "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds},
-        "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": screened,
-                   "seconds": stage2_s, "screen": bool(spec.screen)},
-        "seconds": round(time.monotonic() - t0, 2),
-        "threshold": s2.workload.threshold,
+        "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds, "reused_from": one.reused_from},
         "notes": one.notes,
     }
-    with Store(opts.db) as store:
-        store.save_tune(run_id, doc)
-    return TuneResult(run_id=run_id, doc=doc)
 
+
+def _exhaustive(spec: TuneSpec) -> bool:
+    return spec.exhaustive or not spec.screen
+
+
+def _single_trials(trials: list[dict]) -> int:
+    """Trials run: one per configuration and trial number (each measures every level of the workload)."""
+    return len({(t["build"], t["trial"]) for t in trials})
+
+
+class _Race:
+    """Stage two as a race over the whole verified front (docs/tune.md): the default, then each member — the most
+    context first — each in one server start: a screening trial, then its remaining trials on the same server
+    unless the measurements already show it cannot be the pick (`tunepick.ruled_out`, against the configurations
+    measured with all their trials before it), or the time budget is spent. `exhaustive`: every configuration with
+    all its trials, nothing ruled out (the oracle the race is checked against)."""
+
+    def __init__(self, study: Study, spec: TuneSpec, one: "StageOne", kld: "quality.Quality",
+                 budget_s: float | None):
+        self.study, self.spec, self.one = study, spec, one
+        self.mode = "exhaustive" if _exhaustive(spec) else "race"
+        self.budget_s = budget_s
+        self.ctx_of = {DEFAULT: one.default.get("n_ctx") or 0} | {rec["build"]: int(rec["n_ctx"])
+                                                                   for _, _, rec in one.chosen}
+        self.rule = tunepick.Rule(
+            default=DEFAULT, goal=spec.goal, threshold=study.workload.threshold,
+            floor_ctx=max(spec.min_context, need_context(study)), min_gen_tps=spec.min_gen_tps,
+            default_fits=not one.default.get("over_budget"),
+            kld={rec["build"]: v for _, _, rec in one.chosen if (v := (rec.get("kld") or {}).get("mean"))
+                 is not None}, max_kld=spec.max_kld)
+        self.ruled: dict[str, str] = {}
+        self.timed_out: list[str] = []
+        self.extended: list[dict] = []
+        self.t0: float | None = None
+
+    def passes(self) -> list[Pass]:
+        """One server start per configuration, in the builds' order: the default, then the members by context."""
+        n = self.study.workload.repeats
+        self.t0 = time.monotonic()
+        return [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=tuple(range(1, n + 1)))
+                for b in self.study.builds]
+
+    def extend(self, prep: session.Prepared, opts: session.Options, run_id: str, progress: Progress) -> None:
+        """Where the measurements leave the pick open (`tunepick.undecided_names`: a member with more context whose
+        interval reaches the speed floor, or a pick whose interval reaches below it), more trials of those, the
+        pick and the configuration that sets the floor — `repeats` more a round, up to `[tune] max_repeats`
+        (default twice `repeats`), while the time budget lasts. The race only; an exhaustive run keeps its trials."""
+        n = self.study.workload.repeats
+        cap = self.spec.max_repeats or 2 * n
+        have = n
+        while self.mode == "race" and have < cap:
+            if self.budget_s is not None and self.t0 is not None and time.monotonic() - self.t0 > self.budget_s:
+                break
+            with Store(opts.db) as store:
+                trials = store.trials(run_id)
+                real = _ledger_ctx(store, run_id)
+            ms = ts.measures(trials, self.ctx_of, self.spec.parallel, real)
+            chosen = tunepick.pick(ms, DEFAULT, self.rule.goal, min_context=self.rule.floor_ctx,
+                                   min_gen_tps=self.rule.min_gen_tps, threshold=self.rule.threshold,
+                                   default_fits=self.rule.default_fits, min_trials=min(2, n), kld=self.rule.kld,
+                                   max_kld=self.rule.max_kld)
+            open_ = tunepick.undecided_names(ms, chosen, self.rule, n)
+            if not open_:
+                break
+            names = list(dict.fromkeys([*(x for x, _ in open_), chosen.name, *([chosen.floor] if chosen.floor else [])]))
+            more = tuple(range(have + 1, min(cap, have + n) + 1))
+            progress.message(f"tune stage two: the pick is still open ({'; '.join(w for _, w in open_)}): "
+                             f"{len(more)} more trial(s) of {', '.join(names)}")
+            self.extended.append({"names": names, "trials": list(more), "why": [w for _, w in open_]})
+            passes = [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=more)
+                      for b in self.study.builds if b.name in names]
+            runner.execute(prep, None, dataclasses.replace(opts, resume=run_id, fresh=False), progress, passes=passes)
+            have = more[-1]
+
+    def cut(self, store: Store, run_id: str, p: Pass, trial: int) -> str | None:
+        """After a member's screening trial: why its remaining trials are not run, or None."""
+        name = p.config.build.name
+        if self.mode == "exhaustive" or name == DEFAULT or trial != 1:
+            return None
+        if self.budget_s is not None and self.t0 is not None and time.monotonic() - self.t0 > self.budget_s:
+            self.timed_out.append(name)
+            self.ruled[name] = f"the time budget of {self.budget_s:g} s ([tune] seconds, --seconds) is spent"
+            return self.ruled[name]
+        ms = ts.measures(store.trials(run_id), self.ctx_of, self.spec.parallel, _ledger_ctx(store, run_id))
+        n = self.study.workload.repeats
+        full = [m for m in ms if m.name != name and len(m.samples.get("output_tps") or []) >= n]
+        me = next((m for m in ms if m.name == name), None)
+        why = "its screening trial measured nothing" if me is None else tunepick.ruled_out(me, full, self.rule)
+        if why:
+            self.ruled[name] = why
+        return why
 
 def _counts(one: StageOne) -> dict:
     by: dict[str, int] = {}
@@ -461,16 +641,6 @@ def _counts(one: StageOne) -> dict:
         by[r["status"]] = by.get(r["status"], 0) + 1
     return {"enumerated": len(one.records), "front": by.get("front", 0), "by_status": by,
             "real": len(one.chosen)}
-
-
-def _passes(study: Study, spec: TuneSpec) -> list[Pass]:
-    """A first trial of every configuration, then the remaining trials (each only if `skip` lets it run)."""
-    cfgs = [Config(build=b, setting=study.settings[0]) for b in study.builds]
-    n = study.workload.repeats
-    if not spec.screen or n == 1:
-        return [Pass(config=c, trials=tuple(range(1, n + 1))) for c in cfgs]
-    return ([Pass(config=c, trials=(1,)) for c in cfgs]
-            + [Pass(config=c, trials=tuple(range(2, n + 1))) for c in cfgs])
 
 
 def _ledger_ctx(store: Store, run_id: str) -> dict[str, int]:

@@ -15,10 +15,11 @@ Dominance in stage one (before any speed is known) rests on the directions each 
 a candidate is dominated when another holds at least its context and is no worse in every dimension — K and V
 types at least as precise (a quantized cache is only worth its precision for the context it buys), a micro-batch
 at least as large (prompt speed grows with it, generation does not change), on a GPU rig no more experts in host
-memory and pipeline parallelism rather than its absence (never slower: llama-cpp-facts.md), and the same layer
-split unless the devices share one processor (virtual devices of one GPU, local rpc-servers), where a split moves
-no work between processors. Stage two measures the front and drops a candidate early only when one already
-measured holds at least its context and is not slower in any speed.
+memory, and the same layer split unless the devices share one processor (virtual devices of one GPU, local
+rpc-servers), where a split moves no work between processors. Split modes are never ordered against each other:
+pipeline parallelism is not "never slower" (at -np 4 on an H200 it generated up to 3% slower). Stage two races
+the whole front (run/tune.py, run/tunepick.py): it drops a member only when the measurements show it cannot be
+the pick.
 """
 
 from __future__ import annotations
@@ -448,24 +449,6 @@ def over_budget(m: Measured, rig: Rig) -> list[float]:
     return [u - a for u, a in zip(m.used(), rig.avail_mib, strict=True)]
 
 
-def next_context(m: Measured, slopes: Sequence[float], rig: Rig, cap: int) -> int | None:
-    """After a verifying dry run at m.n_ctx: the context to try next (lower where a device is over its budget,
-    higher where every device has room for at least one more step), or None to keep m.n_ctx."""
-    over = over_budget(m, rig)
-    if any(o > 0 for o in over):
-        drop = max(o / s for o, s in zip(over, slopes, strict=True) if o > 0 and s > 0) if any(
-            s > 0 for o, s in zip(over, slopes, strict=True) if o > 0) else math.inf
-        if not math.isfinite(drop):
-            return 0
-        ctx = m.n_ctx - math.ceil(drop / STEP) * STEP
-        return max(0, ctx)
-    if m.n_ctx >= cap:
-        return None
-    room = min((-o / s for o, s in zip(over, slopes, strict=True) if s > 0), default=math.inf)
-    up = cap if not math.isfinite(room) else min(cap, m.n_ctx + int(room // STEP) * STEP)
-    return up if up >= m.n_ctx + STEP else None
-
-
 # ---------------------------------------------------------------- dominance and the front
 
 
@@ -477,9 +460,7 @@ def no_worse(a: Candidate, b: Candidate, rig: Rig) -> bool:
         return False
     if (a.n_cpu_moe > b.n_cpu_moe) if rig.gpu else (a.n_cpu_moe != b.n_cpu_moe):
         return False
-    same_family = a.split == b.split
-    pp_over_nopp = rig.gpu and a.pipelined(rig) and b.split == "layer-nopp"
-    if not (same_family or pp_over_nopp):
+    if a.split != b.split:  # no split mode is assumed faster than another, pipeline parallelism included
         return False
     if a.split == "none" and a.main_gpu != b.main_gpu:
         return False
@@ -509,35 +490,6 @@ def front(items: Sequence[tuple[Candidate, int]], rig: Rig) -> list[int]:
     return [i for i in range(len(items)) if beaten_by(items, i, rig) is None]
 
 
-def speed_rank(c: Candidate, rig: Rig) -> tuple:
-    """How little a candidate gives up for context (larger: less): pipeline parallelism, fewer experts in host
-    memory, cache precision, micro-batch."""
-    return (c.pipelined(rig), -c.n_cpu_moe, KV_RANK[c.ctk] + KV_RANK[c.ctv], c.ubatch)
-
-
-def for_real(items: Sequence[tuple[Candidate, int]], goal: str, limit: int, rig: Rig) -> list[int]:
-    """Which front members to measure when there are more than `limit`: taken in turn from the most context down
-    and from the least compromised down (for the throughput goal, that one first), so both ends of the front and
-    the pick's likely neighbourhood are measured."""
-    if len(items) <= limit:
-        return list(range(len(items)))
-    by_ctx = sorted(range(len(items)), key=lambda i: (-items[i][1], [-x for x in _num(speed_rank(items[i][0], rig))]))
-    by_speed = sorted(range(len(items)), key=lambda i: ([-x for x in _num(speed_rank(items[i][0], rig))], -items[i][1]))
-    order = (by_speed, by_ctx) if goal == "throughput" else (by_ctx, by_speed)
-    out: list[int] = []
-    k = 0
-    while len(out) < limit:
-        for lst in order:
-            if k < len(lst) and lst[k] not in out and len(out) < limit:
-                out.append(lst[k])
-        k += 1
-    return sorted(out)
-
-
-def _num(t: tuple) -> list[float]:
-    return [float(x) for x in t]
-
-
 # ---------------------------------------------------------------- stage two: measured speeds
 
 
@@ -556,29 +508,6 @@ class Measures:
     def median(self, metric: str) -> float | None:
         xs = self.samples.get(metric) or []
         return statistics.median(xs) if xs else None
-
-
-def clearly_dominated(c: Measures, others: Iterable[Measures], threshold: float) -> str | None:
-    """Why `c` need not be measured further, or None: another configuration holds at least its context and is not
-    slower beyond the threshold in any speed (median against median), and is ahead somewhere — in context, or by
-    three thresholds in a speed. Used after a first trial, when there is no interval yet."""
-    for d in others:
-        if d.name == c.name or d.n_ctx < c.n_ctx:
-            continue
-        ahead = d.n_ctx > c.n_ctx
-        ok = True
-        for m in SPEEDS:
-            cm, dm = c.median(m), d.median(m)
-            if cm is None:
-                continue
-            if dm is None or dm < cm * (1 - threshold):
-                ok = False
-                break
-            if dm > cm * (1 + 3 * threshold):
-                ahead = True
-        if ok and ahead:
-            return f"{d.name} holds {d.n_ctx:,} tokens (≥ {c.n_ctx:,}) and is not slower in any speed"
-    return None
 
 
 def measures(trials: Iterable[dict], ctx: dict[str, int], parallel: int, real_ctx: dict[str, int] | None = None

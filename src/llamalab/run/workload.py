@@ -188,11 +188,13 @@ def measure(
     on_trial: Callable[[Trial], None] = lambda t: None,
     transport: httpx.BaseTransport | None = None,
     n_slots: int = 0,
+    go_on: Callable[[int], bool] | None = None,
 ) -> list[Trial]:
     """Warm up, then for each trial number, each workload cell (a Shape with the concurrency levels it runs at;
     `shape` with `concurrency` is the one-cell form) and each level, run one level and hand the Trial to
     `on_trial` (which stores it) before the next starts. With `n_slots`, every level starts with all slots
-    erased."""
+    erased. `go_on`, asked with each trial number once all its cells and levels are stored, may end the
+    measurement there (False: the remaining trial numbers are not run)."""
     if cells is None:
         if shape is None or not concurrency:
             raise ValueError("measure needs cells, or a shape with concurrency levels")
@@ -230,4 +232,6 @@ def measure(
                               cell_prompt_tokens=sh.prompt_tokens, cell_output_tokens=sh.output_tokens)
                     on_trial(t)
                     out.append(t)
+            if go_on is not None and trial != trials[-1] and not go_on(trial):
+                break
     return out

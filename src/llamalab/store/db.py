@@ -373,6 +373,24 @@ class Store:
                        (run_id, build, setting, mode, fitted, None if verified is None else int(verified), max_loaded,
                         _j(steps)))
 
+    def save_budget_fit(self, run_id: str, build: str, setting: str, result: dict,
+                        verified: bool | None = None) -> None:
+        """A configuration's context within its budgets (`run.budgetfit`), with its verifying load where made."""
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO budget_fits VALUES (?,?,?,?,?,?,?)",
+                       (run_id, build, setting, (result.get("budget") or {}).get("n_ctx"),
+                        (result.get("margin") or {}).get("n_ctx"), None if verified is None else int(verified),
+                        _j(result)))
+
+    def budget_fits(self, run_id: str) -> dict[tuple[str, str], dict]:
+        """(build, setting) → the stored search, with `verified` (None where no load checked it)."""
+        out = {}
+        for r in self.db.execute("SELECT build, setting, verified, result_json FROM budget_fits WHERE run_id=?",
+                                 (run_id,)):
+            doc = jsoncol.decode(r["result_json"]) or {}
+            out[(r["build"], r["setting"])] = {**doc, "verified": None if r["verified"] is None else bool(r["verified"])}
+        return out
+
     def save_tune(self, run_id: str, result: dict) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO tunes VALUES (?,?)", (run_id, _j(result)))
@@ -479,7 +497,7 @@ class Store:
 
     # The tables that hold one run, parents first (the order rows are inserted in).
     RUN_TABLES = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials", "crosschecks",
-                  "context_checks", "tunes")
+                  "context_checks", "tunes", "budget_fits")
     _DUMP = {
         "runs": "SELECT * FROM runs WHERE id=? ORDER BY rowid",
         "system_info": "SELECT * FROM system_info WHERE run_id=? ORDER BY rowid",
@@ -493,6 +511,7 @@ class Store:
         "crosschecks": "SELECT * FROM crosschecks WHERE run_id=? ORDER BY rowid",
         "context_checks": "SELECT * FROM context_checks WHERE run_id=? ORDER BY rowid",
         "tunes": "SELECT * FROM tunes WHERE run_id=? ORDER BY rowid",
+        "budget_fits": "SELECT * FROM budget_fits WHERE run_id=? ORDER BY rowid",
     }
 
     def columns(self, table: str) -> list[str]:

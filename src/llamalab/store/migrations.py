@@ -311,3 +311,18 @@ def m0010_tunes(db: sqlite3.Connection) -> None:
             run_id TEXT PRIMARY KEY REFERENCES runs(id),
             result_json TEXT NOT NULL           -- `llamalab tune`: the search, its dry runs, the front (tune.py)
         )""")
+
+
+@migration
+def m0011_budget_fits(db: sqlite3.Connection) -> None:
+    db.execute("""
+        CREATE TABLE budget_fits (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            build TEXT NOT NULL,
+            setting TEXT NOT NULL,
+            budget_n_ctx INTEGER,               -- the largest context within every device's budget (dry runs)
+            margin_n_ctx INTEGER,               -- the same within every budget less llama.cpp's fit margin
+            verified INTEGER,                   -- budget_n_ctx loaded for real within the budgets (--max-context)
+            result_json TEXT NOT NULL,          -- the search (run/budgetfit.py) and the verifying load's step
+            PRIMARY KEY (run_id, build, setting)
+        )""")

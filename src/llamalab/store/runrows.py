@@ -217,6 +217,7 @@ class _Ledger(_Row):
     breakdown_projected: list[_BreakdownRow] = Field(default_factory=list)
     breakdown_final: list[_BreakdownRow] = Field(default_factory=list)
     device_memory: dict[str, list[SqlInt]] = Field(default_factory=dict)
+    device_desc: dict[str, str] = Field(default_factory=dict)
     kv_bytes_per_token: dict[str, Real] = Field(default_factory=dict)
     one_copy_saving: Json | None = None
 
@@ -435,6 +436,19 @@ class ContextCheckRow(_Row):
     steps_json: list[Json]
 
 
+class _TuneKld(_Row):
+    """One K/V pair's quality against f16/f16 (llamacpp/kld.py `Kld`)."""
+    kv: str | None = None
+    mean: Real | None = None
+    mean_err: Real | None = None
+    p99: Real | None = None
+    same_top_pct: Real | None = None
+    same_top_err: Real | None = None
+    ppl_ratio: Real | None = None
+    positions: Int = None
+    cached: bool | None = None
+
+
 class _TuneConfig(_Row):
     """A configuration of a tune's search (`tunes.result_json`: `default`, each of `candidates`)."""
     build: str | None = None
@@ -448,6 +462,22 @@ class _TuneConfig(_Row):
     host_mib: Num = None
     over_budget: bool | None = None
     fit_split: bool | None = None
+    kld: _TuneKld | None = None
+    ctk: str | None = None
+    ctv: str | None = None
+
+
+class _TuneQuality(_Row):
+    by_pair: dict[str, _TuneKld] = Field(default_factory=dict)
+    measured: bool | None = None
+    method: str | None = None
+    corpus: Json = Field(default_factory=dict)
+
+
+class _TuneExtension(_Row):
+    names: list[str] = Field(default_factory=list)
+    trials: list[SqlInt] = Field(default_factory=list)
+    why: list[str] = Field(default_factory=list)
 
 
 class _TuneRig(_Row):
@@ -476,6 +506,13 @@ class _TuneStage2(_Row):
     real: list[str] = Field(default_factory=list)
     screened_out: dict[str, str] = Field(default_factory=dict)
     seconds: Num = None
+    mode: str | None = None
+    trials: Int = None
+    trials_exhaustive: Int = None
+    trials_before_extension: Int = None
+    time_budget_s: Num = None
+    time_left_out: list[str] = Field(default_factory=list)
+    extended: list[_TuneExtension] = Field(default_factory=list)
 
 
 class _TuneModel(_Row):
@@ -499,17 +536,56 @@ class _Tune(_Row):
     stage1: _TuneStage1 | None = None
     stage2: _TuneStage2 | None = None
     notes: list[str] = Field(default_factory=list)
+    quality: _TuneQuality | None = None
+    max_kld: Num = None
+    repeats: Int = None
 
 
 class TuneRow(_Row):
     result_json: _Tune
 
 
+class _Limit(_Row):
+    """One answer of a search for the context within the budgets (run/budgetfit.py `Limit`)."""
+    n_ctx: Int = None
+    exact: bool | None = None
+    over_mib: Num = None
+    worst: str | None = None
+    over_at: Int = None
+    error: str | None = None
+
+
+class _BudgetVerify(_Row):
+    n_ctx: Int = None
+    loaded: bool | None = None
+    reason: str | None = None
+    device_mib: dict[str, Real] = Field(default_factory=dict)
+    n_ctx_loaded_within: Int = None
+
+
+class _BudgetFit(_Row):
+    """`budget_fits.result_json`: the parts report/context.py reads."""
+    budget: _Limit | None = None
+    margin: _Limit | None = None
+    verify: _BudgetVerify | None = None
+    fitted_n_ctx: Int = None
+    why: str | None = None
+
+
+class BudgetFitRow(_Row):
+    build: str
+    setting: str
+    budget_n_ctx: Int = None
+    margin_n_ctx: Int = None
+    verified: Int = None
+    result_json: _BudgetFit
+
+
 # The model of each table's rows (the store's tables that hold one run, parents first).
 ROWS: dict[str, type[_Row]] = {
     "runs": RunRow, "system_info": SystemRow, "builds": BuildRow, "configs": ConfigRow, "ledgers": LedgerRow,
     "buffers": BufferRow, "trials": TrialRow, "crosschecks": CrosscheckRow, "context_checks": ContextCheckRow,
-    "tunes": TuneRow,
+    "tunes": TuneRow, "budget_fits": BudgetFitRow,
 }
 
 

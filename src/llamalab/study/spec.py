@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
-from ..llamacpp import argv, budget, sourceref
+from ..llamacpp import argv, budget, modelref, sourceref
 from . import endpoints
 from ..errors import ConfigError
 
@@ -60,6 +60,9 @@ class ModelSpec(_Strict):
     def _one(self) -> "ModelSpec":
         if self.path is not None and self.preset not in (None, "tiny"):
             raise ValueError("give either model.path or model.preset, not both")
+        if self.path is not None and modelref.is_reference(self.path):  # only --model resolves references
+            raise ValueError(f"{self.path} names a remote model, and a study's model.path is a local file: pass it "
+                             f"on the command line instead (--model {self.path})")
         return self
 
 
@@ -339,8 +342,18 @@ class TuneSpec(_Strict):
     kv: list[str] = Field(default_factory=lambda: ["f16/f16", "f16/q8_0", "q8_0/q8_0", "f16/q4_0", "q8_0/q4_0"])
     ubatch: list[Annotated[int, Field(ge=16, le=65536)]] = Field(default_factory=lambda: [512, 2048])
     n_cpu_moe: list[Annotated[int, Field(ge=0, le=4096)]] | None = None  # None: chosen from the model and the budgets
-    max_real: Annotated[int, Field(ge=1, le=64)] = 6  # front candidates measured for real at most
-    screen: bool = True  # stage two: one trial each first, then the rest only for those not clearly dominated
+    # stage two races the whole verified front: a screening trial each, then the rest of the trials only for those
+    # the measurements have not ruled out (docs/tune.md); `exhaustive` gives every one all its trials (the oracle)
+    exhaustive: bool = False
+    seconds: Annotated[float, Field(gt=0, le=604_800)] | None = None  # stage two's time budget (None: no budget)
+    # trials a contender may get where the measurements leave the pick open (None: twice workload.repeats)
+    max_repeats: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    quality: bool = True  # measure each quantized KV pair's KL divergence against f16/f16 (llama-perplexity)
+    max_kld: Annotated[float, Field(ge=0, le=1e6)] | None = None  # rule out KV pairs whose mean KLD is above this
+    # kept so that older study files load; the race has no cap (max_real) and always screens (screen = false is
+    # the same as exhaustive = true)
+    max_real: Annotated[int, Field(ge=1, le=64)] = 6
+    screen: bool = True
 
     @field_validator("kv")
     @classmethod

@@ -1,7 +1,7 @@
 """Statistics over lists of floats: summaries, percentiles, ratios with bootstrap intervals, and verdicts.
 
-Pure functions, no I/O. Everything a comparison says comes from here, so every edge is spelled out:
-one sample has no standard deviation and no interval; a MAD of zero does not flag every other value as an outlier;
+Pure functions, no I/O. Everything a comparison says comes from here — the reports' and tune's race alike — so
+every edge is spelled out: one sample has no standard deviation, no interval and no verdict ("untested"); a MAD of zero does not flag every other value as an outlier;
 a verdict of "faster" or "slower" needs the point estimate beyond the threshold *and* an interval that excludes 1.
 """
 
@@ -17,8 +17,11 @@ from typing import Literal
 import numpy as np
 from scipy import stats as _sps
 
-Verdict = Literal["faster", "slower", "no measurable difference"]
+Verdict = Literal["faster", "slower", "no measurable difference", "untested (one trial)"]
 NO_DIFFERENCE: Verdict = "no measurable difference"
+# fewer trials than an interval needs (one on either side): the ratio is shown, but it is no verdict either way
+UNTESTED: Verdict = "untested (one trial)"
+DECIDED = ("faster", "slower")  # the verdicts that claim a difference
 
 # Iglewicz & Hoaglin: a modified z-score above 3.5 marks an outlier. 1.4826·MAD estimates σ for normal data;
 # 1.2533·mean absolute deviation does the same when the MAD is zero (more than half the values are equal).
@@ -188,12 +191,13 @@ def ratio(
 
 def verdict(r: Ratio, threshold: float = 0.02, higher_is_better: bool = True) -> Verdict:
     """"faster" or "slower" only when the ratio lies outside [1 − threshold, 1 + threshold] *and* the interval
-    excludes 1; otherwise (including when there is no interval) "no measurable difference". For a metric where
-    lower is better (latency), a ratio above 1 is "slower"."""
+    excludes 1; "untested (one trial)" when there is no interval (one trial on either side: a ratio measured once
+    says neither "faster" nor "no difference"); otherwise "no measurable difference". For a metric where lower is
+    better (latency), a ratio above 1 is "slower"."""
     if threshold < 0:
         raise ValueError(f"threshold must not be negative: {threshold}")
     if not r.has_interval:
-        return NO_DIFFERENCE
+        return UNTESTED
     assert r.ci_low is not None and r.ci_high is not None
     if r.ratio > 1 + threshold and r.ci_low > 1:
         up = True

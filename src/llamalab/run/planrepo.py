@@ -1,0 +1,226 @@
+"""`llamalab plan --model hf://OWNER/REPO`: every quant of a repository under the same budgets, in one table.
+
+Each model of the repository (its header-only stand-in, split parts assembled: `llamacpp.modelsource`) gets the
+dry runs of `run.plan.plan_config` with the study's first build and no setting — llama.cpp's default:
+ 1. under the budgets (their `-fitt`/`-ts` emulation): whether it fits, and the context llama.cpp's fit gives it;
+ 2. the same with `-ot no_such_tensor=CPU` (pipeline parallelism off, no weight moved): its context then;
+ 3. with `--context N`: at `-c N`, the layers split as the budgets split them, and no budget limit on this machine
+    (the fit then changes nothing): each device's projected use plus llama.cpp's margin is the smallest budget that
+    holds N tokens.
+The study's devices are started once; every quant is dry-run on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..llamacpp import budget, modelref, models
+from ..llamacpp.modelsource import RepoModels, Resolved
+from ..paths import cache_home
+from ..study.spec import Config, SettingSpec, Study
+from . import plan as planmod, session
+from .progress import Progress
+
+NO_PP = ["-ot", "no_such_tensor=CPU"]
+
+
+@dataclass
+class QuantRow:
+    quant: str
+    name: str
+    files: list[str]
+    size_bytes: int
+    fetched_bytes: int
+    status: str = "ok"  # ok | failed
+    reason: str | None = None
+    fits: bool | None = None
+    n_ctx: int | None = None  # llama.cpp's default under the budgets
+    n_ctx_no_pp: int | None = None  # with -ot no_such_tensor=CPU
+    over_mib: dict[str, float] = field(default_factory=dict)  # device → MiB over budget − margin at n_ctx
+    no_pp_over_mib: dict[str, float] = field(default_factory=dict)
+    ctx_reduced_from: int | None = None
+    sched_copies: int | None = None
+    used_mib: list[float | None] = field(default_factory=list)  # per device at n_ctx
+    context: int | None = None  # --context N
+    need_mib: list[float] | None = None  # per device: projected use at N + llama.cpp's margin
+    need_fits: bool | None = None
+    need_note: str | None = None
+    n_ctx_train: int | None = None
+    dry_runs: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class RepoPlan:
+    ref: str
+    study: str
+    build: str
+    backend: str
+    devices: list[str]
+    budgets_mib: list[int] | None
+    margins_mib: list[int] | None
+    context: int | None
+    rows: list[QuantRow]
+    skipped: list[tuple[str, str]]
+    size_bytes: int
+    fetched_bytes: int
+    llama_cpp: str
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)  # the arguments every dry run has (the study's and its build's)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RepoPlanOptions:
+    home: Path = field(default_factory=cache_home)
+    llama_cpp: Path | None = None
+    budgets: list[str] | None = None
+    context: int | None = None
+    logs_dir: Path | None = None
+    jobs: int | None = None
+    timeout_s: float = 300.0
+
+
+def repo_study(study: Study) -> Study:
+    """The study as the table runs it: its first build, and no setting (llama.cpp's default arguments)."""
+    return study.model_copy(update={"builds": study.builds[:1], "settings": [SettingSpec(name="default")]})
+
+
+def plan_repo(study: Study, opts: RepoPlanOptions, found: RepoModels, progress: Progress) -> RepoPlan:
+    t0 = time.monotonic()
+    study = repo_study(study)
+    planmod._check_fit_on(study)
+    budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
+        budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
+    items = list(found.models)
+    first = items[0][1].path
+    prep = session.prepare(study, session.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=first,
+                                                jobs=opts.jobs), progress)
+    b0 = study.builds[0]
+    art = prep.artifacts.get(b0.name)
+    if art is None:
+        raise ConfigError(f"build {b0.name} could not be made: {prep.skipped.get(b0.name)}",
+                          tip="the repository table dry-runs the study's first build; check `llamalab build STUDY`.")
+    default = Config(build=b0, setting=study.settings[0])
+    no_pp = Config(build=b0.model_copy(update={"args": [*b0.args, *NO_PP]}), setting=SettingSpec(name="no-pp"))
+    logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-planrepo-"))
+    rows: list[QuantRow] = []
+    names: list[str] = []
+    emu = None
+    try:
+        with session.device_setup(prep, art, _mkdir(logs / "devices")) as dev:
+            env = {**art.env(), **dev.env}
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *b0.args], budgets)
+            unlimited = dataclasses.replace(emu, fit_targets_mib=emu.margins_mib) if emu else None
+            for i, (m, res) in enumerate(items):
+                progress.message(f"dry runs {i + 1}/{len(items)}: {m.quant} ({m.name})")
+                row = _row(m, res, opts.context)
+                rows.append(row)
+                t1 = time.monotonic()
+                try:
+                    info = models.read_info(res.path)
+                except Exception as e:  # a header llama.cpp would refuse: its row says so, the others go on
+                    row.status, row.reason = "failed", getattr(e, "message", str(e))
+                    continue
+                p = dataclasses.replace(prep, model_path=res.path, model_info=info)
+                stem = _mkdir(logs / f"{i:02d}-{m.name}"[:120].replace("/", "_"))
+                d = planmod.plan_config(p, default, art, dev, env, emu, stem, opts.timeout_s)
+                n = planmod.plan_config(p, no_pp, art, dev, env, emu, stem, opts.timeout_s)
+                row.dry_runs = d.dry_runs + n.dry_runs
+                row.n_ctx_train = info.n_ctx_train
+                names = names or [x.name for x in d.devices]
+                _fill(row, d, n)
+                if opts.context and row.status == "ok":
+                    need = planmod.plan_config(p, default, art, dev, env, unlimited, stem, opts.timeout_s,
+                                               extra_args=["-c", str(opts.context)])
+                    row.dry_runs += need.dry_runs
+                    _need(row, need, emu, budgets)
+                row.seconds = round(time.monotonic() - t1, 2)
+    finally:
+        if opts.logs_dir is None:
+            shutil.rmtree(logs, ignore_errors=True)
+    notes = [f"{len(rows)} model(s) of {found.ref}: header-only stand-ins, {_mib(sum(r.fetched_bytes for r in rows))} "
+             f"fetched for {_mib(sum(r.size_bytes for r in rows))} of models"]
+    if not budgets:
+        notes.append("no budgets: each device's free memory is its budget" + (
+            " (every local rpc-server reports this machine's RAM; pass --budget 16GiB,12GiB for particular cards)"
+            if prep.backend == "cpu-rpc" else ""))
+    if prep.backend == "cpu-rpc":
+        notes.append("dry runs on CPU-RPC: weights and KV cache per device are what any backend loads for the same "
+                     "split; compute buffers approximate a GPU backend's")
+    return RepoPlan(ref=found.ref, study=study.name, build=b0.name, backend=prep.backend, devices=names,
+                    budgets_mib=list(emu.budgets_mib) if emu else None,
+                    margins_mib=list(emu.margins_mib) if emu else None, context=opts.context, rows=rows,
+                    skipped=[tuple(x) for x in found.skipped], size_bytes=sum(r.size_bytes for r in rows),
+                    fetched_bytes=sum(r.fetched_bytes for r in rows),
+                    llama_cpp=f"{art.source.version} ({art.source.short_commit})",
+                    args=[*study.server.args, *b0.args],
+                    seconds=round(time.monotonic() - t0, 2), notes=notes)
+
+
+def _row(m: modelref.RepoModel, res: Resolved, context: int | None) -> QuantRow:
+    return QuantRow(quant=m.quant, name=m.name, files=[f.path for f in m.files], size_bytes=m.size or res.size,
+                    fetched_bytes=res.fetched, context=context)
+
+
+def _fill(row: QuantRow, d: planmod.ConfigPlan, n: planmod.ConfigPlan) -> None:
+    """The default's and the no-pipeline dry runs into the row (pure)."""
+    if d.status != "ok":
+        row.status, row.reason = "failed", d.reason
+        return
+    row.fits = _fits(d)
+    row.n_ctx, row.over_mib = d.n_ctx, dict(d.over_budget)
+    row.ctx_reduced_from = d.ctx_reduced_from
+    row.sched_copies = d.sched_copies
+    row.used_mib = [x.used_mib for x in d.devices]
+    if n.status == "ok":
+        row.n_ctx_no_pp, row.no_pp_over_mib = n.n_ctx, dict(n.over_budget)
+    if not row.fits:
+        row.reason = ("over budget on " + ", ".join(f"{k} by {v:,.0f} MiB" for k, v in d.over_budget.items())
+                      if d.over_budget else d.fit_message)
+
+
+def _fits(cp: planmod.ConfigPlan) -> bool:
+    """Every device within its budget less llama.cpp's margin at the fitted context. With budgets that is the test
+    (a study's -ngl 999 makes the fit stop, "failed", after it shrank the context, with the layers as given);
+    without budgets, the fit's own verdict."""
+    if cp.budgets_mib:
+        return not cp.over_budget and all(d.used_mib is not None for d in cp.devices)
+    return cp.fit_ok is not False
+
+
+def _need(row: QuantRow, need: planmod.ConfigPlan, emu: budget.Emulation | None,
+          budgets: list[int] | None) -> None:
+    """The smallest budgets for `row.context` tokens: each device's projected use + its margin (pure)."""
+    if need.status != "ok" or need.n_ctx != row.context or need.fit_ok is False or need.ctx_reduced_from:
+        row.need_note = (need.reason or need.fit_message or
+                         f"the dry run at -c {row.context} did not hold the layout (this machine has too little "
+                         "memory to project it)")
+        return
+    margins = list(emu.margins_mib) if emu else [budget.DEFAULT_MARGIN_MIB] * len(need.devices)
+    row.need_mib = [round((d.used_mib or 0) + m, 1) for d, m in zip(need.devices, margins, strict=False)]
+    if budgets:
+        row.need_fits = all(x <= b for x, b in zip(row.need_mib, budgets, strict=False))
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def dumps(result: RepoPlan) -> str:
+    return json.dumps(result.to_json(), indent=2)
