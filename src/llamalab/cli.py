@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import signal
 import sys
 from pathlib import Path
@@ -1022,6 +1023,62 @@ def _print_tune(view, command: bool = True) -> None:
     console.print(T("\nPick.", "bold") + T(" " + view.pick_sentence))
     if command:
         console.print(T(view.command))
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--kv", default="f16/q8_0,q8_0/q8_0,q4_0/q4_0", show_default=True, metavar="PAIRS",
+              help="K/V cache type pairs to compare with f16/f16, comma-separated.")
+@click.option("--llama-cpp", type=click.Path(path_type=Path), default=None,
+              help="Build from this llama.cpp checkout instead of the pinned source (b11312).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def quality(model, kv, llama_cpp, as_json) -> None:
+    """What a quantized KV cache costs in output quality on MODEL: llama.cpp's `llama-perplexity --kl-divergence`
+    of each K/V pair against an f16/f16 cache over the same text (llama.cpp's own docs, 200,000 characters): mean KL
+    divergence, its 99th percentile and how often the most likely token is unchanged. The same measurement `tune`
+    makes for every pair on its front; results are cached per model file and pair.
+
+    \b
+    Examples:
+      llamalab quality ~/models/qwen3-8b-q4_k_m.gguf
+      llamalab quality gemma.gguf --kv q8_0/q8_0,q4_0/q4_0
+    """
+    from .llamacpp import models
+    from .paths import cache_home
+    from .run import quality as qmod, session
+    from .run.progress import RichProgress, StderrProgress
+    from .study.spec import TuneSpec
+
+    pairs = [p.strip() for p in kv.split(",") if p.strip()]
+    TuneSpec(kv=["f16/f16", *[p for p in pairs if p != "f16/f16"]])  # the pairs' spelling, checked as a study's is
+    info = models.read_info(Path(model).expanduser())
+    if qmod.is_synthetic(info.name):
+        raise ConfigError(f"{model} is a synthetic model: its weights are random, so what a KV cache changes in its "
+                          "output means nothing.", tip="measure a real model file.")
+    st, _ = _load_study("tune", ["devices.vram=[]"], False)  # the backend this machine has (auto), its default build
+    progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
+    try:
+        prep = session.prepare(st, session.Options(llama_cpp=llama_cpp, model=info.path), progress)
+        art = prep.artifacts[st.builds[0].name]
+        with tempfile.TemporaryDirectory(prefix="llamalab-quality-") as logs:
+            q = qmod.for_pairs(art.binary("llama-perplexity"), info.path, info.fingerprint, Path(prep.source.path),
+                               [p for p in pairs if p != "f16/f16"], cache_home(), Path(logs), art.env(), progress)
+    finally:
+        progress.close()
+    if as_json:
+        click.echo(json.dumps(q.as_dict(), indent=2))
+    else:
+        from .report.tables import markdown_table
+
+        rows = [[p, f"{k['mean']:.5f} ± {k['mean_err']:.5f}", f"{k['p99']:.4f}" if k.get("p99") is not None else "–",
+                 f"{k['same_top_pct']:.2f}%" if k.get("same_top_pct") is not None else "–",
+                 f"{k['ppl_ratio']:.4f}" if k.get("ppl_ratio") is not None else "–"]
+                for p, k in q.by_pair.items()]
+        click.echo(markdown_table(["K/V cache", "Mean KLD", "99% KLD", "Same top token", "PPL ratio"], rows))
+        click.echo(f"\nagainst f16/f16 over {q.corpus.get('chars', 0):,} characters of {qmod.CORPUS_NAME}; "
+                   f"{q.as_dict()['method']}" + "".join(f"\n{n}" for n in q.notes))
+    if not q.measured:
+        sys.exit(1)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -281,21 +281,33 @@ def _predict_and_verify(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout,
                                    devices_mib=[round(u, 2) for u in p.used_mib]))
             continue
         predicted.append((c, p))
-    keep = set(ts.front([(c, p.n_ctx) for c, p in predicted], rig))
-    for i, (c, p) in enumerate(predicted):
-        if i in keep:
+    items = [(c, p.n_ctx) for c, p in predicted]
+    keep = set(ts.front(items, rig))
+    beater = {i: ts.beaten_by(items, i, rig) for i in range(len(predicted)) if i not in keep}
+    progress.message(f"tune stage one: {len(predicted)} feasible by prediction, {len(keep)} on the predicted front: "
+                     "verifying each by a dry run")
+    verified: dict[int, dict] = {}
+    for i in sorted(keep):
+        c, p = predicted[i]
+        verified[i] = _verify(c, p, rig, dr, floor, cap)
+    # a pruning stands only if what pruned it holds, verified, at least the context predicted for the pruned one:
+    # where the prediction was wrong (its pruner failed, or holds less), the pruned candidate is verified too
+    for i, j in sorted(beater.items()):
+        if j is not None and int(verified.get(j, {}).get("n_ctx") or 0) < predicted[i][1].n_ctx:
+            c, p = predicted[i]
+            verified[i] = _verify(c, p, rig, dr, floor, cap)
+            verified[i]["reason"] = verified[i].get("reason") or (
+                f"verified although pruned by prediction: {predicted[j][0].label(rig)} holds less than predicted")
+    for i, j in sorted(beater.items()):
+        if i in verified:
             continue
-        j = ts.beaten_by([(d, q.n_ctx) for d, q in predicted], i, rig)
+        c, p = predicted[i]
         by = predicted[j][0] if j is not None else c
         records.append(_record(c, rig, status="pruned", predicted_n_ctx=p.n_ctx,
                                devices_mib=[round(u, 2) for u in p.used_mib],
                                reason=f"predicted {p.n_ctx:,} tokens; {by.label(rig)} is predicted to hold at least "
                                       "as many and gives up nothing it keeps"))
-    progress.message(f"tune stage one: {len(predicted)} feasible by prediction, {len(keep)} on the predicted front: "
-                     "verifying each by a dry run")
-    for i in sorted(keep):
-        c, p = predicted[i]
-        records.append(_verify(c, p, rig, dr, floor, cap))
+    records += [verified[i] for i in sorted(verified)]
     return records
 
 
