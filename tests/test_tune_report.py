@@ -139,3 +139,15 @@ def test_a_default_that_does_not_fit_does_not_set_the_pace_when_nothing_that_fit
     # the same data with a default that fits: its speed is the floor again, and nothing slower is picked
     p = rtune.pick(list(ms.values()), "default", "context", threshold=0.02, default_fits=True)
     assert p.name == "default" and p.considered == ("default",)
+
+
+def test_quality_refuses_a_synthetic_model(tmp_path, capsys):
+    """`llamalab quality` on a synthetic model: its weights are random, so it says so and runs nothing."""
+    from llamalab.llamacpp import models
+
+    path = models.synthetic(models.preset("tiny"), tmp_path, data=False)
+    assert entry(["quality", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "synthetic model" in err and "Traceback" not in err
+    assert entry(["quality", str(path), "--kv", "q8_0/q9_9"]) == 2
+    assert "q9_9" in capsys.readouterr().err

@@ -1050,7 +1050,13 @@ def quality(model, kv, llama_cpp, as_json) -> None:
     from .study.spec import TuneSpec
 
     pairs = [p.strip() for p in kv.split(",") if p.strip()]
-    TuneSpec(kv=["f16/f16", *[p for p in pairs if p != "f16/f16"]])  # the pairs' spelling, checked as a study's is
+    from pydantic import ValidationError
+
+    try:  # the pairs' spelling, checked as a study's is
+        TuneSpec(kv=["f16/f16", *[p for p in pairs if p != "f16/f16"]])
+    except ValidationError as e:
+        raise ConfigError(f"--kv {kv}: {e.errors()[0]['msg']}",
+                          tip="give pairs like f16/q8_0,q8_0/q8_0,q4_0/q4_0.") from None
     info = models.read_info(Path(model).expanduser())
     if qmod.is_synthetic(info.name):
         raise ConfigError(f"{model} is a synthetic model: its weights are random, so what a KV cache changes in its "
