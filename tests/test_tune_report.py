@@ -151,3 +151,23 @@ def test_quality_refuses_a_synthetic_model(tmp_path, capsys):
     assert "synthetic model" in err and "Traceback" not in err
     assert entry(["quality", str(path), "--kv", "q8_0/q9_9"]) == 2
     assert "q9_9" in capsys.readouterr().err
+
+
+def test_an_open_pick_asks_for_more_trials_on_the_h200_moe_measurements(tmp_path):
+    """The H200 MoE race (benchmarks/tune-h200/export-moe-race.json, 3 trials each): its pick t01 generated 0.97×
+    [0.80, 1.12] of t07's, the fastest configuration that fits: open. The race asks for trials 4–6 of the pick and
+    of t07, the configuration whose speed sets the floor; with 6 trials allowed and 6 had, it asks for none."""
+    from llamalab.run import tunepick
+
+    with Store(tmp_path / "r.db") as s:
+        data = rdata.load(s, runfixtures.fill(s, document=json.loads(H200_MOE.read_text(encoding="utf-8"))))
+    v = rtune.view(data)
+    ms = rtune.measures_of(data, v)
+    names, trials, why = tunepick.more_trials(ms, v.rule, 3, 3, 6)
+    assert v.pick.name == "t01" and v.pick.floor == "t07"
+    assert set(names) == {"t01", "t07"} and trials == (4, 5, 6)
+    assert why and "the pick t01" in why[0] and "interval reaches below the floor" in why[0]
+    assert tunepick.more_trials(ms, v.rule, 3, 6, 6) is None
+    # the same measurements under an absolute floor every configuration meets: nothing is open
+    rule = tunepick.Rule(default="default", goal="context", min_gen_tps=1.0, default_fits=False)
+    assert tunepick.more_trials(ms, rule, 3, 3, 6) is None

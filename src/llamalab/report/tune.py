@@ -128,9 +128,7 @@ def view(data: RunData) -> View | None:
                          floor_ctx=max(int(doc.get("min_context") or 0), int(doc.get("need_context") or 0)),
                          min_gen_tps=doc.get("min_gen_tps"), default_fits=not default.get("over_budget"),
                          kld=kld, max_kld=doc.get("max_kld"))
-    p = pick(ms, DEFAULT, rule.goal, min_context=int(doc.get("min_context") or 0),
-             min_gen_tps=doc.get("min_gen_tps"), need_context=int(doc.get("need_context") or 0), threshold=threshold,
-             default_fits=rule.default_fits, min_trials=min(2, repeats), kld=kld, max_kld=doc.get("max_kld"))
+    p = rule.pick(ms, repeats)
     front = set(measured_front(ms, threshold))
     if default.get("over_budget"):
         front.discard(DEFAULT)  # measured, but not something these cards could run

@@ -612,18 +612,13 @@ class _Race:
                 trials = store.trials(run_id)
                 real = _ledger_ctx(store, run_id)
             ms = ts.measures(trials, self.ctx_of, self.spec.parallel, real)
-            chosen = tunepick.pick(ms, DEFAULT, self.rule.goal, min_context=self.rule.floor_ctx,
-                                   min_gen_tps=self.rule.min_gen_tps, threshold=self.rule.threshold,
-                                   default_fits=self.rule.default_fits, min_trials=min(2, n), kld=self.rule.kld,
-                                   max_kld=self.rule.max_kld)
-            open_ = tunepick.undecided_names(ms, chosen, self.rule, n)
-            if not open_:
+            nxt = tunepick.more_trials(ms, self.rule, n, have, cap)
+            if nxt is None:
                 break
-            names = list(dict.fromkeys([*(x for x, _ in open_), chosen.name, *([chosen.floor] if chosen.floor else [])]))
-            more = tuple(range(have + 1, min(cap, have + n) + 1))
-            progress.message(f"tune stage two: the pick is still open ({'; '.join(w for _, w in open_)}): "
+            names, more, why = nxt
+            progress.message(f"tune stage two: the pick is still open ({'; '.join(why)}): "
                              f"{len(more)} more trial(s) of {', '.join(names)}")
-            self.extended.append({"names": names, "trials": list(more), "why": [w for _, w in open_]})
+            self.extended.append({"names": names, "trials": list(more), "why": why})
             passes = [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=more)
                       for b in self.study.builds if b.name in names]
             runner.execute(prep, None, dataclasses.replace(opts, resume=run_id, fresh=False), progress, passes=passes)

@@ -157,6 +157,12 @@ class Rule:
     kld: dict[str, float] | None = None
     max_kld: float | None = None
 
+    def pick(self, ms: Sequence[ts.Measures], repeats: int) -> Pick:
+        """`pick` under this rule, a configuration with fewer than min(2, repeats) trials untested."""
+        return pick(ms, self.default, self.goal, min_context=self.floor_ctx, min_gen_tps=self.min_gen_tps,
+                    threshold=self.threshold, default_fits=self.default_fits, min_trials=min(2, repeats),
+                    kld=self.kld, max_kld=self.max_kld)
+
 
 def spread(full: Sequence[ts.Measures], metric: str) -> float | None:
     """The largest trial-to-trial spread measured in the run, (max − min) / median of one speed over each fully
@@ -271,6 +277,21 @@ def undecided_names(ms: Sequence[ts.Measures], chosen: Pick, rule: Rule, repeats
     return out
 
 
+def more_trials(ms: Sequence[ts.Measures], rule: Rule, repeats: int, have: int, cap: int
+                ) -> tuple[list[str], tuple[int, ...], list[str]] | None:
+    """Where the pick is still open after `have` trials (`undecided_names`): the configurations to give more
+    trials — the open ones, the pick and the configuration that sets the floor — the trial numbers (`repeats` more,
+    at most to `cap`), and why; None where the pick is decided or no trial is left."""
+    if have >= cap:
+        return None
+    chosen = rule.pick(ms, repeats)
+    open_ = undecided_names(ms, chosen, rule, repeats)
+    if not open_:
+        return None
+    names = list(dict.fromkeys([*(x for x, _ in open_), chosen.name, *([chosen.floor] if chosen.floor else [])]))
+    return names, tuple(range(have + 1, min(cap, have + repeats) + 1)), [w for _, w in open_]
+
+
 @dataclass(frozen=True)
 class Replay:
     pick: Pick
@@ -303,7 +324,4 @@ def replay(ms: Sequence[ts.Measures], order: Sequence[str], rule: Rule, repeats:
             full.append(m)
             kept.append(m)
     trials = sum(min(repeats, len(m.samples.get("output_tps") or [])) for m in kept)
-    chosen = pick(kept, rule.default, rule.goal, min_context=rule.floor_ctx, min_gen_tps=rule.min_gen_tps,
-                  threshold=rule.threshold, default_fits=rule.default_fits, min_trials=min(2, repeats), kld=rule.kld,
-                  max_kld=rule.max_kld)
-    return Replay(pick=chosen, ruled=ruled, trials=trials)
+    return Replay(pick=rule.pick(kept, repeats), ruled=ruled, trials=trials)
