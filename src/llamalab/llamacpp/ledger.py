@@ -1358,6 +1358,13 @@ def _natural(s: str) -> list:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
 
 
+def device_totals(ledger: dict) -> list[float]:
+    """Each device's allocated MiB (every buffer kind) in llama.cpp's device order (`device_names`), from a stored
+    ledger."""
+    devs = ledger.get("devices") or {}
+    return [float((devs.get(n) or {}).get("total_mib") or 0.0) for n in device_names(ledger)]
+
+
 def device_names(ledger: dict) -> list[str]:
     """The ledger's device buffer names in llama.cpp's device order. Ledgers stored by older llamalab versions have
     sorted keys, so the order is taken from the memory breakdown table where it lists the devices

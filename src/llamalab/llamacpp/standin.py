@@ -325,6 +325,16 @@ def split_parts(path: Path) -> list[Path]:
     return [path.with_name(f"{m.group(1)}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
 
 
+def is_sparse(path: Path) -> bool:
+    """A header-only stand-in (`llamalab stub`): a sparse file that holds far less than its size (False where the
+    file cannot be read)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_blocks * 512 < st.st_size // 4
+
+
 def is_complete(path: Path) -> bool:
     """Whether the file is as long as its header says (a full model, or already a stand-in)."""
     return path.stat().st_size >= read_layout(path).file_size

@@ -573,7 +573,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
         notes.append("no memory budgets: the context is fitted to this machine's RAM, which every local rpc-server "
                      "reports as its own; pass --budget 16GiB,12GiB to plan for particular cards")
     return Plan(study=study.name, backend=prep.backend, target=opts.target or prep.backend,
-                model=prep.model_info.as_dict(), model_standin=made or _is_standin(model_path),
+                model=prep.model_info.as_dict(), model_standin=made or standin.is_sparse(model_path),
                 llama_cpp=", ".join(dict.fromkeys(f"{a.source.version} ({a.source.short_commit})"
                                                   for a in prep.artifacts.values() if a.made)
                                     or [f"{prep.source.version} ({prep.source.short_commit})"])
@@ -622,6 +622,17 @@ def needs_within(cp: ConfigPlan) -> str | None:
     return "over budget: " + "; ".join(over) if over else None
 
 
+def within_budgets(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str],
+                   emu: budget.Emulation, logs: Path, timeout_s: float, *, start: int | None = None,
+                   reference: Sequence[float] | None = None) -> budgetfit.BudgetFit:
+    """One configuration's largest context within every budget (and less the margin): `budgetfit.for_config` over
+    this configuration's dry runs at fixed -c, on devices set up by the caller, under the emulation `emu`."""
+    return budgetfit.for_config(
+        lambda n: plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s, extra_args=["-c", str(n)]),
+        [d.name for d in emu.devices], emu.budgets_mib, emu.margins_mib, prep.model_info.n_ctx_train or 0,
+        start=start, reference=reference)
+
+
 def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
                     timeout_s: float, progress: Progress) -> None:
     """Where llama.cpp's fit left any configuration's device over its budget, every configuration's largest
@@ -630,7 +641,6 @@ def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: li
     if not budgets or not any(needs_within(cp) for cp in plans):
         return
     study = prep.study
-    cap = prep.model_info.n_ctx_train or 0
     for bspec in study.builds:
         art = prep.artifacts.get(bspec.name)
         mine = [cp for cp in plans if cp.build == bspec.name and cp.status == "ok"]
@@ -644,10 +654,7 @@ def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: li
             for cp in mine:
                 cfg = next(c for c in configs(study) if c.build.name == cp.build and c.setting.name == cp.setting)
                 progress.message(f"dry runs: {cp.build} × {cp.setting}, the largest context within the budgets")
-                fit = budgetfit.for_config(
-                    lambda n, cfg=cfg: plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s,
-                                                   extra_args=["-c", str(n)]),
-                    [d.name for d in emu.devices], emu.budgets_mib, emu.margins_mib, cap, start=cp.n_ctx)
+                fit = within_budgets(prep, cfg, art, dev, env, emu, logs, timeout_s, start=cp.n_ctx)
                 cp.within = {**fit.as_dict(), "why": needs_within(cp) or "like every configuration of the plan"}
                 cp.dry_runs += fit.dry_runs
 
@@ -662,13 +669,6 @@ def _check_fit_on(study: Study) -> None:
         if argv.value(args, "-fit", "--fit") in ("off", "0", "false"):
             raise ConfigError("this study turns llama.cpp's memory fit off (--fit off), and the fit is the dry run "
                               "`llamalab plan` reads.", tip="drop --fit off for planning (--set server.args=[...]).")
-
-
-def _is_standin(path: Path) -> bool:
-    try:
-        return path.stat().st_blocks * 512 < path.stat().st_size // 4
-    except OSError:
-        return False
 
 
 def _model(study: Study, opts: PlanOptions, progress: Progress) -> tuple[Path, bool]:

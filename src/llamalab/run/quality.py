@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..llamacpp import kld as kldmod
+from ..llamacpp import kld as kldmod, standin
 from ..study.spec import TuneSpec
 from ..write import atomic_write
 from .progress import Progress
@@ -67,14 +67,6 @@ def is_synthetic(name: str | None) -> bool:
     return bool(name and str(name).startswith("llamalab synthetic"))
 
 
-def _sparse(path: Path) -> bool:
-    """A header-only stand-in (`llamalab stub`): a sparse file that holds far less than its size."""
-    try:
-        st = path.stat()
-    except OSError:
-        return False
-    return st.st_blocks * 512 < st.st_size // 4
-
 
 def for_front(prep, one, spec: TuneSpec, logs: Path, home: Path, progress: Progress) -> Quality:
     """KLD of every K/V pair on the front (stage one's `chosen`) against f16/f16, cached."""
@@ -90,7 +82,7 @@ def for_front(prep, one, spec: TuneSpec, logs: Path, home: Path, progress: Progr
                        "distributions — and what a quantized cache changes in them — mean nothing; tune a real "
                        "model to see each cache's KL divergence against f16/f16")
         return q
-    if _sparse(prep.model_path):
+    if standin.is_sparse(prep.model_path):
         q.notes.append("KV cache quality is not measured on a header-only stand-in: it holds no weights (tune the "
                        "model file itself to see each cache's KL divergence against f16/f16)")
         return q

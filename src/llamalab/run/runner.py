@@ -312,9 +312,7 @@ def needs_budget_fit(led: dict, budgets: list[int]) -> str | None:
     exceed its budget, so that context would not load on such a card (with -ngl given, llama.cpp's fit shrinks the
     context for the total memory and stops before placing layers per device; it reports that as a failed fit even
     where every device stays within its budget, which is then no reason to search)."""
-    names = ledger.device_names(led)
-    totals = [float((led.get("devices") or {}).get(n, {}).get("total_mib") or 0.0) for n in names]
-    ok, why = maxctx.within_budgets(totals, budgets)
+    ok, why = maxctx.within_budgets(ledger.device_totals(led), budgets)
     return None if ok else why
 
 
@@ -347,12 +345,8 @@ def _budget_fits(prep: Prepared, store: Store, run_id: str, logs: Path, progress
             emu = budget_emulation(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
             if emu is None:
                 continue
-            ref = [float((led.get("devices") or {}).get(n, {}).get("total_mib") or 0.0)
-                   for n in ledger.device_names(led)]
-            fit = budgetfit.for_config(
-                lambda n: planmod.plan_config(prep, cfg, art, dev, env, emu, log_dir, 300.0, extra_args=["-c", str(n)]),
-                [d.name for d in emu.devices], emu.budgets_mib, emu.margins_mib, prep.model_info.n_ctx_train or 0,
-                start=led.get("n_ctx"), reference=ref)
+            fit = planmod.within_budgets(prep, cfg, art, dev, env, emu, log_dir, 300.0, start=led.get("n_ctx"),
+                                         reference=ledger.device_totals(led))
         doc = {**fit.as_dict(), "why": why, "fitted_n_ctx": led.get("n_ctx")}
         store.save_budget_fit(run_id, cfg.build.name, cfg.setting.name, doc)
         progress.message(f"context within the budgets, {cfg.build.name} × {cfg.setting.name}: "

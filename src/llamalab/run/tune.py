@@ -597,6 +597,10 @@ class _Race:
         return [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=tuple(range(1, n + 1)))
                 for b in self.study.builds]
 
+    def _measures(self, store: Store, run_id: str) -> list[ts.Measures]:
+        """What the run has measured so far, per configuration (the context each server ran with)."""
+        return ts.measures(store.trials(run_id), self.ctx_of, self.spec.parallel, _ledger_ctx(store, run_id))
+
     def extend(self, prep: session.Prepared, opts: session.Options, run_id: str, progress: Progress) -> None:
         """Where the measurements leave the pick open (`tunepick.undecided_names`: a member with more context whose
         interval reaches the speed floor, or a pick whose interval reaches below it), more trials of those, the
@@ -609,9 +613,7 @@ class _Race:
             if self.budget_s is not None and self.t0 is not None and time.monotonic() - self.t0 > self.budget_s:
                 break
             with Store(opts.db) as store:
-                trials = store.trials(run_id)
-                real = _ledger_ctx(store, run_id)
-            ms = ts.measures(trials, self.ctx_of, self.spec.parallel, real)
+                ms = self._measures(store, run_id)
             nxt = tunepick.more_trials(ms, self.rule, n, have, cap)
             if nxt is None:
                 break
@@ -633,7 +635,7 @@ class _Race:
             self.timed_out.append(name)
             self.ruled[name] = f"the time budget of {self.budget_s:g} s ([tune] seconds, --seconds) is spent"
             return self.ruled[name]
-        ms = ts.measures(store.trials(run_id), self.ctx_of, self.spec.parallel, _ledger_ctx(store, run_id))
+        ms = self._measures(store, run_id)
         n = self.study.workload.repeats
         full = [m for m in ms if m.name != name and len(m.samples.get("output_tps") or []) >= n]
         me = next((m for m in ms if m.name == name), None)
