@@ -92,9 +92,9 @@ case "$stage" in
     ;;
   tune-race)
     # Issue 24: each tune twice on the same front — `--exhaustive` (every member with all its trials), then raced
-    # (stage one reused from the first) — for the 8B dense and the MoE study. Files back (6): stderr.txt, and per
-    # model tune-<t>-exhaustive.json / tune-<t>-race.json (`llamalab tune --json`), and tune-race.tar.gz (Markdown and
-    # HTML reports of all four runs, their exports, the plots).
+    # (stage one reused from the first) — for the 8B dense and the MoE study. Files back (7): stderr.txt, and per
+    # model tune-<t>-exhaustive.json / tune-<t>-race.json (`llamalab tune --json`) and tune-race-<t>.tar.gz (Markdown and
+    # HTML reports of its two runs, their exports, the plots so far).
     mkdir -p /tmp/tune-race/plots
     for t in 8b moe; do
       for mode in exhaustive race; do
@@ -109,8 +109,10 @@ case "$stage" in
         ll export "$run_id" -o "/tmp/tune-race/export-$t-$mode.json"
         python3 -c "import json; d=json.load(open('$OUT/tune-$t-$mode.json')); s=d['search']['stage2']; print('  pick', d['pick']['build'], d['pick']['command']); print('  stage two', s['mode'], s['trials'], 'trials of', s['trials_exhaustive'], 'in', s['seconds'], 's'); [print('  ', x) for x in d['stages'] + d.get('undecided', [])]"
       done
+      # one archive per model as soon as its pair is done (its reports and exports, and the plots so far), so a call
+      # that collects a stage still running, or a session that ends early, takes back what is finished
+      (cd /tmp/tune-race && tar czf "$OUT/tune-race-$t.tar.gz" $(ls | grep -- "-$t-") plots 2>/dev/null)
     done
-    tar czf "$OUT/tune-race.tar.gz" -C /tmp/tune-race . 2>/dev/null
     echo "tune-race stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   study|split-modes)
@@ -205,6 +207,7 @@ case "$stage" in
     if [ -f "$work/$want.rc" ]; then
       cp "$work/$want"/* "$OUT/" 2>/dev/null; cat "$work/$want.stdout"; echo "$want finished: rc=$(cat "$work/$want.rc")"
     else
+      cp "$work/$want"/* "$OUT/" 2>/dev/null  # what the stage has finished so far
       for f in "$work"/*.stdout; do echo "== $f"; tail -4 "$f"; done
       echo "$want still running after $(( $(date +%s) - t0 )) s: call again"
     fi
