@@ -15,6 +15,10 @@ from llamalab.run.progress import Progress, StderrProgress
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
+# One object cache for every llama.cpp tree the tests build, the bisect's and the versions' private homes included
+# (a build's cache is `<home>/ccache` otherwise): their files compile once (llamalab.llamacpp.ccache).
+os.environ.setdefault("CCACHE_DIR", str(cache_home() / "ccache"))
+
 
 @pytest.fixture(scope="session")
 def llama_home() -> Path:

@@ -20,6 +20,7 @@ from pathlib import Path
 from .. import proc
 from ..paths import locked
 from ..errors import BuildError
+from . import ccache
 from . import source as source_mod
 from .source import Source
 
@@ -290,10 +291,11 @@ class Builder:
                     force: bool = False) -> BuildArtifact:
         tree.mkdir(parents=True, exist_ok=True)
         marker = tree / "llamalab-build.json"
-        configure = cmake_configure_argv(Path(os.path.realpath(self.source.path)), tree, self.backend, options,
-                                         {**self.source.cmake_defines(), **self.extra_defines},
-                                         generator="Ninja" if shutil.which("ninja") else None)
         with locked(tree / ".lock"):
+            src = ccache.source_link(tree, self.source.path)  # every compile names the source `.src/…`
+            configure = cmake_configure_argv(src, tree, self.backend, options,
+                                             {**self.source.cmake_defines(), **self.extra_defines},
+                                             generator="Ninja" if shutil.which("ninja") else None)
             done = _read_marker(marker)
             immutable = source_mod.immutable(self.source)
             files = self._expected_files(tree, targets, done)
@@ -312,13 +314,18 @@ class Builder:
             log_path = tree / "build.log"
             log_path.unlink(missing_ok=True)
             self.log(f"building {what} (log: {log_path}) …")
+            env = {**self.build_env, **ccache.env(tree, self.home)}
+            before = ccache.stats(env)
             start = time.monotonic()
             if not (tree / "CMakeCache.txt").exists() or not done or not same_configure(done.get("configure"),
                                                                                        configure):
-                self._step(configure, log_path, what, "configure")
+                forget_other_source(tree, src)
+                run_step(configure, log_path, what, "configure", env=env or None, progress=self.progress)
             build = cmake_build_argv(tree, targets, self.jobs)
-            self._step(build, log_path, what, "build")
+            run_step(build, log_path, what, "build", env=env or None, progress=self.progress)
             seconds = time.monotonic() - start
+            after = ccache.stats(env) if before is not None else None
+            counts = ccache.delta(before, after) if before is not None and after is not None else None
             still = broken_outputs(self._expected_files(tree, targets, None))
             if still:
                 raise BuildError(f"{what} built, but {'; '.join(still)} (in {tree / 'bin'}).",
@@ -326,8 +333,9 @@ class Builder:
             marker.write_text(json.dumps({
                 "configure": configure, "targets": list(targets), "seconds": round(seconds, 2),
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "outputs": _program_files(tree / "bin"),
+                **({"ccache": counts.as_dict()} if counts else {}),
             }, indent=2))
-            self.log(f"built {what} in {seconds:.0f} s")
+            self.log(f"built {what} in {seconds:.0f} s" + (f" ({counts.describe()})" if counts else ""))
         return BuildArtifact(name=key, key=key, source=self.source, backend=self.backend, options=options,
                              bin_dir=tree / "bin", build_seconds=seconds, reused=False, cmake_argv=tuple(configure))
 
@@ -345,8 +353,18 @@ class Builder:
             files.update({bin_dir / str(n): bool(x) for n, x in recorded.items() if "/" not in str(n)})
         return files
 
-    def _step(self, argv: list[str], log_path: Path, what: str, stage: str) -> None:
-        run_step(argv, log_path, what, stage, env=self.build_env or None, progress=self.progress)
+
+def forget_other_source(tree: Path, src: Path) -> None:
+    """Drop a CMake cache made for another spelling of the source folder (a tree configured before builds named
+    their source through `.src`): CMake refuses to configure a cache against a source it was not made for."""
+    cache = tree / "CMakeCache.txt"
+    try:
+        text = cache.read_text(errors="replace")
+    except OSError:
+        return
+    m = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", text, re.M)
+    if m and m.group(1).strip() != str(src):
+        cache.unlink(missing_ok=True)
 
 
 def run_step(argv: list[str], log_path: Path, what: str, stage: str, *, env: Mapping[str, str] | None = None,

@@ -553,8 +553,8 @@ def examine(p: Probe | None = None) -> Report:
     cc = _compiler(p, "cc", "C compiler", "CC", ("cc", "gcc", "clang"))
     cxx = _compiler(p, "cxx", "C++ compiler", "CXX", ("c++", "g++", "clang++"))
     ninja, make = _build_tool(p)
-    ccache = _tool(p, "ccache", "ccache", ["ccache"], missing_detail="not found (optional: llama.cpp uses it "
-                   "to make rebuilds of other variants faster)", recipe="ccache")
+    ccache = _tool(p, "ccache", "ccache", ["ccache"], missing_detail="not found (optional: compiles each llama.cpp file "
+                   "once across variants, versions and bisect commits)", recipe="ccache")
     git = _tool(p, "git", "git", ["git"], missing_detail="not found (optional: records the commit of a "
                 "--llama-cpp checkout)", recipe="git")
     pkgconf = _tool(p, "pkg-config", "pkg-config", ["pkg-config", "pkgconf"], missing_detail="not found (optional: "

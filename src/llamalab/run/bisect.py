@@ -19,6 +19,7 @@ fails), as `git bisect skip` does.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -30,6 +31,7 @@ from pathlib import Path
 from .. import proc
 from ..errors import BuildError, ConfigError, LlamalabError, SourceError
 from ..llamacpp import build as buildmod
+from ..llamacpp import ccache
 from ..llamacpp.build import BuildArtifact
 from ..llamacpp.source import Source, build_number_of, git_commit
 from ..paths import cache_home, locked
@@ -333,14 +335,20 @@ class Tree:
         src = Source(path=self.src, origin=f"git:{self.repo.resolve()}@{commit}",
                      build_number=build_number_of(self.repo, commit), commit=commit)
         what = f"llama.cpp {commit[:9]} ({', '.join(self.targets)})"
-        configure = buildmod.cmake_configure_argv(self.src, b, self.backend, self.options,
+        configure = buildmod.cmake_configure_argv(ccache.source_link(b, self.src), b, self.backend, self.options,
                                                   {**src.cmake_defines(), **self.extra_defines},
                                                   generator="Ninja" if shutil.which("ninja") else None)
+        env = {**self.build_env, **ccache.env(b, Path(os.path.realpath(self.home)))}
+        before = ccache.stats(env)
         t0 = time.monotonic()
         progress = self.progress.build if self.progress else None
-        buildmod.run_step(configure, log, what, "configure", env=self.build_env or None, progress=progress)
+        buildmod.run_step(configure, log, what, "configure", env=env or None, progress=progress)
         buildmod.run_step(buildmod.cmake_build_argv(b, self.targets, self.jobs), log, what, "build",
-                          env=self.build_env or None, progress=progress)
+                          env=env or None, progress=progress)
+        after = ccache.stats(env) if before is not None else None
+        if before is not None and after is not None:
+            counts = ccache.delta(before, after)
+            (b / f"ccache-{commit[:12]}.json").write_text(json.dumps(counts.as_dict()))
         if self.progress:
             self.progress.build_done()
         missing = buildmod.broken_outputs({b / "bin" / buildmod.TARGETS[t]: True for t in self.targets})

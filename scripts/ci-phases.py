@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The phase table of a CI run or a `make test`: where the time went.
+
+    python3 scripts/ci-phases.py [--phases FILE] [--junit FILE] [--home DIR] [--bisect-root DIR]
+
+--phases: `name seconds` lines that .ci/run writes (apt, the Vulkan toolchain, make test); --junit: pytest's
+JUnit XML (test time by module); --home: the build cache (default $LLAMALAB_HOME or ~/.cache/llamalab), whose trees
+each recorded their compile time and ccache counts in llamalab-build.json; --bisect-root: where the bisect tests'
+own homes were (pytest's basetemp), for their per-commit ccache counts; --since: trees whose marker is older
+show as reused. Prints Markdown; reads only files.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+
+def _hits(c: dict | None) -> str:
+    if not c:
+        return "—"
+    total = c.get("hits", 0) + c.get("misses", 0)
+    return f"{c.get('hits', 0)} / {total} ({100 * c.get('hits', 0) / total:.0f}%)" if total else "0 / 0"
+
+
+def trees(home: Path, since: float = 0.0) -> list[tuple[str, str, str, str]]:
+    """Each tree under home/builds: (folder, compile seconds or "reused" where it was built before `since`,
+    targets, ccache hits)."""
+    rows = []
+    for marker in sorted((home / "builds").rglob("llamalab-build.json")):
+        try:
+            d = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            continue
+        rel = marker.parent.relative_to(home / "builds")
+        built = marker.stat().st_mtime >= since
+        rows.append((str(rel), f"{float(d.get('seconds', 0)):.0f}" if built else "reused",
+                     ",".join(d.get("targets", [])), _hits(d.get("ccache")) if built else "—"))
+    return rows
+
+
+def bisects(root: Path) -> list[tuple[str, str]]:
+    rows = []
+    for p in sorted(root.rglob("ccache-*.json"), key=lambda p: p.stat().st_mtime):  # in the order built
+        parts = p.relative_to(root).parts
+        rows.append((f"{parts[1] if len(parts) > 2 else ''} commit {p.stem.removeprefix('ccache-')}",
+                     _hits(json.loads(p.read_text()))))
+    return rows
+
+
+def modules(junit: Path) -> list[tuple[str, float, int]]:
+    by: dict[str, list[float]] = defaultdict(list)
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        mod = (case.get("classname") or "?").split(".")
+        name = ".".join(mod[:2]) if mod[0] == "tests" else mod[0]
+        by[name].append(float(case.get("time") or 0))
+    return sorted(((m, sum(t), len(t)) for m, t in by.items()), key=lambda r: -r[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phases", type=Path)
+    ap.add_argument("--junit", type=Path)
+    ap.add_argument("--home", type=Path, default=Path(os.environ.get("LLAMALAB_HOME") or
+                                                      Path.home() / ".cache" / "llamalab"))
+    ap.add_argument("--bisect-root", type=Path)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--since", type=float, default=0.0, help="epoch seconds: trees built before it show as reused")
+    a = ap.parse_args()
+    if a.phases and a.phases.exists():
+        print("| Phase | Seconds |\n|---|---|")
+        for line in a.phases.read_text().splitlines():
+            name, _, sec = line.rpartition(" ")
+            print(f"| {name} | {sec} |")
+        print()
+    print("| llama.cpp tree (under builds/) | Compile s | Targets | ccache hits |\n|---|---|---|---|")
+    for rel, sec, targets, hits in trees(a.home, a.since):
+        print(f"| {rel} | {sec} | {targets} | {hits} |")
+    if a.bisect_root and a.bisect_root.exists():
+        for rel, hits in bisects(a.bisect_root):
+            print(f"| bisect: {rel} | — | — | {hits} |")
+    print()
+    if a.junit and a.junit.exists():
+        rows = modules(a.junit)
+        print(f"| Test module | Seconds | Tests |\n|---|---|---|")
+        for m, sec, n in rows[:a.top]:
+            print(f"| {m} | {sec:.0f} | {n} |")
+        rest = rows[a.top:]
+        if rest:
+            print(f"| ({len(rest)} more modules) | {sum(r[1] for r in rest):.0f} | {sum(r[2] for r in rest)} |")
+        print(f"| **all** | **{sum(r[1] for r in rows):.0f}** | **{sum(r[2] for r in rows)}** |")
+
+
+if __name__ == "__main__":
+    main()

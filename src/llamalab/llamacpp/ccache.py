@@ -1,0 +1,107 @@
+"""ccache for llama.cpp builds: one object cache for every tree llamalab builds, and compile commands that read the
+same in every tree, so that a file compiled once with the same flags is not compiled again.
+
+llama.cpp's CMake puts ccache in front of the compilers when it finds it (`GGML_CCACHE`, on by default). ccache
+hashes a compile's command line and preprocessed text, and both name the source file: `/a/llama.cpp-b11312/ggml.c`
+in one tree and `/b/clone/ggml.c` in another never match, even where the file is the same. So every tree is
+configured with its source reached through a link inside the tree (`<tree>/.src`, `SOURCE_LINK`), and ccache's
+`base_dir` is the tree: ccache rewrites each absolute path under it relative to the compile's directory, and every
+compile reads `.src/ggml/src/ggml.c` whatever the tree, the llama.cpp version or the clone it comes from. The copies
+variant, a forced rebuild, another version and each bisect commit then compile only the files whose preprocessed
+text or flags differ. `hash_dir` is off (release builds carry no debug information naming the directory).
+
+The cache is `$CCACHE_DIR` where the user set one, else `<home>/ccache`, capped at `$CCACHE_MAXSIZE` or 5 GiB;
+`LLAMALAB_CCACHE=0` turns it off (`CCACHE_DISABLE`: the compilers run directly). `stats`/`Counts` read `ccache --print-stats` before and after a build, so each
+build records how many of its compiles the cache answered.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import proc
+
+SOURCE_LINK = ".src"
+DEFAULT_MAX_SIZE = "5G"
+
+
+def program(environ: Mapping[str, str] | None = None) -> str | None:
+    """The ccache llama.cpp's CMake will find, unless `LLAMALAB_CCACHE=0` turns it off (`CCACHE_DISABLE`: the compilers run directly)."""
+    env = os.environ if environ is None else environ
+    if env.get("LLAMALAB_CCACHE", "1").strip().lower() in ("0", "off", "no", "false"):
+        return None
+    return shutil.which("ccache", path=env.get("PATH"))
+
+
+def env(tree: Path, home: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a build in `tree` (pure): the shared cache, its cap, base_dir = the tree, hash_dir off.
+    Where ccache is there but turned off, only `CCACHE_DISABLE`; empty where there is none."""
+    e = os.environ if environ is None else environ
+    if program(e) is None:
+        return {"CCACHE_DISABLE": "1"} if shutil.which("ccache", path=e.get("PATH")) else {}
+    return {
+        "CCACHE_DIR": e.get("CCACHE_DIR") or str(home / "ccache"),
+        "CCACHE_MAXSIZE": e.get("CCACHE_MAXSIZE") or DEFAULT_MAX_SIZE,
+        "CCACHE_BASEDIR": str(tree),
+        "CCACHE_NOHASHDIR": "1",
+    }
+
+
+def source_link(tree: Path, source: Path) -> Path:
+    """`<tree>/.src` pointing at `source` (made or re-pointed): the spelling of the source every compile uses."""
+    link = tree / SOURCE_LINK
+    target = Path(os.path.realpath(source))
+    if link.is_symlink() and Path(os.path.realpath(link)) == target:
+        return link
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(target, target_is_directory=True)
+    return link
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Compiles of one build: answered by the cache (direct or preprocessed) and compiled."""
+
+    hits: int
+    misses: int
+
+    @property
+    def total(self) -> int:
+        return self.hits + self.misses
+
+    def as_dict(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses}
+
+    def describe(self) -> str:
+        if not self.total:
+            return "ccache: nothing compiled"
+        return f"ccache: {self.hits} of {self.total} compiles from the cache ({100 * self.hits / self.total:.0f}%)"
+
+
+def parse_stats(text: str) -> dict[str, int]:
+    """`ccache --print-stats` (ccache ≥ 4: `name<TAB>value` lines) → counters."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().lstrip("-").isdigit():
+            out[name.strip()] = int(value)
+    return out
+
+
+def delta(before: Mapping[str, int], after: Mapping[str, int]) -> Counts:
+    d = lambda k: max(0, after.get(k, 0) - before.get(k, 0))
+    return Counts(hits=d("direct_cache_hit") + d("preprocessed_cache_hit"), misses=d("cache_miss"))
+
+
+def stats(build_env: Mapping[str, str]) -> dict[str, int] | None:
+    """The cache's counters now (None without ccache, or where this ccache cannot print them)."""
+    exe = program()
+    if exe is None or "CCACHE_DIR" not in build_env:
+        return None
+    rc, out = proc.capture([exe, "--print-stats"], timeout_s=30, env=dict(build_env))
+    return parse_stats(out) if rc == 0 else None

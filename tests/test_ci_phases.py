@@ -1,0 +1,40 @@
+"""scripts/ci-phases.py, the phase table .ci/run prints: on a build cache, a bisect's counts and a JUnit file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).parent.parent / "scripts" / "ci-phases.py"
+
+
+def test_phase_table(tmp_path):
+    tree = tmp_path / "home" / "builds" / "b11312-x" / "cpu-rpc-y"
+    for t, counts in ((tree, {"hits": 0, "misses": 202}), (tree / "variants" / "copies1", {"hits": 8, "misses": 1})):
+        t.mkdir(parents=True)
+        (t / "llamalab-build.json").write_text(json.dumps({"seconds": 264.03, "targets": ["llama-server"],
+                                                            "ccache": counts}))
+    old = tmp_path / "home" / "builds" / "b11434-z" / "cpu-rpc-y"
+    old.mkdir(parents=True)
+    (old / "llamalab-build.json").write_text(json.dumps({"seconds": 272, "targets": ["llama-server"]}))
+    os.utime(old / "llamalab-build.json", (1_000_000, 1_000_000))
+    b = tmp_path / "pt" / "pytest-0" / "test_bisect0" / "home" / "bisect" / "r" / "build" / "k"
+    b.mkdir(parents=True)
+    (b / "ccache-abc.json").write_text(json.dumps({"hits": 193, "misses": 2}))
+    (tmp_path / "phases").write_text("apt 60\nmake test 1292\n")
+    (tmp_path / "j.xml").write_text('<testsuites><testsuite><testcase classname="tests.test_a" name="x" time="2.5"/>'
+                                    '<testcase classname="tests.test_a" name="y" time="1"/>'
+                                    '<testcase classname="tests.test_b" name="z" time="7"/></testsuite></testsuites>')
+    out = subprocess.run([sys.executable, str(SCRIPT), "--home", str(tmp_path / "home"), "--phases",
+                          str(tmp_path / "phases"), "--junit", str(tmp_path / "j.xml"), "--bisect-root",
+                          str(tmp_path / "pt"), "--since", "2000000"], capture_output=True, text=True, check=True).stdout
+    assert "| make test | 1292 |" in out
+    assert "| b11312-x/cpu-rpc-y | 264 | llama-server | 0 / 202 (0%) |" in out
+    assert "| b11312-x/cpu-rpc-y/variants/copies1 | 264 | llama-server | 8 / 9 (89%) |" in out
+    assert "| b11434-z/cpu-rpc-y | reused | llama-server | — |" in out
+    assert "| bisect: test_bisect0 commit abc | — | — | 193 / 195 (99%) |" in out
+    assert out.index("tests.test_b | 7 | 1") < out.index("tests.test_a | 4 | 2")
+    assert "| **all** | **10** | **3** |" in out
