@@ -315,17 +315,19 @@ class Builder:
             log_path.unlink(missing_ok=True)
             self.log(f"building {what} (log: {log_path}) …")
             env = {**self.build_env, **ccache.env(tree, self.home)}
-            before = ccache.stats(env)
+            reconfigure = not (tree / "CMakeCache.txt").exists() or not done or \
+                not same_configure(done.get("configure"), configure)
+
+            def steps() -> None:
+                if reconfigure:
+                    forget_other_source(tree, src)
+                    run_step(configure, log_path, what, "configure", env=env or None, progress=self.progress)
+                run_step(cmake_build_argv(tree, targets, self.jobs), log_path, what, "build", env=env or None,
+                         progress=self.progress)
+
             start = time.monotonic()
-            if not (tree / "CMakeCache.txt").exists() or not done or not same_configure(done.get("configure"),
-                                                                                       configure):
-                forget_other_source(tree, src)
-                run_step(configure, log_path, what, "configure", env=env or None, progress=self.progress)
-            build = cmake_build_argv(tree, targets, self.jobs)
-            run_step(build, log_path, what, "build", env=env or None, progress=self.progress)
+            counts = ccache.counted(env, steps)
             seconds = time.monotonic() - start
-            after = ccache.stats(env) if before is not None else None
-            counts = ccache.delta(before, after) if before is not None and after is not None else None
             still = broken_outputs(self._expected_files(tree, targets, None))
             if still:
                 raise BuildError(f"{what} built, but {'; '.join(still)} (in {tree / 'bin'}).",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,3 +105,11 @@ def stats(build_env: Mapping[str, str]) -> dict[str, int] | None:
         return None
     rc, out = proc.capture([exe, "--print-stats"], timeout_s=30, env=dict(build_env))
     return parse_stats(out) if rc == 0 else None
+
+
+def counted(build_env: Mapping[str, str], build: Callable[[], None]) -> Counts | None:
+    """Run `build` and return how many of its compiles the cache answered (None without ccache's counters)."""
+    before = stats(build_env)
+    build()
+    after = stats(build_env) if before is not None else None
+    return delta(before, after) if before is not None and after is not None else None

@@ -339,15 +339,16 @@ class Tree:
                                                   {**src.cmake_defines(), **self.extra_defines},
                                                   generator="Ninja" if shutil.which("ninja") else None)
         env = {**self.build_env, **ccache.env(b, Path(os.path.realpath(self.home)))}
-        before = ccache.stats(env)
         t0 = time.monotonic()
         progress = self.progress.build if self.progress else None
-        buildmod.run_step(configure, log, what, "configure", env=env or None, progress=progress)
-        buildmod.run_step(buildmod.cmake_build_argv(b, self.targets, self.jobs), log, what, "build",
-                          env=env or None, progress=progress)
-        after = ccache.stats(env) if before is not None else None
-        if before is not None and after is not None:
-            counts = ccache.delta(before, after)
+
+        def steps() -> None:
+            buildmod.run_step(configure, log, what, "configure", env=env or None, progress=progress)
+            buildmod.run_step(buildmod.cmake_build_argv(b, self.targets, self.jobs), log, what, "build",
+                              env=env or None, progress=progress)
+
+        counts = ccache.counted(env, steps)
+        if counts is not None:
             (b / f"ccache-{commit[:12]}.json").write_text(json.dumps(counts.as_dict()))
         if self.progress:
             self.progress.build_done()
