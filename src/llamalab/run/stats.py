@@ -7,6 +7,7 @@ a verdict of "faster" or "slower" needs the point estimate beyond the threshold 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import statistics
@@ -163,7 +164,8 @@ def ratio(
     seed: int = 0,
 ) -> Ratio:
     """median(candidate) / median(baseline) with a percentile bootstrap interval (scipy.stats.bootstrap, the two
-    samples resampled independently; beyond EXACT_FROM samples a side, `bootstrap_medians`). Deterministic for a given seed. With one sample on either side there is
+    samples resampled independently, remembered by `_resampled`; beyond EXACT_FROM samples a side, `bootstrap_medians`).
+    Deterministic for a given seed. With one sample on either side there is
     nothing to resample and the interval is None. Every baseline value must be positive (speeds, latencies)."""
     base = _values(baseline, "baseline samples")
     cand = _values(candidate, "candidate samples")
@@ -174,13 +176,23 @@ def ratio(
     point = statistics.median(cand) / statistics.median(base)
     if len(base) < 2 or len(cand) < 2:
         return Ratio(point, None, None, len(base), len(cand), confidence)
-    if max(len(base), len(cand)) > EXACT_FROM:
-        gen = np.random.default_rng(seed)
-        b_med = bootstrap_medians(np.sort(base), n_resamples, gen)
-        c_med = bootstrap_medians(np.sort(cand), n_resamples, gen)
-        alpha = (1 - confidence) / 2
-        lo, hi = np.percentile(c_med / b_med, [100 * alpha, 100 * (1 - alpha)])
-        return Ratio(point, float(lo), float(hi), len(base), len(cand), confidence)
+    if max(len(base), len(cand)) <= EXACT_FROM:
+        return _resampled(tuple(base), tuple(cand), confidence, n_resamples, seed, point)
+    gen = np.random.default_rng(seed)
+    b_med = bootstrap_medians(np.sort(base), n_resamples, gen)
+    c_med = bootstrap_medians(np.sort(cand), n_resamples, gen)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.percentile(c_med / b_med, [100 * alpha, 100 * (1 - alpha)])
+    return Ratio(point, float(lo), float(hi), len(base), len(cand), confidence)
+
+
+@functools.lru_cache(maxsize=4096)
+def _resampled(base: tuple[float, ...], cand: tuple[float, ...], confidence: float, n_resamples: int, seed: int,
+               point: float) -> Ratio:
+    """scipy's percentile bootstrap of a small comparison, remembered: it is a pure function of its samples and the
+    seed, and a report asks for the same comparison more than once (the speed table and the tune's pick), as do
+    report, compare and export of one run in one process. Samples beyond EXACT_FROM take the exact draw instead
+    and are not kept."""
     res = _sps.bootstrap(
         (np.asarray(base), np.asarray(cand)), _median_ratio, paired=False, vectorized=True,
         n_resamples=n_resamples, confidence_level=confidence, method="percentile", **_rng_kwargs(seed),
