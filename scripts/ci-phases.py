@@ -85,7 +85,7 @@ def main() -> None:
     print()
     if a.junit and a.junit.exists():
         rows = modules(a.junit)
-        print(f"| Test module | Seconds | Tests |\n|---|---|---|")
+        print("| Test module | Seconds | Tests |\n|---|---|---|")
         for m, sec, n in rows[:a.top]:
             print(f"| {m} | {sec:.0f} | {n} |")
         rest = rows[a.top:]

@@ -11,8 +11,8 @@ variant, a forced rebuild, another version and each bisect commit then compile o
 text or flags differ. `hash_dir` is off (release builds carry no debug information naming the directory).
 
 The cache is `$CCACHE_DIR` where the user set one, else `<home>/ccache`, capped at `$CCACHE_MAXSIZE` or 5 GiB;
-`LLAMALAB_CCACHE=0` turns it off (`CCACHE_DISABLE`: the compilers run directly). `stats`/`Counts` read `ccache --print-stats` before and after a build, so each
-build records how many of its compiles the cache answered.
+`LLAMALAB_CCACHE=0` turns it off (`CCACHE_DISABLE`: the compilers run directly). `counted` reads
+`ccache --print-stats` before and after a build, so each build records how many of its compiles the cache answered.
 """
 
 from __future__ import annotations
@@ -29,20 +29,24 @@ SOURCE_LINK = ".src"
 DEFAULT_MAX_SIZE = "5G"
 
 
+def _turned_off(env: Mapping[str, str]) -> bool:
+    return env.get("LLAMALAB_CCACHE", "1").strip().lower() in ("0", "off", "no", "false")
+
+
 def program(environ: Mapping[str, str] | None = None) -> str | None:
-    """The ccache llama.cpp's CMake will find, unless `LLAMALAB_CCACHE=0` turns it off (`CCACHE_DISABLE`: the compilers run directly)."""
-    env = os.environ if environ is None else environ
-    if env.get("LLAMALAB_CCACHE", "1").strip().lower() in ("0", "off", "no", "false"):
-        return None
-    return shutil.which("ccache", path=env.get("PATH"))
+    """The ccache llama.cpp's CMake will find, unless `LLAMALAB_CCACHE=0` turns it off."""
+    e = os.environ if environ is None else environ
+    return None if _turned_off(e) else shutil.which("ccache", path=e.get("PATH"))
 
 
 def env(tree: Path, home: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a build in `tree` (pure): the shared cache, its cap, base_dir = the tree, hash_dir off.
-    Where ccache is there but turned off, only `CCACHE_DISABLE`; empty where there is none."""
+    """The environment of a build in `tree`: the shared cache, its cap, base_dir = the tree, hash_dir off. Where
+    ccache is there but turned off, only `CCACHE_DISABLE` (CMake still puts it in front); empty where there is none."""
     e = os.environ if environ is None else environ
-    if program(e) is None:
-        return {"CCACHE_DISABLE": "1"} if shutil.which("ccache", path=e.get("PATH")) else {}
+    if not shutil.which("ccache", path=e.get("PATH")):
+        return {}
+    if _turned_off(e):
+        return {"CCACHE_DISABLE": "1"}
     return {
         "CCACHE_DIR": e.get("CCACHE_DIR") or str(home / "ccache"),
         "CCACHE_MAXSIZE": e.get("CCACHE_MAXSIZE") or DEFAULT_MAX_SIZE,

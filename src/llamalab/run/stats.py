@@ -164,9 +164,9 @@ def ratio(
     seed: int = 0,
 ) -> Ratio:
     """median(candidate) / median(baseline) with a percentile bootstrap interval (scipy.stats.bootstrap, the two
-    samples resampled independently, remembered by `_resampled`; beyond EXACT_FROM samples a side, `bootstrap_medians`).
-    Deterministic for a given seed. With one sample on either side there is
-    nothing to resample and the interval is None. Every baseline value must be positive (speeds, latencies)."""
+    samples resampled independently, remembered by `_resampled`; beyond EXACT_FROM samples a side,
+    `bootstrap_medians`). Deterministic for a given seed. With one sample on either side there is nothing to resample
+    and the interval is None. Every baseline value must be positive (speeds, latencies)."""
     base = _values(baseline, "baseline samples")
     cand = _values(candidate, "candidate samples")
     if min(base) <= 0:
@@ -177,7 +177,8 @@ def ratio(
     if len(base) < 2 or len(cand) < 2:
         return Ratio(point, None, None, len(base), len(cand), confidence)
     if max(len(base), len(cand)) <= EXACT_FROM:
-        return _resampled(tuple(base), tuple(cand), confidence, n_resamples, seed, point)
+        lo, hi = _resampled(tuple(base), tuple(cand), confidence, n_resamples, seed)
+        return Ratio(point, lo, hi, len(base), len(cand), confidence)
     gen = np.random.default_rng(seed)
     b_med = bootstrap_medians(np.sort(base), n_resamples, gen)
     c_med = bootstrap_medians(np.sort(cand), n_resamples, gen)
@@ -187,9 +188,9 @@ def ratio(
 
 
 @functools.lru_cache(maxsize=4096)
-def _resampled(base: tuple[float, ...], cand: tuple[float, ...], confidence: float, n_resamples: int, seed: int,
-               point: float) -> Ratio:
-    """scipy's percentile bootstrap of a small comparison, remembered: it is a pure function of its samples and the
+def _resampled(base: tuple[float, ...], cand: tuple[float, ...], confidence: float, n_resamples: int,
+               seed: int) -> tuple[float, float]:
+    """scipy's percentile interval of a small comparison, remembered: it is a pure function of its samples and the
     seed, and a report asks for the same comparison more than once (the speed table and the tune's pick), as do
     report, compare and export of one run in one process. Samples beyond EXACT_FROM take the exact draw instead
     and are not kept."""
@@ -197,8 +198,7 @@ def _resampled(base: tuple[float, ...], cand: tuple[float, ...], confidence: flo
         (np.asarray(base), np.asarray(cand)), _median_ratio, paired=False, vectorized=True,
         n_resamples=n_resamples, confidence_level=confidence, method="percentile", **_rng_kwargs(seed),
     )
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return Ratio(point, lo, hi, len(base), len(cand), confidence)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def verdict(r: Ratio, threshold: float = 0.02, higher_is_better: bool = True) -> Verdict:
