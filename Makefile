@@ -19,9 +19,22 @@ setup: $(VENV)/.installed
 demo: setup
 	$(BIN)/llamalab demo
 
-# pytest exits 5 when it collects no tests; that is not a failure of the suite.
+# `make test`: the whole suite, in two passes. First everything but the `timed` tests, one pytest-xdist worker per
+# core (`TEST_WORKERS`), a test module to a worker (`--dist loadscope`: a module's fixtures, such as a study it runs
+# once for all its tests, are made once); the workers share one build cache, whose trees and downloads are built
+# under a lock, once. Then the `timed` tests alone, one at a time: they compare speeds measured on this machine or
+# hold a wall-time bar, which another worker's load would move. Both passes run whatever the first gave; pytest's 5
+# (no test collected, as under a `-k` that matches none) is no failure. `JUNIT=DIR` writes each pass's JUnit XML there.
+TEST_WORKERS ?= auto
+JUNIT ?=
+junit = $(if $(JUNIT),--junitxml=$(JUNIT)/$(1).xml)
+
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	@rc=0; \
+	$(BIN)/python -m pytest -m "not timed" -n $(TEST_WORKERS) --maxprocesses 8 --dist loadscope \
+	  $(call junit,parallel) $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	$(BIN)/python -m pytest -m timed $(call junit,timed) $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	exit $$rc
 
 # The fast suite: no llama.cpp and no network (it passes inside `unshare -n` once `make setup` has installed
 # everything), about a minute on two cores. Its tests are independent of each other, so they run on one

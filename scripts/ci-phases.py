@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The phase table of a CI run or a `make test`: where the time went.
 
-    python3 scripts/ci-phases.py [--phases FILE] [--junit FILE] [--home DIR] [--bisect-root DIR]
+    python3 scripts/ci-phases.py [--phases FILE] [--junit FILE ...] [--home DIR] [--bisect-root DIR]
 
 --phases: `name seconds` lines that .ci/run writes (apt, the Vulkan toolchain, make test); --junit: pytest's
-JUnit XML (test time by module); --home: the build cache (default $LLAMALAB_HOME or ~/.cache/llamalab), whose trees
+JUnit XML, one file per pass of `make test` (each pass's wall time, and test time by module summed over the passes
+and their workers); --home: the build cache (default $LLAMALAB_HOME or ~/.cache/llamalab), whose trees
 each recorded their compile time and ccache counts in llamalab-build.json; --bisect-root: where the bisect tests'
 own homes were (pytest's basetemp), for their per-commit ccache counts; --since: trees whose marker is older
 show as reused. Prints Markdown; reads only files.
@@ -45,25 +46,36 @@ def trees(home: Path, since: float = 0.0) -> list[tuple[str, str, str, str]]:
 def bisects(root: Path) -> list[tuple[str, str]]:
     rows = []
     for p in sorted(root.rglob("ccache-*.json"), key=lambda p: p.stat().st_mtime):  # in the order built
-        parts = p.relative_to(root).parts
-        rows.append((f"{parts[1] if len(parts) > 2 else ''} commit {p.stem.removeprefix('ccache-')}",
-                     _hits(json.loads(p.read_text()))))
+        # the test's own folder under pytest's basetemp (pytest-N/[popen-gwK/]test_x0/...)
+        test = next((part for part in p.relative_to(root).parts if part.startswith("test")), "")
+        rows.append((f"{test} commit {p.stem.removeprefix('ccache-')}", _hits(json.loads(p.read_text()))))
     return rows
 
 
-def modules(junit: Path) -> list[tuple[str, float, int]]:
+def modules(junits: list[Path]) -> list[tuple[str, float, int]]:
     by: dict[str, list[float]] = defaultdict(list)
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        mod = (case.get("classname") or "?").split(".")
-        name = ".".join(mod[:2]) if mod[0] == "tests" else mod[0]
-        by[name].append(float(case.get("time") or 0))
+    for junit in junits:
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            mod = (case.get("classname") or "?").split(".")
+            name = ".".join(mod[:2]) if mod[0] == "tests" else mod[0]
+            by[name].append(float(case.get("time") or 0))
     return sorted(((m, sum(t), len(t)) for m, t in by.items()), key=lambda r: -r[1])
+
+
+def passes(junits: list[Path]) -> list[tuple[str, float, int]]:
+    """Each JUnit file's pass: (file stem, wall seconds pytest recorded, tests)."""
+    rows = []
+    for junit in junits:
+        suites = list(ET.parse(junit).getroot().iter("testsuite"))
+        rows.append((junit.stem, sum(float(s.get("time") or 0) for s in suites),
+                     sum(int(s.get("tests") or 0) for s in suites)))
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phases", type=Path)
-    ap.add_argument("--junit", type=Path)
+    ap.add_argument("--junit", type=Path, nargs="+", default=[])
     ap.add_argument("--home", type=Path, default=Path(os.environ.get("LLAMALAB_HOME") or
                                                       Path.home() / ".cache" / "llamalab"))
     ap.add_argument("--bisect-root", type=Path)
@@ -83,9 +95,14 @@ def main() -> None:
         for rel, hits in bisects(a.bisect_root):
             print(f"| bisect: {rel} | — | — | {hits} |")
     print()
-    if a.junit and a.junit.exists():
-        rows = modules(a.junit)
-        print("| Test module | Seconds | Tests |\n|---|---|---|")
+    junits = [j for j in a.junit if j.exists()]
+    if junits:
+        print("| `make test` pass | Wall s | Tests |\n|---|---|---|")
+        for stem, sec, n in passes(junits):
+            print(f"| {stem} | {sec:.0f} | {n} |")
+        print()
+        rows = modules(junits)
+        print("| Test module | Seconds (summed over workers) | Tests |\n|---|---|---|")
         for m, sec, n in rows[:a.top]:
             print(f"| {m} | {sec:.0f} | {n} |")
         rest = rows[a.top:]

@@ -21,15 +21,18 @@ def test_phase_table(tmp_path):
     old.mkdir(parents=True)
     (old / "llamalab-build.json").write_text(json.dumps({"seconds": 272, "targets": ["llama-server"]}))
     os.utime(old / "llamalab-build.json", (1_000_000, 1_000_000))
-    b = tmp_path / "pt" / "pytest-0" / "test_bisect0" / "home" / "bisect" / "r" / "build" / "k"
+    b = tmp_path / "pt" / "pytest-0" / "popen-gw1" / "test_bisect0" / "home" / "bisect" / "r" / "build" / "k"
     b.mkdir(parents=True)
     (b / "ccache-abc.json").write_text(json.dumps({"hits": 193, "misses": 2}))
     (tmp_path / "phases").write_text("apt 60\nmake test 1292\n")
-    (tmp_path / "j.xml").write_text('<testsuites><testsuite><testcase classname="tests.test_a" name="x" time="2.5"/>'
-                                    '<testcase classname="tests.test_a" name="y" time="1"/>'
-                                    '<testcase classname="tests.test_b" name="z" time="7"/></testsuite></testsuites>')
+    (tmp_path / "parallel.xml").write_text(
+        '<testsuites><testsuite tests="2" time="3.1"><testcase classname="tests.test_a" name="x" time="2.5"/>'
+        '<testcase classname="tests.test_b" name="z" time="7"/></testsuite></testsuites>')
+    (tmp_path / "timed.xml").write_text('<testsuites><testsuite tests="1" time="1.2">'
+                                        '<testcase classname="tests.test_a" name="y" time="1"/></testsuite></testsuites>')
     out = subprocess.run([sys.executable, str(SCRIPT), "--home", str(tmp_path / "home"), "--phases",
-                          str(tmp_path / "phases"), "--junit", str(tmp_path / "j.xml"), "--bisect-root",
+                          str(tmp_path / "phases"), "--junit", str(tmp_path / "parallel.xml"),
+                          str(tmp_path / "timed.xml"), str(tmp_path / "absent.xml"), "--bisect-root",
                           str(tmp_path / "pt"), "--since", "2000000"], capture_output=True, text=True, check=True).stdout
     assert "| make test | 1292 |" in out
     assert "| b11312-x/cpu-rpc-y | 264 | llama-server | 0 / 202 (0%) |" in out
@@ -37,4 +40,5 @@ def test_phase_table(tmp_path):
     assert "| b11434-z/cpu-rpc-y | reused | llama-server | — |" in out
     assert "| bisect: test_bisect0 commit abc | — | — | 193 / 195 (99%) |" in out
     assert out.index("tests.test_b | 7 | 1") < out.index("tests.test_a | 4 | 2")
-    assert "| **all** | **10** | **3** |" in out
+    assert "| **all** | **10** | **3** |" in out  # both passes, their workers' time summed
+    assert "| parallel | 3 | 2 |" in out and "| timed | 1 | 1 |" in out  # each pass's wall time

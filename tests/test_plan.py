@@ -72,6 +72,7 @@ def test_plan_from_the_first_mib_of_a_model_file(demo_plan_prep, llama_home, tmp
                [(d.model_mib, d.context_mib, d.compute_mib) for d in b.devices]
 
 
+@pytest.mark.timed
 def test_8b_memory_only_study_takes_under_a_minute(llama_home, tmp_path):
     """Issue 11's performance target: the pipeline-parallel study (every build × both KV settings, fitted context)
     for an 8B-shape model from a header-only prefix, under 60 s once the builds exist (2-core CPU machine)."""

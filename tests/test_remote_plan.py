@@ -148,6 +148,7 @@ def test_repository_table_agrees_with_single_plans(hub, gemma, llama_home, capsy
 SIX = [("f16", "F16"), ("q8_0", "Q8_0"), ("q6_k", "Q6_K"), ("q5_k", "Q5_K_M"), ("q4_k", "Q4_K_M"), ("q3_k", "Q3_K_M")]
 
 
+@pytest.mark.timed
 def test_six_quants_of_an_8b_model_in_one_table_under_a_minute(llama_home, tmp_path, monkeypatch, built):
     """Issue 25's target: `llamalab plan --model hf://OWNER/REPO` over 6 quants of one model (header-only GGUFs of
     the 8B shape, 151,936-token vocabulary, from llamacpp.models' writer: F16 to Q3_K), under 60 s on the 2-core

@@ -172,6 +172,21 @@ def test_pinned_downloads_verifies_and_unpacks_without_running_anything(tmp_path
     assert idx.requests == ["/pkg/", "/files/pkg-1.0.tar.gz"]
 
 
+def test_two_processes_asking_at_once_fetch_and_unpack_once(tmp_path, sdist_index, monkeypatch):
+    """`make test`'s workers (or two studies) may ask for the pinned tree together: one fetches and unpacks under
+    the lock, the other waits and takes that tree (flock is per open file, so two threads stand for two processes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    idx, sd, _ = sdist_index
+    monkeypatch.setenv("LLAMALAB_INDEX_URL", idx.url)
+    pin = source.Pin("pkg", "1.0", "pkg-1.0.tar.gz", source.sha256_file(sd), 9, "abc123", "")
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: source.pinned(tmp_path / "home", pin=pin, log=lambda s: None,
+                                                     transport=idx.transport), range(2)))
+    assert got[0].path == got[1].path and (got[0].path / "CMakeLists.txt").is_file()
+    assert idx.requests == ["/pkg/", "/files/pkg-1.0.tar.gz"]  # one download, not two
+
+
 def test_pinned_refuses_a_wrong_sha256_and_extracts_nothing(tmp_path, sdist_index, monkeypatch):
     """The refusal through the function `llamalab run` calls: no tree, no download kept, no build hook run."""
     idx, sd, marker = sdist_index

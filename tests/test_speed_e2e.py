@@ -9,7 +9,7 @@ import pytest
 from llamahelp import run_study
 from llamalab.report import data as rdata, speed
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.timed]  # speeds compared: run alone (Makefile)
 
 A_VS_A = [
     'builds=[{name="copies4"},{name="copies4-again"}]',

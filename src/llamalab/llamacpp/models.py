@@ -304,7 +304,7 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
     import gguf
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.part")  # two processes writing one model never share a file
     arch = shape.arch
     w = gguf.GGUFWriter(str(tmp), arch)
     w.add_name(f"llamalab synthetic {shape.name}")

@@ -18,6 +18,7 @@ import httpx
 
 from .. import proc
 from ..errors import SourceError
+from ..paths import locked
 from .sourceref import SourceRef
 
 
@@ -135,15 +136,20 @@ def pinned(home: Path, *, pin: Pin = PINNED, log=print, transport: httpx.BaseTra
     marker = dest / MARKER
     if marker.is_file():
         return _from_marker(dest)
-    sdist = _download(home / "downloads", pin, log=log, transport=transport)
-    log(f"extracting {pin.subdir} from {sdist.name} …")
-    commit = _extract_vendor(sdist, dest, pin)
-    if commit != pin.commit:
-        shutil.rmtree(dest, ignore_errors=True)
-        raise SourceError(
-            f"the sdist's llama.cpp commit is {commit}, expected {pin.commit}",
-            tip="the download may have been replaced upstream; delete the cache folder and try again.",
-        )
+    # two llamalab processes (two studies, or the test suite's workers) may ask at once: one fetches and unpacks,
+    # the other waits and takes its tree (never a half-written download, never a tree removed under it)
+    with locked(home / "locks" / f"src-{pin.dest_name}.lock"):
+        if marker.is_file():
+            return _from_marker(dest)
+        sdist = _download(home / "downloads", pin, log=log, transport=transport)
+        log(f"extracting {pin.subdir} from {sdist.name} …")
+        commit = _extract_vendor(sdist, dest, pin)
+        if commit != pin.commit:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise SourceError(
+                f"the sdist's llama.cpp commit is {commit}, expected {pin.commit}",
+                tip="the download may have been replaced upstream; delete the cache folder and try again.",
+            )
     return _from_marker(dest)
 
 
@@ -388,6 +394,13 @@ def from_git(repo: Path, rev: str, home: Path, *, log=print) -> Source:
     dest = home / "src" / f"git-{sha[:16]}"
     if (dest / MARKER).is_file():
         return _from_marker(dest)
+    with locked(home / "locks" / f"src-{dest.name}.lock"):  # one export at a time, as in `pinned`
+        if not (dest / MARKER).is_file():
+            _export(repo, sha, rev, dest, log)
+    return _from_marker(dest)
+
+
+def _export(repo: Path, sha: str, rev: str, dest: Path, log) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     log(f"exporting llama.cpp {sha[:9]} ({rev}) from {repo} …")
     tmp = Path(tempfile.mkdtemp(prefix=".git-export-", dir=dest.parent))
@@ -419,7 +432,6 @@ def from_git(repo: Path, rev: str, home: Path, *, log=print) -> Source:
         tree.rename(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return _from_marker(dest)
 
 
 def immutable(src: Source) -> bool:
