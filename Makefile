@@ -28,12 +28,14 @@ demo: setup
 TEST_WORKERS ?= auto
 JUNIT ?=
 junit = $(if $(JUNIT),--junitxml=$(JUNIT)/$(1).xml)
+# after a pass: keep its exit status in rc unless it passed or collected nothing
+kept = || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }
 
 test: setup
 	@rc=0; \
 	$(BIN)/python -m pytest -m "not timed" -n $(TEST_WORKERS) --maxprocesses 8 --dist loadscope \
-	  $(call junit,parallel) $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
-	$(BIN)/python -m pytest -m timed $(call junit,timed) $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	  $(call junit,parallel) $(PYTEST_ARGS) $(kept); \
+	$(BIN)/python -m pytest -m timed $(call junit,timed) $(PYTEST_ARGS) $(kept); \
 	exit $$rc
 
 # The fast suite: no llama.cpp and no network (it passes inside `unshare -n` once `make setup` has installed

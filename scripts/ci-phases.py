@@ -52,22 +52,22 @@ def bisects(root: Path) -> list[tuple[str, str]]:
     return rows
 
 
-def modules(junits: list[Path]) -> list[tuple[str, float, int]]:
+def modules(roots: list[ET.Element]) -> list[tuple[str, float, int]]:
     by: dict[str, list[float]] = defaultdict(list)
-    for junit in junits:
-        for case in ET.parse(junit).getroot().iter("testcase"):
+    for root in roots:
+        for case in root.iter("testcase"):
             mod = (case.get("classname") or "?").split(".")
             name = ".".join(mod[:2]) if mod[0] == "tests" else mod[0]
             by[name].append(float(case.get("time") or 0))
     return sorted(((m, sum(t), len(t)) for m, t in by.items()), key=lambda r: -r[1])
 
 
-def passes(junits: list[Path]) -> list[tuple[str, float, int]]:
-    """Each JUnit file's pass: (file stem, wall seconds pytest recorded, tests)."""
+def passes(junits: dict[str, ET.Element]) -> list[tuple[str, float, int]]:
+    """Each JUnit file's pass (by file stem): (stem, wall seconds pytest recorded, tests)."""
     rows = []
-    for junit in junits:
-        suites = list(ET.parse(junit).getroot().iter("testsuite"))
-        rows.append((junit.stem, sum(float(s.get("time") or 0) for s in suites),
+    for stem, root in junits.items():
+        suites = list(root.iter("testsuite"))
+        rows.append((stem, sum(float(s.get("time") or 0) for s in suites),
                      sum(int(s.get("tests") or 0) for s in suites)))
     return rows
 
@@ -95,13 +95,13 @@ def main() -> None:
         for rel, hits in bisects(a.bisect_root):
             print(f"| bisect: {rel} | — | — | {hits} |")
     print()
-    junits = [j for j in a.junit if j.exists()]
+    junits = {j.stem: ET.parse(j).getroot() for j in a.junit if j.exists()}  # each file read once
     if junits:
         print("| `make test` pass | Wall s | Tests |\n|---|---|---|")
         for stem, sec, n in passes(junits):
             print(f"| {stem} | {sec:.0f} | {n} |")
         print()
-        rows = modules(junits)
+        rows = modules(list(junits.values()))
         print("| Test module | Seconds (summed over workers) | Tests |\n|---|---|---|")
         for m, sec, n in rows[:a.top]:
             print(f"| {m} | {sec:.0f} | {n} |")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,5 +41,6 @@ def test_phase_table(tmp_path):
     assert "| b11434-z/cpu-rpc-y | reused | llama-server | — |" in out
     assert "| bisect: test_bisect0 commit abc | — | — | 193 / 195 (99%) |" in out
     assert out.index("tests.test_b | 7 | 1") < out.index("tests.test_a | 4 | 2")
+    shutil.rmtree(tmp_path / "pt")  # under pytest's basetemp, which .ci/run's table reads: no made-up bisect row
     assert "| **all** | **10** | **3** |" in out  # both passes, their workers' time summed
     assert "| parallel | 3 | 2 |" in out and "| timed | 1 | 1 |" in out  # each pass's wall time
