@@ -509,7 +509,10 @@ def _sweep(tmp_path: Path, env: dict, name: str, depth: int, wrong: list) -> int
     rendered = 0
     for i, (t, col, path) in enumerate(_json_keys(base, depth)):
         for j, bad in enumerate(wrong):
-            d = copy.deepcopy(base)
+            # a copy of the one JSON value changed, the rest shared: the document written is the same as from a
+            # deep copy of all of it, at a fraction of the time (the tune run's has 1,290 cases)
+            rows = base["tables"][t]
+            d = {**base, "tables": {**base["tables"], t: [{**rows[0], col: copy.deepcopy(rows[0][col])}, *rows[1:]]}}
             node = d["tables"][t][0][col]
             for k in path[:-1]:
                 node = node[k]

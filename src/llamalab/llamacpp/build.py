@@ -20,7 +20,7 @@ from pathlib import Path
 from .. import proc
 from ..paths import locked
 from ..errors import BuildError
-from . import ccache
+from . import amx, ccache
 from . import source as source_mod
 from .source import Source
 
@@ -221,6 +221,7 @@ class Builder:
     targets: tuple[str, ...] = DEFAULT_TARGETS
     extra_defines: dict[str, str] = field(default_factory=dict)  # e.g. CMAKE_CUDA_ARCHITECTURES, Vulkan_INCLUDE_DIR
     build_env: dict[str, str] = field(default_factory=dict)  # e.g. HIPCXX, HIP_PATH for a HIP build
+    cpu_flags: frozenset[str] | None = None  # the CPU's /proc/cpuinfo flags (None: this machine's), for amx.defines
     progress: ProgressFn | None = None
     log: Callable[[str], None] = print
 
@@ -229,6 +230,8 @@ class Builder:
             raise BuildError(f"unknown backend {self.backend!r}", tip=f"use one of {', '.join(BACKEND_DEFINES)}.")
         # the real path: the same cache reached through a symlink (LLAMALAB_HOME=/link) finds the same builds
         self.home = Path(os.path.realpath(self.home))
+        if self.cpu_flags is None:
+            self.cpu_flags = amx.this_machine()
 
     @property
     def root(self) -> Path:
@@ -293,7 +296,8 @@ class Builder:
         marker = tree / "llamalab-build.json"
         with locked(tree / ".lock"):
             src = ccache.source_link(tree, self.source.path)  # every compile names the source `.src/…`
-            configure = cmake_configure_argv(src, tree, self.backend, options,
+            no_amx = amx.defines(self.source.path, options, self.cpu_flags or frozenset())
+            configure = cmake_configure_argv(src, tree, self.backend, {**options, **no_amx},
                                              {**self.source.cmake_defines(), **self.extra_defines},
                                              generator="Ninja" if shutil.which("ninja") else None)
             done = _read_marker(marker)
@@ -314,6 +318,8 @@ class Builder:
             log_path = tree / "build.log"
             log_path.unlink(missing_ok=True)
             self.log(f"building {what} (log: {log_path}) …")
+            if no_amx:
+                self.log(f"  with {amx.NO_AMX_INT8}: {amx.WHY}")
             env = {**self.build_env, **ccache.env(tree, self.home)}
             reconfigure = not (tree / "CMakeCache.txt").exists() or not done or \
                 not same_configure(done.get("configure"), configure)

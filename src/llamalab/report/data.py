@@ -29,6 +29,8 @@ class RunData:
     # with has_requests False: every stored trial row again, readable, requests and all, read from the database
     # one at a time (CSV and JSON print every request: they stream them)
     stored_trials: Callable[[], Iterator[dict]] | None = None
+    # what a report module computes from the run alone, kept by name so that each figure is computed once per report
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def id(self) -> str:

@@ -63,7 +63,14 @@ def moved_text(moved: list[dict]) -> str:
 
 def memory_comparisons(data: RunData) -> list[dict]:
     """For each setting, each build against the study's first build (llama.cpp's default): compute, model and KV
-    MiB per device, host compute, the weights it moved, pipeline parallelism on both sides, and the context."""
+    MiB per device, host compute, the weights it moved, pipeline parallelism on both sides, and the context. Made
+    once per run (the decision table asks for it per candidate and setting); not to be changed by the caller."""
+    if "memory_comparisons" not in data.memo:
+        data.memo["memory_comparisons"] = _memory_comparisons(data)
+    return data.memo["memory_comparisons"]
+
+
+def _memory_comparisons(data: RunData) -> list[dict]:
     out = []
     builds = study_builds(data)
     for setting in study_settings(data):
