@@ -5,7 +5,6 @@ source's `amx/mmq.cpp`, a real CMake configure."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
