@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 from llamalab.llamacpp import budget, models
-from llamalab.run import plancheck, session
-from llamalab.study import spec as studymod
 from llamalab.paths import cache_home
+from llamalab.run import plancheck, session
 from llamalab.run.progress import StderrProgress
+from llamalab.study import spec as studymod
 
 HERE = Path(__file__).resolve().parent
 

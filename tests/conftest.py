@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.run import session
-from llamalab.study import spec as studymod
 from llamalab.paths import cache_home
+from llamalab.run import session
 from llamalab.run.progress import Progress, StderrProgress
+from llamalab.study import spec as studymod
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 from llamalab.run import runner, session
-from llamalab.study import spec as studymod
 from llamalab.run.progress import Progress
 from llamalab.store.db import Store
+from llamalab.study import spec as studymod
 
 # Two builds, one setting, tiny workload: a few seconds per configuration on 2 cores.
 FAST = [

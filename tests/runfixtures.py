@@ -9,8 +9,8 @@ import json
 import tomllib
 from pathlib import Path
 
-from llamalab.store.exchange import encode_row
 from llamalab.store.db import Store
+from llamalab.store.exchange import encode_row
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 DEMO = "demo-cpu-rpc"  # 2 builds × 2 KV settings × 3 trials, single stream (no-pp-blas skipped: no OpenBLAS)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from llamalab.report import context, markdown, recommend, speed
+from llamalab.report import data as rdata
 from llamalab.store import exchange
-from llamalab.report import context, data as rdata, markdown, recommend, speed
 from llamalab.store.db import Store
 from runfixtures import BUDGET, CONCURRENCY, DEMO, GRID, OVER_BUDGET, VERSIONS, fill
 

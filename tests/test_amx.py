@@ -8,12 +8,11 @@ import shutil
 
 import pytest
 
+from conftest import FIXTURES
+from llamalab.errors import BuildError
 from llamalab.llamacpp import amx, build
 from llamalab.llamacpp import source as source_mod
 from llamalab.llamacpp.source import Source
-from llamalab.errors import BuildError
-
-from conftest import FIXTURES
 
 SAPPHIRE_RAPIDS = FIXTURES / "cpuinfo" / "sapphire-rapids-firecracker.txt"
 

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from llamalab.errors import ConfigError, SourceError
 from llamalab.llamacpp import binaries
+from llamalab.llamacpp.build import BuildArtifact
+from llamalab.llamacpp.source import Source
 from llamalab.run import session
 from llamalab.study import spec as studymod
-from llamalab.llamacpp.build import BuildArtifact
-from llamalab.errors import ConfigError, SourceError
-from llamalab.llamacpp.source import Source
-
 from test_bad_input_cli import assert_clean_error, llamalab
 
 FIX = Path(__file__).parent / "fixtures"

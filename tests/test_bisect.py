@@ -150,8 +150,8 @@ def test_render_names_the_commit_the_change_and_the_time():
 
 
 def test_pick_config(tmp_path):
-    from llamalab.study import spec as study
     from llamalab.errors import ConfigError
+    from llamalab.study import spec as study
 
     st, _ = study.load("demo")
     assert bisect.pick_config(st, None, None).id == "copies4|kv-f16-q8_0"

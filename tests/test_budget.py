@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from llamalab.errors import ConfigError
 from llamalab.llamacpp import argv, budget
 from llamalab.llamacpp.budget import DeviceMemory
-from llamalab.errors import ConfigError
 
 FIX = Path(__file__).parent / "fixtures" / "fitparams"
 

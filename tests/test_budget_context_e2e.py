@@ -15,7 +15,8 @@ import pytest
 
 from llamahelp import run_study
 from llamalab.llamacpp import packaged
-from llamalab.report import context, data as rdata, markdown, recommend, tables
+from llamalab.report import context, markdown, recommend, tables
+from llamalab.report import data as rdata
 
 pytestmark = pytest.mark.llama
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.llamacpp import build
 from llamalab.errors import BuildError
+from llamalab.llamacpp import build
 
 
 @pytest.mark.parametrize("given, want", [

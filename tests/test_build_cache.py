@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import fakellama
-from llamalab.llamacpp import build, source
 from llamalab import proc
 from llamalab.errors import LaunchError
+from llamalab.llamacpp import build, source
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,
                                 reason="needs cmake and a C compiler")

@@ -15,9 +15,9 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from llamalab.study import spec as study
 from llamalab.cli import cli
 from llamalab.errors import LlamalabError
+from llamalab.study import spec as study
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

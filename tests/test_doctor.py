@@ -10,8 +10,8 @@ from pathlib import PurePosixPath
 import pytest
 from click.testing import CliRunner
 
-from llamalab.machine import doctor
 from llamalab.cli import cli
+from llamalab.machine import doctor
 from llamalab.machine.gpu import Gpu
 
 DEBIAN12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from llamalab.errors import LaunchError
+from llamalab.llamacpp import vulkan as vk
+from llamalab.machine import rocm
 from llamalab.rig import devices
 from llamalab.run import drivercheck
-from llamalab.machine import rocm
-from llamalab.llamacpp import vulkan as vk
-from llamalab.errors import LaunchError
 
 F = Path(__file__).parent / "fixtures"
 

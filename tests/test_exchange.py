@@ -9,11 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 import runfixtures
-from llamalab.llamacpp import crosscheck
-from llamalab.store import exchange
 from llamalab.cli import cli
 from llamalab.errors import ConfigError, StoreError
-from llamalab.store import migrations
+from llamalab.llamacpp import crosscheck
+from llamalab.store import exchange, migrations
 from llamalab.store.db import LOCAL_RUN_COLUMNS, Store
 
 

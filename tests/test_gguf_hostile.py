@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.llamacpp import models, standin
 from llamalab.errors import ModelError
+from llamalab.llamacpp import models, standin
 
 SMALL = models.ModelShape("t", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=600, n_ctx_train=512)
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from llamahelp import run_study
-from llamalab.report import data as rdata, grid, html, markdown, plots, recommend, verdict
+from llamalab.report import data as rdata
+from llamalab.report import grid, html, markdown, plots, recommend, verdict
 
 pytestmark = pytest.mark.llama
 

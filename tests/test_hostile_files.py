@@ -26,12 +26,11 @@ import pytest
 import fsfaults
 import runfixtures
 from llamalab import cli
-from llamalab.store import owner, runids
 from llamalab.errors import ConfigError, StoreError
-from llamalab.store.exchange import encode_row
 from llamalab.records import ConfigOutcome
-from llamalab.store import migrations
+from llamalab.store import migrations, owner, runids
 from llamalab.store.db import Store
+from llamalab.store.exchange import encode_row
 from test_bad_input_cli import assert_clean_error, llamalab
 
 RID = runfixtures.doc()["run_id"]

@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 
 import runfixtures
-from llamalab.report import data as rdata, html
+from llamalab.report import data as rdata
+from llamalab.report import html
 from llamalab.report.plots import COLORS
-from llamalab.write import atomic_write
 from llamalab.store.db import Store
+from llamalab.write import atomic_write
 
 
 def _chromium() -> str | None:

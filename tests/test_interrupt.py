@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import queue
 import signal
-import threading
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest

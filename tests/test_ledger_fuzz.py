@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from llamalab.llamacpp import budget, ledger, memory
 from llamalab.report import inspect_view
-from llamalab.run import plan
 from llamalab.rig import remote
+from llamalab.run import plan
 
 settings.register_profile("ledger-fuzz", deadline=None, derandomize=True, database=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

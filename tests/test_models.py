@@ -5,8 +5,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from llamalab.llamacpp import models
 from llamalab.errors import ModelError
+from llamalab.llamacpp import models
 
 SMALL = models.ModelShape("t", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=600, n_ctx_train=512)
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import pytest
 
 from llamahelp import run_study
-from llamalab.run.progress import Progress
-from llamalab.report import data as rdata, verdict
+from llamalab.report import data as rdata
+from llamalab.report import verdict
 from llamalab.report.data import device_labels, device_names
+from llamalab.run.progress import Progress
 
 pytestmark = pytest.mark.llama
 

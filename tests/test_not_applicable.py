@@ -11,15 +11,15 @@ import json
 from pathlib import Path
 
 import pytest
-
-import runfixtures
 from click.testing import CliRunner
 
-from llamalab.run import runner, session
-from llamalab.study import spec as studymod
+import runfixtures
 from llamalab.cli import _print_table, cli
-from llamalab.report import csvfile, data as rdata, document, html, markdown, summary
+from llamalab.report import csvfile, document, html, markdown, summary
+from llamalab.report import data as rdata
+from llamalab.run import runner, session
 from llamalab.store.db import Store
+from llamalab.study import spec as studymod
 
 FIXTURE = Path(__file__).parent / "fixtures" / "split-modes" / "split-modes-cpu-rpc.json"
 ROW = "llama.cpp: device RPC0 does not support split buffers"
@@ -147,8 +147,8 @@ def test_import_and_report_from_the_command_line(tmp_path):
 def test_a_llamalab_without_the_status_refuses_the_database_and_the_export(tmp_path, monkeypatch):
     """A llamalab from before migration 0009 would count a not-applicable arm as failed, or refuse to report it:
     the migration's name makes it refuse the database, and the export, as a newer llamalab's instead."""
-    from llamalab.store import exchange, migrations
     from llamalab.errors import ConfigError, StoreError
+    from llamalab.store import exchange, migrations
 
     store, _ = stored(tmp_path)
     store.close()

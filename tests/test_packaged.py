@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.llamacpp import packaged
 from llamalab.errors import ModelError
+from llamalab.llamacpp import packaged
 
 CHUNKS = [os.urandom(300_000), os.urandom(123_457)]
 

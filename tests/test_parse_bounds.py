@@ -19,8 +19,8 @@ import pytest
 from hostile_lines import RUNS, hostile_log, issue_cases, under_the_cap
 from llamalab.llamacpp import budget, ledger
 from llamalab.report import inspect_view
-from llamalab.run import plan
 from llamalab.rig import remote
+from llamalab.run import plan
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

@@ -7,8 +7,8 @@ import pytest
 
 from llamalab.llamacpp import budget, models, standin
 from llamalab.run import plan, plancheck, session
-from llamalab.study import spec as studymod
 from llamalab.run.progress import Progress
+from llamalab.study import spec as studymod
 
 pytestmark = pytest.mark.llama
 

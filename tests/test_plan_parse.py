@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llamalab.llamacpp import models, standin
-from llamalab.run import plan, plancheck
-from llamalab.report import plan_view
-from llamalab.llamacpp.build import BuildArtifact
 from llamalab.errors import ModelError
+from llamalab.llamacpp import models, standin
+from llamalab.llamacpp.build import BuildArtifact
 from llamalab.llamacpp.source import Source
+from llamalab.report import plan_view
+from llamalab.run import plan, plancheck
 
 FIX = Path(__file__).parent / "fixtures" / "fitparams"
 

@@ -2,7 +2,8 @@
 llama.cpp: what "fits", the contexts and the budget needed for --context, in the terminal's and Markdown's words."""
 
 from llamalab.report import planrepo_view
-from llamalab.run import plan as planmod, planrepo
+from llamalab.run import plan as planmod
+from llamalab.run import planrepo
 
 
 def config(n_ctx, used, budgets=(8192, 6144), margins=(1024, 1024), fit_ok=True, reduced=None):

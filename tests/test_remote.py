@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.rig import devices, remote
-from llamalab.llamacpp import ledger
-from llamalab.run import session
-from llamalab.study import endpoints, spec as studymod
 from llamalab.errors import ConfigError, LaunchError
+from llamalab.llamacpp import ledger
+from llamalab.rig import devices, remote
+from llamalab.run import session
+from llamalab.study import endpoints
+from llamalab.study import spec as studymod
 
 # ---------------------------------------------------------------- endpoints
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 import runfixtures
-from llamalab.report import compare as cmp, data as rdata
+from llamalab.report import compare as cmp
+from llamalab.report import data as rdata
 from llamalab.store.db import Store
 
 

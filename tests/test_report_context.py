@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.report import context, data as rdata, document, recommend
+from llamalab.report import context, document, recommend
+from llamalab.report import data as rdata
 from llamalab.store.db import Store
 from runfixtures import BUDGET, DEMO, fill
 

@@ -9,11 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 import runfixtures
-from llamalab.llamacpp import crosscheck
 from llamalab.cli import cli
-from llamalab.store.exchange import decode_tables
-from llamalab.report import csvfile, data as rdata, document, formats, markdown
+from llamalab.llamacpp import crosscheck
+from llamalab.report import csvfile, document, formats, markdown
+from llamalab.report import data as rdata
 from llamalab.store.db import Store
+from llamalab.store.exchange import decode_tables
 
 
 @pytest.fixture

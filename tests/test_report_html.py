@@ -9,7 +9,8 @@ from html.parser import HTMLParser
 import pytest
 
 import runfixtures
-from llamalab.report import data as rdata, html
+from llamalab.report import data as rdata
+from llamalab.report import html
 from llamalab.store.db import Store
 
 

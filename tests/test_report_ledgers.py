@@ -11,8 +11,9 @@ import pytest
 
 import runfixtures
 from llamalab.llamacpp import ledger, memory
+from llamalab.report import csvfile, formats, summary, tables, verdict
+from llamalab.report import data as rdata
 from llamalab.run import nvmlcheck
-from llamalab.report import csvfile, data as rdata, formats, summary, tables, verdict
 from llamalab.store.db import Store
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"

@@ -8,7 +8,8 @@ import pytest
 from matplotlib.figure import Figure
 
 import runfixtures
-from llamalab.report import data as rdata, plots
+from llamalab.report import data as rdata
+from llamalab.report import plots
 from llamalab.store.db import Store
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 import runfixtures
-from llamalab.report import data as rdata, document, html, markdown, speed, versions
+from llamalab.report import data as rdata
+from llamalab.report import document, html, markdown, speed, versions
 from llamalab.store.db import Store
 
 VERSIONS = runfixtures.VERSIONS

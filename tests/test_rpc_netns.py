@@ -23,12 +23,13 @@ import pytest
 
 import netns
 from llamalab import net, proc
+from llamalab.report import data as rdata
+from llamalab.report import network
 from llamalab.rig import remote
 from llamalab.run import runner, session
-from llamalab.study import spec as studymod
 from llamalab.run.progress import Progress, StderrProgress
-from llamalab.report import data as rdata, network
 from llamalab.store.db import Store
+from llamalab.study import spec as studymod
 
 pytestmark = pytest.mark.llama
 

@@ -10,8 +10,8 @@ import threading
 import httpx
 import pytest
 
-from llamalab.llamacpp import source
 from llamalab.errors import SourceError
+from llamalab.llamacpp import source
 
 
 def _sdist(path, root, commit):

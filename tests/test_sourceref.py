@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
-from llamalab.llamacpp import source, sourceref
-from llamalab.study import spec as study
 from llamalab.errors import ConfigError, SourceError
+from llamalab.llamacpp import source, sourceref
 from llamalab.llamacpp.sourceref import RefError, parse
+from llamalab.study import spec as study
 
 
 @pytest.mark.parametrize("text,kind,fields", [

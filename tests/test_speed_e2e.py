@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from llamahelp import run_study
-from llamalab.report import data as rdata, speed
+from llamalab.report import data as rdata
+from llamalab.report import speed
 
 pytestmark = [pytest.mark.llama, pytest.mark.timed]  # speeds compared: run alone (Makefile)
 

@@ -16,8 +16,9 @@ import sys
 import pytest
 
 from llamahelp import env_for
+from llamalab.report import data as rdata
+from llamalab.report import document, markdown
 from llamalab.run import runner
-from llamalab.report import data as rdata, document, markdown
 from llamalab.store.db import Store
 
 pytestmark = pytest.mark.llama

@@ -4,10 +4,11 @@ import sqlite3
 
 import pytest
 
-from llamalab.store import db as storemod, migrations
 from llamalab.errors import StoreError
 from llamalab.llamacpp.ledger import parse
 from llamalab.records import ConfigOutcome, RequestResult, Trial
+from llamalab.store import db as storemod
+from llamalab.store import migrations
 
 
 def _columns(db, table):

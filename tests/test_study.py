@@ -2,8 +2,8 @@
 
 import pytest
 
-from llamalab.study import spec as study
 from llamalab.errors import ConfigError
+from llamalab.study import spec as study
 
 
 def test_presets_load_and_expand():

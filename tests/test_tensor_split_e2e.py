@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from llamahelp import run_study
-from llamalab.report import data as rdata, formats, tables, verdict
+from llamalab.report import data as rdata
+from llamalab.report import formats, tables, verdict
 
 pytestmark = pytest.mark.llama
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import fakellama
-from llamalab.study import spec as studymod, trust
 from llamalab.errors import ConfigError
+from llamalab.study import spec as studymod
+from llamalab.study import trust
 
 
 def cli(*args: str, home: Path, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from llamalab.report import data as rdata, tune as rtune
+from llamalab.report import data as rdata
+from llamalab.report import tune as rtune
 from llamalab.run import stats
 from llamalab.run import tunespace as ts
 from llamalab.store.db import Store

@@ -25,7 +25,8 @@ import time
 import pytest
 
 from llamalab.llamacpp import packaged
-from llamalab.report import data as rdata, tune as rtune
+from llamalab.report import data as rdata
+from llamalab.report import tune as rtune
 from llamalab.run import quality, tunepick
 from llamalab.run.progress import Progress
 from llamalab.store.db import Store

@@ -12,7 +12,9 @@ import pytest
 
 import runfixtures
 from llamalab.cli import entry
-from llamalab.report import data as rdata, document, formats, html, markdown, plots, tune as rtune
+from llamalab.report import data as rdata
+from llamalab.report import document, formats, html, markdown, plots
+from llamalab.report import tune as rtune
 from llamalab.run import stats
 from llamalab.store.db import Store
 

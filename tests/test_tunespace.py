@@ -9,7 +9,8 @@ import pytest
 
 from llamalab.llamacpp import maxctx, models, standin
 from llamalab.report import tune as rtune
-from llamalab.run import plan, tune, tunepick, tunespace as ts
+from llamalab.run import plan, tune, tunepick
+from llamalab.run import tunespace as ts
 
 FIX = Path(__file__).parent / "fixtures" / "tune"
 NAMES = ("RPC0", "RPC1")

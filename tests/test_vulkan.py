@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.run import nvmlcheck
 from llamalab.llamacpp import vulkan as vk
+from llamalab.run import nvmlcheck
 
 F = Path(__file__).parent / "fixtures" / "vulkaninfo"
 

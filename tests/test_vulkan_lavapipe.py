@@ -14,14 +14,13 @@ import time
 
 import pytest
 
-from llamalab.machine import detect
-from llamalab.run import session
-from llamalab.study import spec as studymod
-from llamalab.llamacpp import vulkan as vk
-from llamalab.paths import cache_home
-from llamalab.run.progress import Progress
-
 from llamahelp import run_study
+from llamalab.llamacpp import vulkan as vk
+from llamalab.machine import detect
+from llamalab.paths import cache_home
+from llamalab.run import session
+from llamalab.run.progress import Progress
+from llamalab.study import spec as studymod
 
 pytestmark = pytest.mark.llama
 

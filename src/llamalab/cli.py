@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import tempfile
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import click
 
 from . import __version__, proc
-from .store import runids
 from .errors import ConfigError, Interrupted, LlamalabError
+from .store import runids
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -54,7 +54,8 @@ TRUST_HELP = ("Run a study file that asks for what can run code or open this mac
 def _load_study(ref: str, overrides, trust: bool):
     """A study, refused when its file asks for what only the user can allow (trust.risks): the file cannot vouch for
     itself, so the word is a flag on the command line. Presets and the user's own --set/--host are trusted."""
-    from .study import spec as studymod, trust as trustmod
+    from .study import spec as studymod
+    from .study import trust as trustmod
 
     st, text = studymod.load(ref, overrides)
     found = [] if studymod.is_preset(ref) else trustmod.from_file(trustmod.risks(st), overrides)
@@ -188,7 +189,8 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
         run_id = runner.execute(prep, text, opts, progress)
     finally:
         progress.close()
-    from .report import data as rdata, markdown, tables
+    from .report import data as rdata
+    from .report import markdown, tables
     from .write import atomic_write
 
     with Store(opts.db) as store:  # the report and the table need the requests' speed figures only
@@ -381,7 +383,6 @@ def build_cmd(study, overrides, llama_cpp, llama_bin, as_json, trust) -> None:
       llamalab build my-study.toml --llama-cpp ~/src/llama.cpp
     """
     from .run import session
-    from .study import spec as studymod
     from .run.progress import RichProgress, StderrProgress
 
     st, _ = _load_study(study, [*overrides, *_bin_override(llama_bin)], trust)
@@ -528,10 +529,10 @@ def export_cmd(run_id, db, output) -> None:
     Examples:
       llamalab export 20261129-101500-ab12cd -o rig1.json
     """
-    from .store import exchange
     from .paths import default_db
-    from .write import atomic_write, db_files
+    from .store import exchange
     from .store.db import Store
+    from .write import atomic_write, db_files
 
     db = db or default_db()
     with Store(db, readonly=True) as store:  # the run is checked whole before the first piece is written
@@ -602,8 +603,8 @@ def import_cmd(file, db) -> None:
       llamalab import rig1.json
       llamalab compare RIG1_RUN LOCAL_RUN
     """
-    from .store import exchange
     from .paths import default_db
+    from .store import exchange
     from .store.db import Store
 
     source = _Source(file)
@@ -639,8 +640,8 @@ def inspect(log, as_json, tensor_split) -> None:
       journalctl -u ollama --no-pager | llamalab inspect -
       llamalab inspect --tensor-split 3,1 tensor-split.log
     """
-    from .report import inspect_view
     from .llamacpp import argv, ledger
+    from .report import inspect_view
 
     split = None
     if tensor_split is not None:
@@ -904,14 +905,16 @@ def tune(study, model, download, budget, goal, min_context, min_gen_tps, paralle
       llamalab tune --model qwen3-30b-a3b-q8_0.gguf --budget 24GiB --goal throughput --parallel 4
       llamalab tune --model hf://unsloth/Qwen3-8B-GGUF:Q4_K_M --budget 16GiB,12GiB   # stage one, from the header
     """
+    from .llamacpp import modelref
     from .paths import default_db
-    from .report import data as rdata, markdown, tune as rtune
-    from .run import runner, tune as tunemod
+    from .report import data as rdata
+    from .report import markdown
+    from .report import tune as rtune
+    from .run import runner
+    from .run import tune as tunemod
     from .run.progress import RichProgress, StderrProgress
     from .store.db import Store
     from .write import atomic_write
-
-    from .llamacpp import modelref
 
     sets = [*overrides, *_bin_override(llama_bin)]
     model_path = None
@@ -1045,7 +1048,8 @@ def quality(model, kv, llama_cpp, as_json) -> None:
     """
     from .llamacpp import models
     from .paths import cache_home
-    from .run import quality as qmod, session
+    from .run import quality as qmod
+    from .run import session
     from .run.progress import RichProgress, StderrProgress
     from .study.spec import TuneSpec
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import LaunchError
 
-_live: set["Child"] = set()
+_live: set[Child] = set()
 _live_lock = threading.Lock()
 
 # Set by the SIGINT/SIGTERM handler. The handler also raises KeyboardInterrupt, but an exception raised while the

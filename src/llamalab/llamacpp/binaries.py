@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import proc
-from .build import BuildArtifact
 from ..errors import ConfigError, SourceError
+from .build import BuildArtifact
 from .source import Source
 
 SERVER = "llama-server"

@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from . import argv, ledger
 from ..errors import ConfigError
+from . import argv, ledger
 
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's default -fitt (common_params.fit_params_target)
 

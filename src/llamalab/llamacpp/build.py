@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import proc
-from ..paths import locked
 from ..errors import BuildError
+from ..paths import locked
 from . import amx, ccache
 from . import source as source_mod
 from .source import Source

@@ -110,7 +110,7 @@ QUANT: dict[str, tuple[str, int, int, tuple[int, int | None]]] = {
 }
 
 
-def _layout(shape: "ModelShape", shp: tuple[int, ...], dt: type) -> tuple[str, int]:
+def _layout(shape: ModelShape, shp: tuple[int, ...], dt: type) -> tuple[str, int]:
     """(ggml type of a tensor, its bytes): f16 matrices (2-D, and the experts' 3-D stacks) take the shape's wtype
     where their rows divide into blocks."""
     n = int(np.prod(shp))

@@ -114,7 +114,7 @@ class Session:
     @contextlib.contextmanager
     def open(cls, home: Path, *, transport: httpx.BaseTransport | None = None, policy: rangeio.Policy | None = None,
              log: Callable[[str], None] = lambda s: None,
-             on_download: Callable[[str, int, int], None] | None = None) -> Iterator["Session"]:
+             on_download: Callable[[str, int, int], None] | None = None) -> Iterator[Session]:
         policy = policy or rangeio.Policy()
         with rangeio.client(transport, policy) as http:
             yield cls(home=Path(home), http=http, policy=policy, log=log, on_download=on_download)
@@ -229,7 +229,7 @@ def _hf_session(policy: rangeio.Policy) -> None:
     key = (policy.connect_s, policy.read_s)
     if _HF_CONFIGURED == [key]:
         return
-    lib = getattr(hfhttp, "httpx2", None) or getattr(hfhttp, "httpx")
+    lib = getattr(hfhttp, "httpx2", None) or hfhttp.httpx
     hook = getattr(hfhttp, "hf_request_event_hook", None)
 
     def factory():
@@ -246,7 +246,7 @@ def _hf_errors(what: str, endpoint: str) -> Iterator[None]:
     from huggingface_hub import errors as hferr
     from huggingface_hub.utils import _http as hfhttp
 
-    lib = getattr(hfhttp, "httpx2", None) or getattr(hfhttp, "httpx")
+    lib = getattr(hfhttp, "httpx2", None) or hfhttp.httpx
     try:
         yield
     except hferr.GatedRepoError:
@@ -288,7 +288,7 @@ def _hf_transient(e: BaseException) -> bool:
     from huggingface_hub import errors as hferr
     from huggingface_hub.utils import _http as hfhttp
 
-    lib = getattr(hfhttp, "httpx2", None) or getattr(hfhttp, "httpx")
+    lib = getattr(hfhttp, "httpx2", None) or hfhttp.httpx
     if isinstance(e, hferr.HfHubHTTPError):
         code = e.response.status_code if getattr(e, "response", None) is not None else 0
         return code == 429 or code >= 500

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import proc
+from ..errors import ModelError
 from ..paths import locked
 from .source import sha256_file
-from ..errors import ModelError
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import budget
 from .. import proc
+from . import budget
 
 MAX_DEVICES = 16  # GGML_VK_MAX_DEVICES
 VISIBLE = "GGML_VK_VISIBLE_DEVICES"

@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import gpu
 from .. import proc
-from ..llamacpp import toolchain, vulkan as vk
+from ..llamacpp import toolchain
+from ..llamacpp import vulkan as vk
+from . import gpu
 
 VULKAN_MIN_HEADER = 275  # VK_EXT_layer_settings, used by llama.cpp b11312 without a version guard
 PCI_VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}

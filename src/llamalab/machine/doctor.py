@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..llamacpp import build, toolchain, vulkan as vk
-from . import detect, gpu
 from .. import paths, proc
+from ..llamacpp import build, toolchain
+from ..llamacpp import vulkan as vk
+from . import detect, gpu
 
 # ---------------------------------------------------------------- facts the checks rely on
 

@@ -8,9 +8,8 @@ Pure: takes two RunData, returns a dict and text.
 
 from __future__ import annotations
 
-
-from ..store import jsoncol
 from ..run import stats
+from ..store import jsoncol
 from . import speed, tables
 from .data import RunData, compute_by_label, host_compute
 

@@ -16,9 +16,8 @@ not hidden.
 
 from __future__ import annotations
 
-
-from ..store import jsoncol
 from ..llamacpp import maxctx, memory
+from ..store import jsoncol
 from .data import RunData, compute_by_label, device_labels, device_names
 from .verdict import study_builds, study_settings
 

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..store import jsoncol
 from ..errors import StoreError
 from ..llamacpp.ledger import device_names, without_endpoint
+from ..store import jsoncol
 from ..store.db import Store
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..store import runids
 from ..errors import ConfigError
+from ..store import runids
 from . import csvfile, document, html, markdown, plots
 from .data import RunData
 

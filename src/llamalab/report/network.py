@@ -5,10 +5,9 @@ Pure: takes RunData, returns rows, dicts and text.
 
 from __future__ import annotations
 
-
-from ..store import jsoncol
 from ..rig import remote
 from ..run import stats
+from ..store import jsoncol
 from . import compare, speed, tables
 from .data import RunData
 

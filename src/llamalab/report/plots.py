@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 
 import numpy as np
-
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import shlex
 
-from ..store import jsoncol
 from ..llamacpp.applicability import NOT_APPLICABLE
+from ..store import jsoncol
 from . import speed, verdict
 from .data import RunData
-
 
 _json = jsoncol.decode
 

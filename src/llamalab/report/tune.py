@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..llamacpp import argv
+from ..run import stats, tunepick
 from ..run import tunespace as ts
+from ..run.tunepick import Pick, compare, measured_front
 from ..store import jsoncol
-from ..run import stats
-from ..run import tunepick
-from ..run.tunepick import Pick, compare, measured_front, pick
 from .data import RunData
 from .tables import markdown_table
 
@@ -47,7 +45,7 @@ class View:
     run_id: str
     doc: dict
     rows: list[Row]
-    pick: "Pick"
+    pick: Pick
     pick_sentence: str
     command: str
     default_command: str
@@ -55,9 +53,9 @@ class View:
     parallel: int
     stage_lines: list[str] = field(default_factory=list)
     undecided: list[str] = field(default_factory=list)  # what the measurements leave open about the pick
-    rule: "tunepick.Rule | None" = None
+    rule: tunepick.Rule | None = None
     repeats: int = 1
-    replay: "tunepick.Replay | None" = None  # an exhaustive run: the race over its own trials
+    replay: tunepick.Replay | None = None  # an exhaustive run: the race over its own trials
 
 
 # ---------------------------------------------------------------- measured speeds (stage two)

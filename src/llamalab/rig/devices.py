@@ -22,10 +22,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..llamacpp import argv, budget, vulkan as vk
 from .. import net, proc
-from ..llamacpp.build import BuildArtifact
 from ..errors import ConfigError, LaunchError
+from ..llamacpp import argv, budget
+from ..llamacpp import vulkan as vk
+from ..llamacpp.build import BuildArtifact
 
 
 @dataclass(frozen=True)

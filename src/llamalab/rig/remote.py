@@ -32,14 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import net, proc
-from ..llamacpp import argv, ledger
 from ..errors import ConfigError, LaunchError
+from ..llamacpp import argv, ledger
 from ..study.endpoints import is_ipv4, parse_endpoint
 
 if TYPE_CHECKING:
     from ..llamacpp.build import BuildArtifact
-    from .devices import DeviceSetup
     from ..study.spec import RemoteSpec
+    from .devices import DeviceSetup
 
 REMOTE_HOME = ".cache/llamalab/rpc-server"  # relative to the remote user's home directory
 # ssh takes the first value it is given for an option: BatchMode comes before the study's options (never a password
@@ -70,7 +70,7 @@ def exposure(host: str, resolve: Callable[[str], list[str]] = _resolve) -> str |
             "or reach them through an ssh tunnel (ssh -L 50052:127.0.0.1:50052 host) and use 127.0.0.1:50052.")
 
 
-def bind_address(spec: "RemoteSpec") -> str:
+def bind_address(spec: RemoteSpec) -> str:
     """Where an rpc-server that llamalab starts listens: `bind`, else the endpoint's own IPv4 address. Never 0.0.0.0
     unless the user wrote it."""
     if spec.bind:
@@ -266,7 +266,7 @@ def scp_argv(target: str, files: Sequence[Path], remote_dir: str, options: Seque
 _SONAME = re.compile(r"^libggml[\w-]*\.so\.\d+$")
 
 
-def files_to_copy(art: "BuildArtifact") -> dict[str, Path]:
+def files_to_copy(art: BuildArtifact) -> dict[str, Path]:
     """rpc-server and the ggml libraries it loads (by their SONAME), a copies variant's own library first."""
     files = {"ggml-rpc-server": art.binary("ggml-rpc-server")}
     for d in [art.bin_dir] + ([art.lib_dir] if art.lib_dir else []):  # later wins: the variant's library
@@ -330,20 +330,20 @@ def check_command(path: str) -> list[str]:
 class Managed:
     """An rpc-server llamalab started over ssh: the ssh child and its output (the rpc-server's start-up lines)."""
 
-    spec: "RemoteSpec"
+    spec: RemoteSpec
     child: proc.Child
     pidfile: str
     log_lines: list[str] = field(default_factory=list)
 
 
-def _ssh_fail(spec: "RemoteSpec", what: str, rc: int, out: str) -> LaunchError:
+def _ssh_fail(spec: RemoteSpec, what: str, rc: int, out: str) -> LaunchError:
     tail = "\n".join("    " + ln for ln in out.strip().splitlines()[-6:])
     return LaunchError(f"{what} on {spec.ssh} failed (exit status {rc}):\n{tail}",
                        tip=f"check `ssh {spec.ssh} true` works without a password prompt (llamalab runs ssh with "
                            "BatchMode=yes: use a key, e.g. ssh-copy-id); pass -i/-F/-o options in ssh_options.")
 
 
-def check_login(spec: "RemoteSpec", capture: Callable[..., tuple[int, str]] = proc.capture) -> None:
+def check_login(spec: RemoteSpec, capture: Callable[..., tuple[int, str]] = proc.capture) -> None:
     """ssh works without a prompt, and the rpc-server named by rpc_server_path is there."""
     assert spec.ssh
     rc, out = capture(ssh_argv(spec.ssh, ["true"], spec.ssh_options), timeout_s=30.0)
@@ -358,7 +358,7 @@ def check_login(spec: "RemoteSpec", capture: Callable[..., tuple[int, str]] = pr
                                   "llamalab copies the one it built.")
 
 
-def install(spec: "RemoteSpec", art: "BuildArtifact", capture: Callable[..., tuple[int, str]] = proc.capture) -> str:
+def install(spec: RemoteSpec, art: BuildArtifact, capture: Callable[..., tuple[int, str]] = proc.capture) -> str:
     """Copy llamalab's rpc-server and its libraries to the remote (once per content); returns the remote folder."""
     assert spec.ssh
     files = files_to_copy(art)
@@ -380,7 +380,7 @@ def install(spec: "RemoteSpec", art: "BuildArtifact", capture: Callable[..., tup
 
 
 @contextmanager
-def managed(spec: "RemoteSpec", art: "BuildArtifact", log_dir: Path, *, ready_timeout_s: float = 30.0,
+def managed(spec: RemoteSpec, art: BuildArtifact, log_dir: Path, *, ready_timeout_s: float = 30.0,
             capture: Callable[..., tuple[int, str]] = proc.capture,
             spawn: Callable[..., proc.Child] = proc.spawn) -> Iterator[Managed]:
     """Start an rpc-server on `spec.ssh`, wait until its endpoint answers, yield, and stop it — on normal exit,
@@ -426,8 +426,8 @@ def managed(spec: "RemoteSpec", art: "BuildArtifact", log_dir: Path, *, ready_ti
 
 # ---------------------------------------------------------------- joining remote devices to a device setup
 
-def merge_setup(dev: "DeviceSetup", endpoints: Sequence[str],
-                found: Mapping[str, Sequence[RemoteDevice]]) -> "DeviceSetup":
+def merge_setup(dev: DeviceSetup, endpoints: Sequence[str],
+                found: Mapping[str, Sequence[RemoteDevice]]) -> DeviceSetup:
     """The local setup with the remote endpoints added to its `--rpc` list (local rpc-servers first)."""
     args = list(dev.server_args)
     rpc = argv.value(args, "--rpc")
@@ -450,8 +450,8 @@ def merge_setup(dev: "DeviceSetup", endpoints: Sequence[str],
 
 
 @contextmanager
-def attached(dev: "DeviceSetup", specs: Sequence["RemoteSpec"], art: "BuildArtifact",
-             log_dir: Path) -> Iterator["DeviceSetup"]:
+def attached(dev: DeviceSetup, specs: Sequence[RemoteSpec], art: BuildArtifact,
+             log_dir: Path) -> Iterator[DeviceSetup]:
     """Start the ssh-managed rpc-servers among `specs`, ask every endpoint what it offers, and yield `dev` with
     the remotes added. Managed servers stop when the block ends, however it ends."""
     with ExitStack() as stack:
@@ -466,7 +466,7 @@ def attached(dev: "DeviceSetup", specs: Sequence["RemoteSpec"], art: "BuildArtif
         yield merge_setup(dev, eps, found)
 
 
-def preflight(specs: Sequence["RemoteSpec"], warn: Callable[[str], None],
+def preflight(specs: Sequence[RemoteSpec], warn: Callable[[str], None],
               capture: Callable[..., tuple[int, str]] = proc.capture,
               connect: Callable[[str, int, float], str | None] = reach) -> None:
     """Before any build: warn about exposed endpoints, check the unmanaged ones answer, and that ssh works for the
@@ -491,7 +491,7 @@ def preflight(specs: Sequence["RemoteSpec"], warn: Callable[[str], None],
 
 
 def topology(backend: str, local_count: int, found: Mapping[str, Sequence[RemoteDevice]],
-             specs: Sequence["RemoteSpec"]) -> dict:
+             specs: Sequence[RemoteSpec]) -> dict:
     """What a run records in runs.devices_json: the local part and each remote endpoint with its devices."""
     by_ep = {s.endpoint: s for s in specs}
     return {

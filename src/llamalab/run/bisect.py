@@ -391,7 +391,8 @@ def pick_config(study: Study, build: str | None, setting: str | None) -> Config:
 
 def bisect(study: Study, opts: BisectOptions, progress: Progress) -> Outcome:
     """Find the first commit between opts.good and opts.bad whose dry-run figure differs from GOOD's."""
-    from ..llamacpp import budget, models, vulkan as vulkanmod
+    from ..llamacpp import budget, models
+    from ..llamacpp import vulkan as vulkanmod
     from ..machine import gpu
 
     if opts.metric not in METRICS:

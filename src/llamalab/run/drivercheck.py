@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..machine import gpu, rocm
-from . import nvmlcheck
 from ..llamacpp import vulkan as vk
+from ..machine import gpu, rocm
 from ..rig.devices import DeviceSetup
+from . import nvmlcheck
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Checker:
     reader: Callable[[set[int]], dict[int, float] | None]
     baseline: dict[int, float] | None = field(default=None)
 
-    def start(self) -> "Checker":
+    def start(self) -> Checker:
         if self.scope == "device":
             self.baseline = self.reader(set())
         return self

@@ -34,15 +34,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..llamacpp import applicability, argv, budget, build as buildmod, ledger, models, standin
-from ..llamacpp.applicability import NOT_APPLICABLE
 from .. import net, proc
-from . import budgetfit, session
-from ..llamacpp.build import BuildArtifact
 from ..errors import ConfigError
+from ..llamacpp import applicability, argv, budget, ledger, models, standin
+from ..llamacpp import build as buildmod
+from ..llamacpp.applicability import NOT_APPLICABLE
+from ..llamacpp.build import BuildArtifact
 from ..paths import cache_home
-from .progress import Progress
 from ..study.spec import Config, Study, configs
+from . import budgetfit, session
+from .progress import Progress
 
 END_OF_FIT = "common_fit_params: fitting params to free memory took"
 # Lines that only a real load prints: a dry run that got here went too far (the fit was off).

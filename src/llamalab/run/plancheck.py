@@ -13,13 +13,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..llamacpp import budget, ledger
-from . import plan as planmod, session
 from .. import proc
 from ..errors import LlamalabError
-from .progress import Progress
+from ..llamacpp import budget, ledger
 from ..llamacpp.server import launch
 from ..study.spec import Study, configs
+from . import plan as planmod
+from . import session
+from .progress import Progress
 
 FIGURES = ("model", "context", "compute")
 

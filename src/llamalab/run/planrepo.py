@@ -25,7 +25,8 @@ from ..llamacpp import budget, modelref, models
 from ..llamacpp.modelsource import RepoModels, Resolved
 from ..paths import cache_home
 from ..study.spec import Config, SettingSpec, Study
-from . import plan as planmod, session
+from . import plan as planmod
+from . import session
 from .progress import Progress
 
 NO_PP = ["-ot", "no_such_tensor=CPU"]

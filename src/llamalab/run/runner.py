@@ -11,21 +11,29 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import __version__, proc
+from ..errors import LaunchError, LlamalabError, WorkloadError
 from ..llamacpp import applicability, budget, crosscheck, ledger, maxctx
 from ..llamacpp import argv as argvmod
-from ..machine import sysinfo
-from . import drivercheck, workload
 from ..llamacpp.applicability import NOT_APPLICABLE
 from ..llamacpp.build import BuildArtifact
-from ..errors import LaunchError, LlamalabError, WorkloadError
-from .progress import Progress
-from ..records import ConfigOutcome
 from ..llamacpp.server import launch
+from ..machine import sysinfo
+from ..records import ConfigOutcome
 from ..store.db import Store
 from ..study.spec import Pass, configs, expand, to_toml
-from . import budgetfit, plan as planmod
-from .session import (Options, Prepared, budget_emulation, check_budgets, device_setup, emulate_budgets,
-                      server_args, study_hash)
+from . import budgetfit, drivercheck, workload
+from . import plan as planmod
+from .progress import Progress
+from .session import (
+    Options,
+    Prepared,
+    budget_emulation,
+    check_budgets,
+    device_setup,
+    emulate_budgets,
+    server_args,
+    study_hash,
+)
 
 
 def n_slots(args: list[str]) -> int:

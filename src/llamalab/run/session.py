@@ -13,16 +13,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..llamacpp import applicability, binaries, budget, build as buildmod, models, source, sourceref, toolchain, vulkan as vulkanmod
-from ..llamacpp import argv as argvmod
-from ..llamacpp import server as servermod
-from ..machine import detect, gpu
-from ..rig import devices, remote
-from ..llamacpp.build import BuildArtifact, Builder
 from ..errors import BuildError, ConfigError
+from ..llamacpp import applicability, binaries, budget, models, source, sourceref, toolchain
+from ..llamacpp import argv as argvmod
+from ..llamacpp import build as buildmod
+from ..llamacpp import server as servermod
+from ..llamacpp import vulkan as vulkanmod
+from ..llamacpp.build import BuildArtifact, Builder
+from ..machine import detect, gpu
 from ..paths import cache_home, data_home, default_db
-from .progress import Progress
+from ..rig import devices, remote
 from ..study.spec import BuildSpec, Config, SourceSpec, Study, given_bin, rig_devices
+from .progress import Progress
 
 
 @dataclass
@@ -55,7 +57,7 @@ class Prepared:
     artifacts: dict[str, BuildArtifact]
     skipped: dict[str, str]  # build name → reason
     topology: dict = field(default_factory=dict)  # local devices and remote endpoints (remote.topology)
-    binaries: dict[str, "binaries.Binaries"] = field(default_factory=dict)  # given binaries, by folder
+    binaries: dict[str, binaries.Binaries] = field(default_factory=dict)  # given binaries, by folder
     vulkan_devices: list = field(default_factory=list)  # vulkan: every physical device this build sees
     local_gpus: int = 0  # cuda/rocm: GPUs this build sees
     not_applicable: dict[str, str] = field(default_factory=dict)  # build name → why it does not apply to this rig

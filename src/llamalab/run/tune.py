@@ -27,13 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..llamacpp import budget, maxctx, server as servermod, standin
+from ..llamacpp import budget, maxctx, standin
+from ..llamacpp import server as servermod
 from ..paths import cache_home, data_home, default_db
-from ..write import atomic_write
 from ..rig import devices
 from ..store.db import Store
 from ..study.spec import Config, Pass, SettingSpec, Study, TuneSpec
-from . import plan as planmod, quality, runner, session, tunepick, tunespace as ts
+from ..write import atomic_write
+from . import plan as planmod
+from . import quality, runner, session, tunepick
+from . import tunespace as ts
 from .progress import Progress
 
 DEFAULT = "default"  # the build name of llama.cpp's default in a tune run
@@ -428,7 +431,7 @@ def _load_stage_one(text: str, key: str) -> StageOne | None:
         return None
 
 
-def _stage_one_or_cached(prep: session.Prepared, budgets: list[int] | None, logs: Path, opts: "TuneOptions",
+def _stage_one_or_cached(prep: session.Prepared, budgets: list[int] | None, logs: Path, opts: TuneOptions,
                          progress: Progress) -> StageOne:
     """Stage one, or the same stage one an earlier tune made (same search, model file, build, devices and budgets:
     `stage_one_key`), so that a tune run again — with --exhaustive, another goal or floor — races the same front
@@ -572,7 +575,7 @@ class _Race:
     measured with all their trials before it), or the time budget is spent. `exhaustive`: every configuration with
     all its trials, nothing ruled out (the oracle the race is checked against)."""
 
-    def __init__(self, study: Study, spec: TuneSpec, one: "StageOne", kld: "quality.Quality",
+    def __init__(self, study: Study, spec: TuneSpec, one: StageOne, kld: quality.Quality,
                  budget_s: float | None):
         self.study, self.spec, self.one = study, spec, one
         self.mode = "exhaustive" if _exhaustive(spec) else "race"

@@ -29,7 +29,6 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-
 NOOP_OVERRIDE = "no_such_tensor=CPU"  # matches no tensor; any override turns pipeline parallelism off
 STEP = 256  # contexts are multiples of this (llama.cpp's fit rounds the same way)
 DEFAULT_UBATCH = 512  # llama.cpp's -ub

@@ -22,10 +22,13 @@ from pathlib import Path
 
 from ..errors import ConfigError, StoreError
 from ..llamacpp import memory
-from . import jsoncol, migrations as migrationsmod, owner as ownermod, runids
 from ..llamacpp.ledger import Ledger
 from ..records import ConfigOutcome, Trial
+from . import jsoncol, runids
+from . import migrations as migrationsmod
+from . import owner as ownermod
 from .migrations import legacy_cell
+
 
 def with_trial_cells(tables: dict[str, list[dict]], legacy: tuple[int, int] | None = None) -> dict[str, list[dict]]:
     """A run's tables (as `dump_run` or an export gives them) with every trial's workload cell filled in: trials
@@ -155,7 +158,7 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

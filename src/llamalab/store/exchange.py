@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .. import __version__
-from . import jsoncol, migrations, runrows
 from ..errors import ConfigError, StoreError
 from ..safetext import json_safe
+from . import jsoncol, migrations, runrows
 from .db import LOCAL_RUN_COLUMNS, RunExists, Store, legacy_cell, with_trial_cells
 
 FORMAT = "llamalab-run"

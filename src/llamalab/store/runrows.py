@@ -24,8 +24,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import runids
 from ..records import RequestResult
+from . import runids
 
 __all__ = ["Check", "Invalid", "ROWS", "ValidationError", "describe"]
 

@@ -14,12 +14,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from ..errors import ConfigError
 from ..llamacpp import argv, budget, modelref, sourceref
 from . import endpoints
-from ..errors import ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
 
@@ -57,7 +56,7 @@ class ModelSpec(_Strict):
     path: str | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "ModelSpec":
+    def _one(self) -> ModelSpec:
         if self.path is not None and self.preset not in (None, "tiny"):
             raise ValueError("give either model.path or model.preset, not both")
         if self.path is not None and modelref.is_reference(self.path):  # only --model resolves references
@@ -108,7 +107,7 @@ class RemoteSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _managed(self) -> "RemoteSpec":
+    def _managed(self) -> RemoteSpec:
         if not self.ssh:
             for key in ("rpc_server_path", "ssh_options", "bind", "threads", "remote_dir"):
                 if key in self.model_fields_set:
@@ -153,7 +152,7 @@ class DevicesSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _remotes(self) -> "DevicesSpec":
+    def _remotes(self) -> DevicesSpec:
         eps = [r.endpoint for r in self.rpc]
         dup = sorted({e for e in eps if eps.count(e) > 1})
         if dup:
@@ -234,7 +233,7 @@ class BuildSpec(_Named):
         return v
 
     @model_validator(mode="after")
-    def _given(self) -> "BuildSpec":
+    def _given(self) -> BuildSpec:
         if self.bin is not None:
             if self.cmake:
                 raise ValueError("bin: a build that runs given binaries cannot also have cmake options (they are "
@@ -286,7 +285,7 @@ class WorkloadSpec(_Strict):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _old_seed(cls, data: Any, handler: Any) -> "WorkloadSpec":
+    def _old_seed(cls, data: Any, handler: Any) -> WorkloadSpec:
         seed = LEGACY_SEED
         if isinstance(data, dict) and "seed" in data:
             data = dict(data)
@@ -392,7 +391,7 @@ class Study(_Strict):
     tune: TuneSpec | None = None  # read by `llamalab tune` only
 
     @model_validator(mode="after")
-    def _unique(self) -> "Study":
+    def _unique(self) -> Study:
         for what, items in (("builds", self.builds), ("settings", self.settings)):
             names = [i.name for i in items]
             dup = {n for n in names if names.count(n) > 1}

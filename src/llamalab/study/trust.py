@@ -178,7 +178,7 @@ def _ref(text: str | None):
         return None
 
 
-def risks(study: "Study") -> list[Risk]:
+def risks(study: Study) -> list[Risk]:
     """Everything in `study` that runs code on this machine or opens it to the network (see the module doc)."""
     out: list[Risk] = []
     if not is_loopback(study.server.host):
