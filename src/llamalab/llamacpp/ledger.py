@@ -402,6 +402,7 @@ _SEQS = re.compile(r"(?<!\d)(\d+)\s*(?:/\s*(\d+))?\s+seqs")
 _KV_SIZE = re.compile(r"\bkv_size\s*=\s*(\d+)")
 _KV_TYPES = re.compile(r"type_k\s*=\s*'(\w{1,32})'\s*,\s*type_v\s*=\s*'(\w{1,32})'")
 _KV_NLAYER = re.compile(r"n_layer\s*=\s*(\d+)")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ISWA = re.compile(r"creating\s+(non-SWA|SWA)\s+KV cache")
 FIT_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
 _FIT_START = re.compile(r"fitting params to (?:device|free) memory|getting device memory data|params_fit_impl")
@@ -508,6 +509,51 @@ def _kv_sum_match(line: str) -> re.Match | None:
             return m
         pos = i + 1
     return None
+
+
+def numbers(text: str) -> list[float]:
+    """The numbers in a breakdown row's text, in order (`-?N[.N]`)."""
+    return [float(x) for x in _NUMBER.findall(text)]
+
+
+def kv_cache_size(line: str) -> tuple[str, float, int | None, int | None] | None:
+    """(kind, MiB, cells, layers) of a KV or recurrent-state summary `size = X MiB (N cells, L layers, …), K (…): …`
+    (kind `kv` or `rs` by its first pair; cells and layers None where the line has none)."""
+    m = _kv_sum_match(line) if "size" in line else None
+    pairs = _PAIR.findall(m.group("pairs")) if m else []
+    if not m or not pairs:
+        return None
+    first = pairs[0][0].upper()
+    kind = "rs" if first.startswith(("R", "S")) and not first.startswith("K") else "kv"
+    inner = m.group("inner") or ""
+    cells, layers = _CELLS.search(inner), _LAYERS.search(inner)
+    return (kind, float(m.group(1)), int(cells.group(1)) if cells else None,
+            int(layers.group(1)) if layers else None)
+
+
+def context_value(line: str) -> tuple[str, str] | None:
+    """(key, value as printed) of a context's `llama_context: KEY = VALUE` line (n_ctx, n_ctx_per_seq, n_ctx_seq,
+    n_seq_max, n_batch, n_ubatch, flash_attn, kv_unified)."""
+    m = _CTX_KEY.search(line)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def model_shape(line: str) -> tuple[str, int] | None:
+    """(n_embd | n_layer | n_ctx_train, value) of the model's `print_info: KEY = N` line."""
+    m = _META.search(line) if ("print_info" in line or "llm_load_print_meta" in line) else None
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def sched_copies(line: str) -> int | None:
+    """N of the scheduler's `sched copies = N`."""
+    m = _SCHED_COPIES.search(line) if "sched copies" in line else None
+    return int(m.group(1)) if m else None
+
+
+def graph_splits(line: str) -> int | None:
+    """S of `graph[ (pp bs=…, tg bs=…)]: nodes = N[ / M], splits = S[ / T]` (the prompt graph's splits)."""
+    m = _GRAPH_NEW.search(line) if "graph" in line else None
+    return int(m.group(5)) if m else None
 
 
 def device_line(line: str) -> tuple[str, str, int, int] | None:
@@ -991,7 +1037,7 @@ def _kv_summary(st: _State, line: str, m: re.Match) -> bool:
 
 
 def _breakdown_row(name: str, rest: str) -> BreakdownRow:
-    nums = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", rest)]
+    nums = numbers(rest)
     row = BreakdownRow(name=name.strip())
     if len(nums) >= 7:
         row.total, row.free, row.self_, row.model, row.context, row.compute, row.unaccounted = nums[:7]
