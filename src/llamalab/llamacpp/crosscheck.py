@@ -13,56 +13,29 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import proc
-
-# llama-server flag → (llama-bench flag, value to use when the server flag takes no value)
-_MAP: dict[str, tuple[str, str | None]] = {
-    "-fa": ("-fa", None), "--flash-attn": ("-fa", None),
-    "-ngl": ("-ngl", None), "--n-gpu-layers": ("-ngl", None), "--gpu-layers": ("-ngl", None),
-    "-ctk": ("-ctk", None), "--cache-type-k": ("-ctk", None),
-    "-ctv": ("-ctv", None), "--cache-type-v": ("-ctv", None),
-    "-sm": ("-sm", None), "--split-mode": ("-sm", None),
-    "-ub": ("-ub", None), "--ubatch-size": ("-ub", None),
-    "-b": ("-b", None), "--batch-size": ("-b", None),
-    "-t": ("-t", None), "--threads": ("-t", None),
-    "-mg": ("-mg", None), "--main-gpu": ("-mg", None),
-    "-ts": ("-ts", None), "--tensor-split": ("-ts", None),
-    "-ot": ("-ot", None), "--override-tensor": ("-ot", None),
-    "--rpc": ("-rpc", None),
-    "--no-op-offload": ("-nopo", "1"),
-    "-nkvo": ("-nkvo", "1"), "--no-kv-offload": ("-nkvo", "1"),
-}
-# server-only flags that do not change the speed of one stream (or that llama-bench sets itself)
-_IGNORED_WITH_VALUE = {"-np", "--parallel", "-c", "--ctx-size", "-fitt", "--fit-target", "-fit", "--fit",
-                       "--host", "--port", "-lv", "--verbosity", "-fitc", "--fit-ctx", "-cram", "--cache-ram",
-                       "--slot-save-path"}
-_IGNORED_FLAGS = {"-kvu", "--kv-unified", "--metrics", "--no-warmup", "-no-kvu", "--no-kv-unified"}
+from . import flags
 
 
 def bench_args(server_args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(llama-bench arguments, server arguments that have no llama-bench equivalent)."""
+    """(llama-bench arguments, server arguments that have no llama-bench equivalent): each server flag by its
+    `flags` entry (any spelling, `=value` forms included), its llama-bench flag where it has one; server-only flags
+    that do not change one stream's speed, or that llama-bench sets itself, left out."""
     out: list[str] = []
     untranslated: list[str] = []
     i = 0
     args = list(server_args)
     while i < len(args):
         a = args[i]
-        if a in _MAP:
-            flag, fixed = _MAP[a]
-            if fixed is not None:
-                out += [flag, fixed]
-                i += 1
-            else:
-                out += [flag, args[i + 1] if i + 1 < len(args) else ""]
-                i += 2
-            continue
-        if a in _IGNORED_WITH_VALUE:
-            i += 2
-            continue
-        if a in _IGNORED_FLAGS:
+        f = flags.flag(a)
+        if f is None or not (f.bench or f.bench_skip):
+            untranslated.append(a)
             i += 1
             continue
-        untranslated.append(a)
-        i += 1
+        inline = "=" in a
+        val = a.partition("=")[2] if inline else (args[i + 1] if i + 1 < len(args) else "")
+        i += 1 if inline or not f.takes_value else 2
+        if f.bench:
+            out += [f.bench, f.bench_value if f.bench_value is not None else val]
     return out, untranslated
 
 

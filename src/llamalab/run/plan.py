@@ -39,6 +39,7 @@ from ..llamacpp import applicability, argv, budget, models, standin
 from ..llamacpp import build as buildmod
 from ..llamacpp.applicability import NOT_APPLICABLE
 from ..llamacpp.build import BuildArtifact
+from ..llamacpp.cmake import cmake_true
 from ..llamacpp.dryrun import END_OF_FIT, DeviceFigures, DryRun, parse_dry_run, real_load
 from ..paths import cache_home
 from ..study.spec import Config, Study, configs
@@ -88,7 +89,7 @@ def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, 
     copies = int(options.get(buildmod.COPIES, buildmod.DEFAULT_COPIES))
     if n_devices <= 1:
         return Expectation(False, 1, "one device")
-    if str(options.get("GGML_BLAS", "")).upper() in ("ON", "1", "TRUE"):
+    if cmake_true(options.get("GGML_BLAS", "")):
         return Expectation(False, 1, "the BLAS backend has no async compute or events")
     sm = argv.value(args, *argv.SPLIT_MODE)
     if sm not in (None, "layer"):
