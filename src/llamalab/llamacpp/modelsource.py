@@ -372,7 +372,7 @@ def _ollama(ref: Ollama, s: Session) -> Remote:
                 raise rangeio.RemoteError("server-busy", f"{what}: the registry answered {r.status_code}.",
                                           "try again later.")
             if r.status_code >= 400:
-                raise fetcher._status_error(r)
+                raise fetcher.status_error(r)
             body = bytearray()
             for chunk in r.iter_bytes():
                 body += chunk
@@ -382,9 +382,9 @@ def _ollama(ref: Ollama, s: Session) -> Remote:
             return bytes(body)
 
     try:
-        body = rangeio.retry(s.policy, get, fetcher._transient)
+        body = rangeio.retry(s.policy, get, fetcher.transient)
     except (httpx.HTTPError, rangeio.RemoteError) as e:
-        raise fetcher._network_error(e) from None
+        raise fetcher.network_error(e) from None
     try:
         doc = json.loads(body)  # type: ignore[arg-type]
         layers = doc.get("layers") if isinstance(doc, dict) else None

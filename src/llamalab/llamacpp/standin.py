@@ -75,7 +75,7 @@ class Layout:
         return self.data_offset + self.data_size
 
 
-class _Reader:
+class Reader:
     """Reads a header from a file object, `avail` bytes long, in small pieces: what it skips (token lists, score
     arrays) is seeked over, never held in memory."""
 
@@ -137,7 +137,7 @@ class ArrayInfo:
         return self.length
 
 
-def _value(r: _Reader, vtype: int, key: str):
+def _value(r: Reader, vtype: int, key: str):
     if vtype in _SCALARS:
         return r.u(_SCALARS[vtype])
     if vtype == 8:
@@ -201,10 +201,10 @@ def layout(head: bytes) -> Layout:
 def header(head: bytes) -> Header:
     """Metadata, tensor table and layout of a GGUF file from its first bytes. Pure; fast on 150k-token
     vocabularies (token lists are counted, not read into Python objects)."""
-    return _header(_Reader(io.BytesIO(head), len(head)))
+    return parse_header(Reader(io.BytesIO(head), len(head)))
 
 
-def _header(r: _Reader) -> Header:
+def parse_header(r: Reader) -> Header:
     """What `header` says, read as llama.cpp's gguf.cpp reads it, with its checks: a damaged or hostile header is
     a ModelError, never a crash, a hang or a large allocation."""
     if r.take(4) != MAGIC:
@@ -311,7 +311,7 @@ def read_layout(path: Path) -> Layout:
 def read_header(path: Path) -> Header:
     """The header of a GGUF file, read in small pieces: memory holds what the header says, never the file."""
     with open_file(path) as f:
-        return _header(_Reader(f, os.fstat(f.fileno()).st_size))
+        return parse_header(Reader(f, os.fstat(f.fileno()).st_size))
 
 
 def split_parts(path: Path) -> list[Path]:
