@@ -41,6 +41,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 KINDS = ("model", "kv", "rs", "compute", "output", "input")
 MIB = 1024 * 1024
@@ -327,7 +328,8 @@ def _lines(raw_lines: Iterable, seen: dict | None = None) -> Iterable[str]:
     for raw in raw_lines:
         text = raw if isinstance(raw, str) else (raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray)
                                                   else str(raw))
-        parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if ("\n" in text or "\r" in text) else (text,)
+        parts = (text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if ("\n" in text or "\r" in text)
+                 else (text,))
         for part in parts:
             if "{" in part:
                 s = _no_ansi(part).strip()
@@ -360,8 +362,8 @@ def _lines(raw_lines: Iterable, seen: dict | None = None) -> Iterable[str]:
 # Every pattern here runs in time linear in the line: no two unbounded quantifiers can trade characters (an optional
 # group between two runs of blanks takes the second run inside it: `(?:\(x\)\s*)?`, never `(?:\(x\))?\s*`), runs
 # that follow a keyword cannot contain the keyword, and what could be long is bounded ({0,256}).
-# tests/test_parse_bounds.py times every prefix of every keyword padded to just under MAX_LINE with each run. Where a pattern
-# would need to look back from a keyword (buffer names, table rows), plain string operations do it.
+# tests/test_parse_bounds.py times every prefix of every keyword padded to just under MAX_LINE with each run. Where a
+# pattern would need to look back from a keyword (buffer names, table rows), plain string operations do it.
 NUM = r"(\d+(?:\.\d+)?)"
 _BUF_TAIL = re.compile(r"buffer size\s*=\s*(\d+(?:\.\d+)?)\s*MiB")
 _BUF_KINDS = {"model", "KV", "RS", "compute", "output", "input", "LoRA"}
@@ -386,8 +388,8 @@ _GRAPH_NODES = re.compile(r"graph nodes\s*=\s*(\d+)(?:\s*\(with bs=\d+\)\s*,\s*(
 # characters (a line with 8,000 blanks after `graph splits` took 60 s per MB of log)
 _GRAPH_SPLITS = re.compile(r"graph splits\s*(?:\(measure\)\s*)?[=:]\s*(\d+)(?:\s*\(with bs=\d+\)\s*,\s*(\d+))?")
 _CTX_FN = r"(?:llama_context|llama_new_context_with_model|llama_init_from_model)"
-_CTX_KEY = re.compile(_CTX_FN + r"\s*:\s+(n_ctx|n_ctx_per_seq|n_ctx_seq|n_seq_max|n_batch|n_ubatch|flash_attn|kv_unified)"
-                      r"\s*=\s*(\S+)")
+_CTX_KEY = re.compile(_CTX_FN + r"\s*:\s+(n_ctx|n_ctx_per_seq|n_ctx_seq|n_seq_max|n_batch|n_ubatch|flash_attn"
+                      r"|kv_unified)\s*=\s*(\S+)")
 _FA_AUTO = re.compile(r"Flash Attention was auto, set to (enabled|disabled)")
 _METADATA = ("llama_model_loader: - ", "print_info:", "llm_load_print_meta:")
 _META = re.compile(r"(?:print_info|llm_load_print_meta)\s*:\s+(n_embd|n_layer|n_ctx_train)\s*=\s*(\d+)\s*$")
@@ -733,8 +735,9 @@ def _line(st: _State, line: str, low: str) -> None:
     _fit_line(st, line)
 
 
-def _structure_line(st: _State, line: str, low: str) -> bool:
-    """ollama records, breakdown tables, echoed metadata, the fit's start and printed arguments, draft models and `-sm tensor`'s Meta() device."""
+def _structure_line(st: _State, line: str, low: str) -> bool:  # noqa: C901 - a flat dispatch over line kinds
+    """ollama records, breakdown tables, echoed metadata, the fit's start and printed arguments, draft models and
+    `-sm tensor`'s Meta() device."""
     led = st.led
     if line.startswith(OLLAMA_RECORD):
         _ollama_record(st, line)
@@ -839,7 +842,8 @@ def _context_line(st: _State, line: str) -> bool:
 
 
 def _pipeline_line(st: _State, line: str, low: str) -> bool:
-    """Pipeline parallelism (enabled, retried without), allocation failures, graph nodes and splits, scheduler copies."""
+    """Pipeline parallelism (enabled, retried without), allocation failures, graph nodes and splits, scheduler
+    copies."""
     if "pipeline parallelism enabled" in line and (m := _PP.search(line)):
         c = st.ctx()
         c.scalars["pp_enabled_line"] = True
@@ -870,23 +874,7 @@ def _pipeline_line(st: _State, line: str, low: str) -> bool:
             c.failed = True
             c.pass_open = False
     if "graph" in line:
-        if m := _GRAPH_NEW.search(line):
-            c = st.ctx()
-            c.scalars["graph_nodes"], c.scalars["graph_splits"] = int(m.group(3)), int(m.group(5))
-            c.scalars["graph_nodes_tg"] = int(m.group(4)) if m.group(4) else int(m.group(3))
-            c.scalars["graph_splits_tg"] = int(m.group(6)) if m.group(6) else int(m.group(5))
-            c.ended, c.pass_open = True, False
-        else:
-            if m := _GRAPH_NODES.search(line):
-                c = st.ctx()
-                c.scalars["graph_nodes"] = int(m.group(1))
-                c.scalars["graph_nodes_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
-                c.pass_open = False
-            if m := _GRAPH_SPLITS.search(line):
-                c = st.ctx()
-                c.scalars["graph_splits"] = int(m.group(1))
-                c.scalars["graph_splits_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
-                c.ended, c.pass_open = True, False
+        _graph_line(st, line)
     if "sched copies" in line and (m := _SCHED_COPIES.search(line)):
         c = st.ctx()
         c.scalars["sched_copies"] = int(m.group(1))
@@ -896,6 +884,28 @@ def _pipeline_line(st: _State, line: str, low: str) -> bool:
     elif st.ctxs and st.ctx().draft and st.ctx().ended and "graph" in line:
         st.draft_mode = False
     return False
+
+
+def _graph_line(st: _State, line: str) -> None:
+    """Graph nodes and splits, in either form (`graph: nodes = N, splits = S`; `graph nodes = N`, `graph splits = S`):
+    the splits end the context's reserve pass."""
+    if m := _GRAPH_NEW.search(line):
+        c = st.ctx()
+        c.scalars["graph_nodes"], c.scalars["graph_splits"] = int(m.group(3)), int(m.group(5))
+        c.scalars["graph_nodes_tg"] = int(m.group(4)) if m.group(4) else int(m.group(3))
+        c.scalars["graph_splits_tg"] = int(m.group(6)) if m.group(6) else int(m.group(5))
+        c.ended, c.pass_open = True, False
+        return
+    if m := _GRAPH_NODES.search(line):
+        c = st.ctx()
+        c.scalars["graph_nodes"] = int(m.group(1))
+        c.scalars["graph_nodes_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+        c.pass_open = False
+    if m := _GRAPH_SPLITS.search(line):
+        c = st.ctx()
+        c.scalars["graph_splits"] = int(m.group(1))
+        c.scalars["graph_splits_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+        c.ended, c.pass_open = True, False
 
 
 def _fit_line(st: _State, line: str) -> None:
@@ -983,7 +993,8 @@ def _add_buffer(st: _State, line: str, name: str, kind: str, mib: float) -> None
         c.started = True
         # a real load prints each compute buffer once (ggml-alloc skips a buffer type shared by two backends),
         # so a name repeated in one pass is another buffer: summed. A --fit dry run prints per backend: max.
-        c.compute[name] = max(c.compute.get(name, 0.0), mib) if st.fit_phase else round(c.compute.get(name, 0.0) + mib, 2)
+        c.compute[name] = (max(c.compute.get(name, 0.0), mib) if st.fit_phase
+                           else round(c.compute.get(name, 0.0) + mib, 2))
         return
     c = st.ctx_for_context_line()
     if kind in ("kv", "rs"):
@@ -1048,14 +1059,8 @@ def _breakdown_row(name: str, rest: str) -> BreakdownRow:
 
 def _finish(st: _State) -> None:
     led = st.led
-    mains = [c for c in st.ctxs if not c.draft and (c.started or c.scalars)]
+    main = _main_context(st)
     drafts = [c for c in st.ctxs if c.draft and (c.started or c.scalars)]
-    # the last context; a last one cut off before any buffer line (a truncated paste) leaves the one before
-    main = mains[-1] if mains else None
-    with_buffers = [c for c in mains if c.kv or c.rs or c.output or c.compute]
-    if main is not None and with_buffers and main is not with_buffers[-1] and not (main.kv or main.output
-                                                                                   or main.compute or main.rs):
-        main = with_buffers[-1]
 
     def table(name: str) -> Buffers:
         return (led.host if is_host(name) else led.devices).setdefault(name, Buffers())
@@ -1080,10 +1085,29 @@ def _finish(st: _State) -> None:
     led.pp_enabled_line = bool(sc.get("pp_enabled_line"))
     led.pp_retry = bool(sc.get("pp_retry"))
     if led.pp_retry:
-        led.pp_dropped_reason = sc.get("pp_dropped_reason") or "the compute buffers did not fit"
+        led.pp_dropped_reason = str(sc.get("pp_dropped_reason") or "the compute buffers did not fit")
     led.compute_alloc_failed = bool(sc.get("compute_alloc_failed"))
-    led.alloc_failures = list(sc.get("alloc_failures", []))
+    failures = sc.get("alloc_failures")
+    led.alloc_failures = list(failures) if isinstance(failures, list) else []
     led.context_failed = main.failed and not main.ended
+    _finish_caches(led, main)
+    led.n_copies = led.sched_copies if led.sched_copies is not None else led.pp_enabled_copies
+    led.pipeline_parallel = _pp_state(led)
+
+
+def _main_context(st: _State) -> _Ctx | None:
+    """The last main context; a last one cut off before any buffer line (a truncated paste) leaves the one before."""
+    mains = [c for c in st.ctxs if not c.draft and (c.started or c.scalars)]
+    main = mains[-1] if mains else None
+    with_buffers = [c for c in mains if c.kv or c.rs or c.output or c.compute]
+    if main is not None and with_buffers and main is not with_buffers[-1] and not (main.kv or main.output
+                                                                                   or main.compute or main.rs):
+        main = with_buffers[-1]
+    return main
+
+
+def _finish_caches(led: Ledger, main: _Ctx) -> None:
+    """The main context's KV and recurrent caches; `led.kv` the one that sets the context (not SWA, most cells)."""
     led.kv_caches = [s for s in main.summaries if s.kind == "kv"]
     led.rs_caches = [s for s in main.summaries if s.kind == "rs"]
     if main.kv_size and not led.kv_caches:  # kv_size printed, summary cut off
@@ -1096,8 +1120,6 @@ def _finish(st: _State) -> None:
             s.buffers = dict(main.kv)
     if led.kv_caches:
         led.kv = max(led.kv_caches, key=lambda s: (s.swa is not True, s.total_cells or 0, s.size_mib or 0))
-    led.n_copies = led.sched_copies if led.sched_copies is not None else led.pp_enabled_copies
-    led.pipeline_parallel = _pp_state(led)
 
 
 def _pp_state(led: Ledger) -> bool | None:
@@ -1163,8 +1185,8 @@ def split_meta(led: Ledger, members: Sequence[str], tensor_split: Sequence[float
     metas = [n for n in led.devices if is_meta(n)]
     if not metas:
         return
-    record: dict = {"printed": {}, "devices": [], "shares": [], "shares_from": None, "kv_total_mib": None,
-                    "exact": [], "estimated": [], "attributed": False, "note": ""}
+    record: dict[str, Any] = {"printed": {}, "devices": [], "shares": [], "shares_from": None, "kv_total_mib": None,
+                              "exact": [], "estimated": [], "attributed": False, "note": ""}
     led.meta = record
     for name in metas:
         b = led.devices[name]
@@ -1181,46 +1203,53 @@ def split_meta(led: Ledger, members: Sequence[str], tensor_split: Sequence[float
     top = max(range(len(devs)), key=lambda i: shares[i])
     printed = Buffers()
     for name in metas:
-        b = led.devices.pop(name)
-        for k in KINDS:
-            v = getattr(b, f"{k}_mib")
-            if v is not None:
-                printed.add(k, v)
+        _add_buffers(printed, led.devices.pop(name))
     per: dict[str, Buffers] = {d: Buffers() for d in devs}
-    exact, estimated = [], []
+    exact: list[str] = []
+    estimated: list[str] = []
     for k in KINDS:
         v = getattr(printed, f"{k}_mib")
-        if v is None:
-            continue
-        if k in EXACT_ON_EVERY_DEVICE:
-            for d in devs:
-                per[d].add(k, v)
-            exact.append(k)
-            continue
-        total = _cache_total(led, metas, k) if k in ("kv", "rs") else None
-        if total is not None and total + 0.01 >= v and len(devs) > 1:
-            rest = [i for i in range(len(devs)) if i != top]
-            rest_share = sum(shares[i] for i in rest)
-            for i, d in enumerate(devs):
-                got = v if i == top else (total - v) * (shares[i] / rest_share if rest_share else 0.0)
-                per[d].add(k, round(got, 2))
-            if k == "kv":
+        if v is not None:
+            total = _cache_total(led, metas, k) if k in ("kv", "rs") else None
+            how = _attribute_kind(per, k, v, total, shares, top)
+            if how == "split" and k == "kv" and total is not None:
                 record["kv_total_mib"] = round(total, 2)
-            (exact if len(devs) == 2 else estimated).append(k)
-        else:
-            for i, d in enumerate(devs):
-                per[d].add(k, round(v * shares[i] / shares[top], 2))
-            (exact if len(devs) == 1 else estimated).append(k)
+            (exact if how == "exact" or (how == "split" and len(devs) == 2) or (how == "share" and len(devs) == 1)
+             else estimated).append(k)
     for d, b in per.items():
-        target = led.devices.setdefault(d, Buffers())
-        for k in KINDS:
-            v = getattr(b, f"{k}_mib")
-            if v is not None:
-                target.add(k, v)
+        _add_buffers(led.devices.setdefault(d, Buffers()), b)
     for cache in (*led.kv_caches, *led.rs_caches):
         _split_cache_buffers(cache, metas, devs, shares, top)
     record["exact"], record["estimated"], record["attributed"] = exact, estimated, True
     record["note"] = meta_note(record)
+
+
+def _add_buffers(target: Buffers, b: Buffers) -> None:
+    for k in KINDS:
+        v = getattr(b, f"{k}_mib")
+        if v is not None:
+            target.add(k, v)
+
+
+def _attribute_kind(per: dict[str, Buffers], kind: str, printed: float, total: float | None, shares: list[float],
+                    top: int) -> str:
+    """One kind of the Meta() buffers' printed MiB attributed to the devices in `per` (in order), by split_meta's
+    rules; how: `exact` (the same on every device), `split` (the cache's whole size known: the top share holds the
+    printed part, the others share the rest) or `share` (printed × share / the top share)."""
+    devs = list(per)
+    if kind in EXACT_ON_EVERY_DEVICE:
+        for d in devs:
+            per[d].add(kind, printed)
+        return "exact"
+    if total is not None and total + 0.01 >= printed and len(devs) > 1:
+        rest_share = sum(shares[i] for i in range(len(devs)) if i != top)
+        for i, d in enumerate(devs):
+            got = printed if i == top else (total - printed) * (shares[i] / rest_share if rest_share else 0.0)
+            per[d].add(kind, round(got, 2))
+        return "split"
+    for i, d in enumerate(devs):
+        per[d].add(kind, round(printed * shares[i] / shares[top], 2))
+    return "share"
 
 
 def _cache_total(led: Ledger, metas: list[str], kind: str) -> float | None:
@@ -1415,8 +1444,8 @@ def device_names(ledger: dict) -> list[str]:
     """The ledger's device buffer names in llama.cpp's device order. Ledgers stored by older llamalab versions have
     sorted keys, so the order is taken from the memory breakdown table where it lists the devices
     (`RPC1 (127.0.0.1:50052)`, `CUDA0 (NVIDIA …)`; an rpc device matches by its endpoint, since every local
-    rpc-server's device prints as RPC0[host:port]); names it does not list go by their number, then their stored order (the
-    log's order in current ledgers)."""
+    rpc-server's device prints as RPC0[host:port]); names it does not list go by their number, then their stored
+    order (the log's order in current ledgers)."""
     names = list(ledger.get("devices", {}))
     rows = [r.get("name") or "" for r in (ledger.get("breakdown_final") or ledger.get("breakdown_projected") or [])]
     if not rows:  # a log read before its exit-time table (a server still running): the device lines' order

@@ -19,6 +19,7 @@ The header is read with `rangeio` (Range requests, the hostile reader's bounds);
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -326,8 +327,8 @@ def _hf_remote(repo: str, paths: list[str], revision: str | None, s: Session,
         what = f"hf://{repo}/{path}"
         url = hf_hub_url(repo, path, revision=revision or commit, endpoint=ep)
         with _hf_errors(what, ep):
-            meta = rangeio.retry(s.policy, lambda: get_hf_file_metadata(
-                url, endpoint=ep, timeout=s.policy.connect_s + s.policy.read_s), _hf_transient)
+            meta = rangeio.retry(s.policy, functools.partial(
+                get_hf_file_metadata, url, endpoint=ep, timeout=s.policy.connect_s + s.policy.read_s), _hf_transient)
         commit = commit or meta.commit_hash
         location = urljoin(url, meta.location or url)
         same = _origin(location) == _origin(ep)

@@ -361,6 +361,14 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
     lay = hdr.layout
     if lay.file_size > size:
         raise standin.damaged(f"its tensors need {lay.file_size:,} bytes but the file is {size:,}")
+    fills, filled = _fills(hdr)
+    head = _assemble(fetcher, f, lay, fills)
+    return RemoteHeader(header=hdr, head=bytes(head), size=size, fetched=fetcher.fetched,
+                        requests=fetcher.requests, filled=tuple(filled))
+
+
+def _fills(hdr: standin.Header) -> tuple[list[tuple[int, int, bytes]], list[str]]:
+    """The tokenizer arrays filled instead of fetched: (start, end, item) of each, and their keys."""
     fills: list[tuple[int, int, bytes]] = []
     filled = []
     for key, (itype, item) in FILLED.items():
@@ -368,6 +376,11 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
         if isinstance(v, standin.ArrayInfo) and v.item_type == itype and v.offset >= 0:
             fills.append((v.offset, v.offset + v.length * len(item), item))
             filled.append(key)
+    return fills, filled
+
+
+def _assemble(fetcher: Fetcher, f: _RangeFile, lay: standin.Layout, fills: list[tuple[int, int, bytes]]) -> bytearray:
+    """The header's bytes: what was read, the gaps fetched verbatim, filled or padded."""
     segments = [(s, bytes(d[:max(0, lay.data_offset - s)])) for s, d in f.runs if s < lay.data_offset]
     for a, b in f.gaps(lay.data_offset):
         fill = next(((fa, item) for fa, fb, item in fills if fa <= a and b <= fb), None)
@@ -389,8 +402,7 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
                 n = len(item)
                 lo, hi = fa + (a - fa) // n * n, min(fb, fa + -(-(b - fa) // n) * n)
                 head[lo:hi] = item * ((hi - lo) // n)
-    return RemoteHeader(header=hdr, head=bytes(head), size=size, fetched=fetcher.fetched,
-                        requests=fetcher.requests, filled=tuple(filled))
+    return head
 
 
 # ---------------------------------------------------------------- a whole file (--download)

@@ -388,8 +388,8 @@ def _sparse(dest: Path, file_size: int, fill, reads: list[Path] | None = None) -
         cause = e.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.EFBIG:
             raise ModelError(f"the stand-in would be {file_size:,} bytes, more than the file system at {dest.parent} "
-                             "allows in one file.", tip="write it to another file system (ext4, xfs), e.g. -o /tmp/x.gguf.") \
-                from None
+                             "allows in one file.",
+                             tip="write it to another file system (ext4, xfs), e.g. -o /tmp/x.gguf.") from None
         raise
     return dest
 
