@@ -12,7 +12,8 @@ import math
 from collections.abc import Collection, Sequence
 
 from . import flags
-from .flags import SPLIT_MODES, name_of
+from .flags import SPLIT_MODES
+from .flags import name_of as name_of  # re-exported: argv's callers read flags with it
 
 PARALLEL = flags.names("-np")
 TENSOR_SPLIT = flags.names("-ts")

@@ -11,6 +11,7 @@ import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import proc
 from . import flags
@@ -47,7 +48,7 @@ def bench_argv(binary: Path, model: Path, server_args: Sequence[str], *, prompt:
     return [base + ["-p", str(prompt), "-n", "0"], base + ["-p", "0", "-n", str(gen), "-d", str(prompt)]], untranslated
 
 
-def parse_bench_json(text: str) -> list[dict]:
+def parse_bench_json(text: str) -> list[dict[str, Any]]:
     """llama-bench `-o json` output (a JSON list, possibly after log lines) → its test records."""
     start = text.find("[")
     end = text.rfind("]")
@@ -60,7 +61,7 @@ def parse_bench_json(text: str) -> list[dict]:
     return [d for d in data if isinstance(d, dict)]
 
 
-def compare(bench: list[dict], trials: list[dict]) -> dict:
+def compare(bench: list[dict[str, Any]], trials: list[dict[str, Any]]) -> dict[str, Any]:
     """llama-bench's averages against llamalab's single-stream medians, and client wall vs server timings."""
     pp = next((b for b in bench if b.get("n_prompt", 0) > 0 and b.get("n_gen", 0) == 0), None)
     tg = next((b for b in bench if b.get("n_gen", 0) > 0), None)
@@ -73,7 +74,7 @@ def compare(bench: list[dict], trials: list[dict]) -> dict:
             if r.get("wall_s") and r.get("prompt_ms") is not None and r.get("predicted_ms") is not None:
                 server_s = (r["prompt_ms"] + r["predicted_ms"]) / 1000.0
                 overheads.append((r["wall_s"] - server_s, server_s))
-    res: dict = {"bench": bench}
+    res: dict[str, Any] = {"bench": bench}
     if pp and ins:
         res["input_tps"] = _pair(statistics.median(ins), pp.get("avg_ts"), pp.get("stddev_ts"))
     if tg and outs:
@@ -84,7 +85,7 @@ def compare(bench: list[dict], trials: list[dict]) -> dict:
     return res
 
 
-def _pair(llamalab: float, bench: float | None, bench_sd: float | None) -> dict:
+def _pair(llamalab: float, bench: float | None, bench_sd: float | None) -> dict[str, Any]:
     d = {"llamalab": round(llamalab, 2), "llama_bench": None if bench is None else round(bench, 2),
          "llama_bench_stddev": None if bench_sd is None else round(bench_sd, 2)}
     if bench:
@@ -92,9 +93,9 @@ def _pair(llamalab: float, bench: float | None, bench_sd: float | None) -> dict:
     return d
 
 
-def run_bench(argvs: list[list[str]], log_path: Path, env: dict[str, str]) -> tuple[list[dict], str | None]:
+def run_bench(argvs: list[list[str]], log_path: Path, env: dict[str, str]) -> tuple[list[dict[str, Any]], str | None]:
     """Run llama-bench; returns its records and an error message (None when it worked)."""
-    records: list[dict] = []
+    records: list[dict[str, Any]] = []
     for argv in argvs:
         rc, out = proc.capture(argv, timeout_s=1800, env=env)
         with open(log_path, "a") as f:
@@ -105,7 +106,7 @@ def run_bench(argvs: list[list[str]], log_path: Path, env: dict[str, str]) -> tu
     return records, None
 
 
-def sentences(result: dict) -> list[str]:
+def sentences(result: dict[str, Any]) -> list[str]:
     lines = []
     for key, what in (("input_tps", "prompt t/s"), ("output_tps", "generation t/s")):
         if key in result and result[key].get("llama_bench") is not None:

@@ -111,7 +111,8 @@ class Ledger:
     pp_enabled_line: bool = False
     pp_retry: bool = False
     compute_alloc_failed: bool = False
-    alloc_failures: list[dict] = field(default_factory=list)  # {"buffer": name, "mib": size} per failed allocation
+    # {"buffer": name, "mib": size} per failed allocation
+    alloc_failures: list[dict[str, Any]] = field(default_factory=list)
     context_failed: bool = False
     graph_nodes: int | None = None  # prompt-processing graph where pp and tg differ
     graph_splits: int | None = None
@@ -145,7 +146,8 @@ class Ledger:
     mmproj_compute: dict[str, float] = field(default_factory=dict)  # clip (multimodal projector) compute buffers
     lora: dict[str, float] = field(default_factory=dict)
     build: str | None = None
-    meta: dict | None = None  # -sm tensor: the printed Meta() buffers and how they were attributed (see split_meta)
+    # -sm tensor: the printed Meta() buffers and how they were attributed (see split_meta)
+    meta: dict[str, Any] | None = None
     pp_dropped_reason: str | None = None  # the allocation that failed before llama.cpp retried without the pipeline
     wrapper: str | None = None  # "ollama" where the lines came from ollama's records or its server log
     failure: str | None = None  # failure_reason() of the same lines
@@ -156,13 +158,13 @@ class Ledger:
         vals = [b.compute_mib for b in self.host.values() if b.compute_mib is not None]
         return round(sum(vals), 2) if vals else None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Plain JSON: every field, with `devices`/`host` as {name: {model_mib, kv_mib, compute_mib, output_mib,
         rs_mib, input_mib, total_mib}} (MiB as printed, 2 decimals; null where the log had no such line). Under
         `-sm tensor` `devices` holds the Meta() buffers attributed to the devices they span; `meta` keeps what
         llama.cpp printed and how it was attributed."""
 
-        def bufs(d: dict[str, Buffers]) -> dict:
+        def bufs(d: dict[str, Buffers]) -> dict[str, Any]:
             return {k: {**{a: getattr(v, a) for a in ("model_mib", "kv_mib", "compute_mib", "output_mib", "rs_mib",
                                                       "input_mib")},
                         "total_mib": v.total()} for k, v in d.items()}
@@ -293,7 +295,7 @@ def logfmt(line: str) -> dict[str, str] | None:
     unquoted; None for any other line."""
     if not line.startswith("time=") or " msg=" not in line:
         return None
-    pairs = {}
+    pairs: dict[str, str] = {}
     for m in _LOGFMT_PAIR.finditer(line):
         if len(pairs) >= 64:
             break
@@ -321,7 +323,7 @@ def _ollama_lines(rec: dict[str, str]) -> Iterable[str]:
         yield clean(m)
 
 
-def _lines(raw_lines: Iterable, seen: dict | None = None) -> Iterable[str]:
+def _lines(raw_lines: Iterable[object], seen: dict[str, bool] | None = None) -> Iterable[str]:
     """Cleaned lines: CR splits a line, JSONL records (`--log-jsonl`) are unwrapped to their message, journald
     prefixes are dropped, and ollama's `time=… level=… msg="…"` records give their message (and memory
     summaries, see _ollama_lines)."""
@@ -499,7 +501,7 @@ def breakdown_row(line: str) -> tuple[str, str] | None:
     return (name, body[k + 1:]) if name else None
 
 
-def _kv_sum_match(line: str) -> re.Match | None:
+def _kv_sum_match(line: str) -> re.Match[str] | None:
     """The first `size = X MiB [(…)], PAIRS` whose `size` starts the line or follows a blank or `:`."""
     pos = 0
     for _ in range(32):
@@ -636,7 +638,7 @@ class _State:
         return any(c.started for c in self.ctxs)
 
 
-def parse(lines: Iterable, *, tensor_split: Sequence[float] | None = None) -> Ledger:
+def parse(lines: Iterable[object], *, tensor_split: Sequence[float] | None = None) -> Ledger:
     """Parse llama.cpp / llama-server log lines into a Ledger. Never raises.
 
     `tensor_split` is the `-ts` the server ran with, where the caller knows it (the log does not print it): under
@@ -644,7 +646,7 @@ def parse(lines: Iterable, *, tensor_split: Sequence[float] | None = None) -> Le
     led = Ledger()
     st = _State(led=led)
     failure: tuple[str, str] | None = None  # the likeliest failure since the last context finished
-    seen: dict = {}
+    seen: dict[str, bool] = {}
     try:
         for line in _lines(lines, seen):
             if not line:
@@ -865,7 +867,7 @@ def _pipeline_line(st: _State, line: str, low: str) -> bool:
             st.ctx().scalars["compute_alloc_failed"] = True
         if m := _ALLOC_BUF.search(line):
             failures = st.ctx().scalars.setdefault("alloc_failures", [])
-            if len(failures) < MAX_TABLE_ROWS:
+            if isinstance(failures, list) and len(failures) < MAX_TABLE_ROWS:
                 failures.append({"buffer": m.group(1), "mib": round(int(m.group(2)) / MIB, 2)})
     if (("fail" in line or "load model" in line or "loading model" in line) and _CTX_FAIL.search(line)
             and st.ctxs and not retry):
@@ -1012,7 +1014,7 @@ def _add_buffer(st: _State, line: str, name: str, kind: str, mib: float) -> None
         c.output[name] = round(c.output.get(name, 0.0) + mib, 2)
 
 
-def _kv_summary(st: _State, line: str, m: re.Match) -> bool:
+def _kv_summary(st: _State, line: str, m: re.Match[str]) -> bool:
     pairs = _PAIR.findall(m.group("pairs"))
     if not pairs:
         return False
@@ -1275,7 +1277,7 @@ def _split_cache_buffers(cache: KvSummary, metas: list[str], devs: list[str], sh
         cache.buffers[d] = round(cache.buffers.get(d, 0.0) + got, 2)
 
 
-def meta_note(record: dict | None) -> str:
+def meta_note(record: dict[str, Any] | None) -> str:
     """One sentence on how a -sm tensor ledger's per-device figures were made, and what the log cannot tell."""
     if not record:
         return ""
@@ -1317,7 +1319,7 @@ def pp_label(pipeline_parallel: bool | None, copies: int | None, enabled_line: b
     return "unknown"
 
 
-def pp_label_of(ledger: dict) -> str:
+def pp_label_of(ledger: dict[str, Any]) -> str:
     """`pp_label` of a stored ledger (Ledger.to_json): the copies as printed in either form (`sched copies = N`,
     else the old `(n_copies=N)`)."""
     copies = ledger.get("sched_copies")
@@ -1329,7 +1331,7 @@ def pp_label_of(ledger: dict) -> str:
 
 # ---------------------------------------------------------------- failures
 
-def _has(pattern: str):
+def _has(pattern: str) -> Callable[[str], re.Match[str] | None]:
     return re.compile(pattern).search
 
 
@@ -1338,7 +1340,7 @@ def _oom(low: str) -> bool:
     if _OOM_WORDS.search(low):
         return True
     m = _ALLOC_CALL.search(low)
-    return bool(m) and "fail" in low[m.end():]
+    return m is not None and "fail" in low[m.end():]
 
 
 def _rpc_unreachable(low: str) -> bool:
@@ -1400,7 +1402,7 @@ def _failure_text(found: tuple[str, str] | None) -> str | None:
     return f"{reason} ({detail})" if detail else reason
 
 
-def failure_reason(lines: Iterable) -> str | None:
+def failure_reason(lines: Iterable[object]) -> str | None:
     """The most likely reason a llama-server run failed, from its log (None if the log shows none)."""
     found: tuple[str, str] | None = None
     try:
@@ -1429,18 +1431,20 @@ def without_endpoint(name: str) -> str:
 _NAME = re.compile(r"^(?P<base>[^\[\s(]+)\s*(?:[\[(](?P<inner>[^\])]*)[\])])?")
 
 
-def _natural(s: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
+def _natural(s: str) -> list[tuple[int, str]]:
+    """A natural sort key: `RPC10` after `RPC9` (numbers by value; text and numbers alternate, so a position holds
+    the same kind in every key)."""
+    return [(int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", s)]
 
 
-def device_totals(ledger: dict) -> list[float]:
+def device_totals(ledger: dict[str, Any]) -> list[float]:
     """Each device's allocated MiB (every buffer kind) in llama.cpp's device order (`device_names`), from a stored
     ledger."""
     devs = ledger.get("devices") or {}
     return [float((devs.get(n) or {}).get("total_mib") or 0.0) for n in device_names(ledger)]
 
 
-def device_names(ledger: dict) -> list[str]:
+def device_names(ledger: dict[str, Any]) -> list[str]:
     """The ledger's device buffer names in llama.cpp's device order. Ledgers stored by older llamalab versions have
     sorted keys, so the order is taken from the memory breakdown table where it lists the devices
     (`RPC1 (127.0.0.1:50052)`, `CUDA0 (NVIDIA …)`; an rpc device matches by its endpoint, since every local

@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -318,6 +318,7 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
+    assert w.fout is not None  # written by write_header_to_file
     fout = w.fout[0]
     align = w.data_alignment
     pools = _Pools.make(shape)
@@ -476,7 +477,7 @@ class ModelInfo:
     def head_dim(self) -> int | None:
         return self.n_embd // self.n_head if self.n_embd and self.n_head else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["path"] = str(self.path)
         return d
@@ -520,6 +521,7 @@ def read_info(path: Path) -> ModelInfo:
     size = path.stat().st_size
     end = hdr.layout.data_offset + max((off + n for _, off, n in hdr.tensors), default=0)
     split_count = hdr.kv.get("split.count")
+    splits = split_count if isinstance(split_count, int) and split_count else 1
     if end > size:
         raise ModelError(
             f"{path} is truncated: its tensors need {end:,} bytes but the file has {size:,}.",
@@ -527,34 +529,23 @@ def read_info(path: Path) -> ModelInfo:
                 "a file only, use `llamalab plan --model` or `llamalab stub`.")
     arch = hdr.kv.get("general.architecture") or "unknown"
 
-    def a(key: str):
+    def a(key: str) -> int | None:
+        """An integer of the architecture's keys; a per-layer list (head_count_kv of some models) as its largest."""
         v = hdr.kv.get(f"{arch}.{key}")
-        return None if isinstance(v, standin.ArrayInfo) else v
+        if isinstance(v, list):
+            v = max((x for x in v if isinstance(x, int)), default=None)
+        return v if isinstance(v, int) else None
 
     n_vocab = a("vocab_size")
     if n_vocab is None:
         toks = hdr.kv.get("tokenizer.ggml.tokens")
-        n_vocab = len(toks) if toks is not None else None
-    head_kv = a("attention.head_count_kv")
+        n_vocab = len(toks) if isinstance(toks, standin.ArrayInfo | list) else None
     name = hdr.kv.get("general.name")
     return ModelInfo(
         path=path.resolve(), size_bytes=size, architecture=str(arch), name=name if isinstance(name, str) else None,
         n_layer=a("block_count"), n_embd=a("embedding_length"), n_head=a("attention.head_count"),
-        n_head_kv=head_kv if not isinstance(head_kv, list) else max(head_kv),
+        n_head_kv=a("attention.head_count_kv"),
         n_ctx_train=a("context_length"), n_vocab=n_vocab, n_tensors=len(hdr.tensors),
-        fingerprint=fingerprint(path), splits=int(split_count) if split_count else 1,
+        fingerprint=fingerprint(path), splits=splits,
         n_expert=a("expert_count") or None,
     )
-
-
-def _field(reader, key: str):
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    try:
-        v = f.contents()
-    except Exception:
-        return None
-    if isinstance(v, (bytes, bytearray)):
-        return v.decode("utf-8", "replace")
-    return v

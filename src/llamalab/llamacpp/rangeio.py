@@ -21,12 +21,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO, TypeVar
 
 import httpx
 
 from .. import proc
 from ..errors import ModelError
 from . import standin
+
+T = TypeVar("T")
 
 # The two arrays the stand-in fills instead of fetching: key → (GGUF item type, the fill item's bytes)
 FILLED = {"tokenizer.ggml.scores": (6, struct.pack("<f", 0.0)),  # llama.cpp: score 0.0 without scores
@@ -80,7 +83,7 @@ def wait(policy: Policy, attempt: int) -> None:
     proc.check_stop()
 
 
-def retry(policy: Policy, call: Callable[[], object], transient: Callable[[BaseException], bool]):
+def retry(policy: Policy, call: Callable[[], T], transient: Callable[[BaseException], bool]) -> T:
     """`call()` again after a transient failure (`transient(e)`), up to policy.retries times with backoff."""
     attempt = 0
     while True:
@@ -146,7 +149,7 @@ class Fetcher:
         return RemoteError("network", f"{self.label()}: cannot reach {host} ({type(e).__name__}: {e}); no network "
                            "here?", NETWORK_TIP)
 
-    def whole(self, out, size: int, progress: Callable[[int, int], None] | None = None) -> int:
+    def whole(self, out: BinaryIO, size: int, progress: Callable[[int, int], None] | None = None) -> int:
         """The whole file in one GET into `out` (a server without Range support, with --download only)."""
         got = 0
         self.requests += 1
@@ -188,7 +191,7 @@ class Fetcher:
                         last_modified=r.headers.get("last-modified"))
 
         try:
-            return retry(self.policy, once, self.transient)  # type: ignore[return-value]
+            return retry(self.policy, once, self.transient)
         except (httpx.HTTPError, RemoteError) as e:
             raise self.network_error(e) from None
 
@@ -197,7 +200,7 @@ class Fetcher:
         if stop <= start:
             return b""
         try:
-            return retry(self.policy, lambda: self._read_once(start, stop), self.transient)  # type: ignore[return-value]
+            return retry(self.policy, lambda: self._read_once(start, stop), self.transient)
         except (httpx.HTTPError, RemoteError) as e:
             raise self.network_error(e) from None
 

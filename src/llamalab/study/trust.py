@@ -45,13 +45,15 @@ from typing import TYPE_CHECKING
 from ..llamacpp import flags
 
 if TYPE_CHECKING:
+    from ..llamacpp.sourceref import SourceRef
     from .spec import Study
 
 
 @dataclass(frozen=True)
 class Risk:
     key: str  # as the TOML file spells it: builds[1] (evil).cmake.CMAKE_PROJECT_INCLUDE
-    path: tuple  # ("builds", 1, "cmake", "CMAKE_PROJECT_INCLUDE"): what a --set override of a prefix replaces
+    # ("builds", 1, "cmake", "CMAKE_PROJECT_INCLUDE"): what a --set override of a prefix replaces
+    path: tuple[str | int, ...]
     what: str  # what it does, in words
 
     def line(self) -> str:
@@ -135,11 +137,11 @@ def ssh_option_risk(flag: str, value: str) -> str | None:
 
 # ---------------------------------------------------------------- a whole study
 
-def _args_risks(args: Sequence[str], key: str, path: tuple) -> list[Risk]:
+def _args_risks(args: Sequence[str], key: str, path: tuple[str | int, ...]) -> list[Risk]:
     return [Risk(f"{key} {a!r}", path, what) for a in args if a.startswith("-") and (what := server_flag_risk(a))]
 
 
-def _ref(text: str | None):
+def _ref(text: str | None) -> SourceRef | None:
     from ..llamacpp.sourceref import RefError, parse
 
     try:
