@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from hostile_lines import RUNS, hostile_log, issue_cases, under_the_cap
-from llamalab.llamacpp import budget, ledger
+from llamalab.llamacpp import budget, dryrun, ledger
 from llamalab.report import inspect_view
 from llamalab.rig import remote
-from llamalab.run import plan
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -29,9 +28,9 @@ def every_parser(lines: list[str]) -> None:
     led = ledger.parse(lines)
     json.dumps(inspect_view.inspect_json(led))
     ledger.failure_reason(lines)
-    plan.parse_dry_run(lines)
+    dryrun.parse_dry_run(lines)
     for line in lines:
-        plan._real_load(line)
+        dryrun.real_load(line)
     budget.parse_devices(lines)
     remote.parse_device_lines(lines)
     remote.server_devices(["Devices:", *lines])

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamalab.errors import ModelError
-from llamalab.llamacpp import models, standin
+from llamalab.llamacpp import dryrun, models, standin
 from llamalab.llamacpp.build import BuildArtifact
 from llamalab.llamacpp.source import Source
 from llamalab.report import plan_view
@@ -110,10 +110,10 @@ def test_parse_dry_run_cut_before_the_table():
 
 
 def test_parse_fit_print():
-    assert plan.parse_fit_print(lines("fit-params-fitp-tiny-copies4-kv-f16-q8_0.txt")) == {
+    assert dryrun.parse_fit_print(lines("fit-params-fitp-tiny-copies4-kv-f16-q8_0.txt")) == {
         "RPC0": (30, 30, 48), "RPC1": (49, 18, 103), "Host": (31, 0, 37)}
     # -np 4 without -kvu (which fit-params refuses): 4 KV streams, other compute graphs
-    assert plan.parse_fit_print(lines("fit-params-fitp-np4-tiny-copies4-kv-f16-q8_0.txt"))["RPC1"] == (49, 18, 79)
+    assert dryrun.parse_fit_print(lines("fit-params-fitp-np4-tiny-copies4-kv-f16-q8_0.txt"))["RPC1"] == (49, 18, 79)
     assert "invalid argument: -kvu" in (FIX / "fit-params-kvu-rejected.txt").read_text()
 
 
@@ -305,4 +305,5 @@ def test_cli_stub(tmp_path):
     res = CliRunner().invoke(cli, ["stub", str(full), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert out.stat().st_size == full.stat().st_size
-    assert out.read_bytes()[: standin.read_layout(full).data_offset] == full.read_bytes()[: standin.read_layout(full).data_offset]
+    head = standin.read_layout(full).data_offset
+    assert out.read_bytes()[:head] == full.read_bytes()[:head]

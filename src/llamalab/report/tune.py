@@ -91,8 +91,8 @@ def command(data: RunData, build: str, parallel: int, model: str) -> str:
     (llama.cpp's "no split given", there only to keep the emulation from adding one) left out."""
     server = list((data.study.get("server") or {}).get("args") or [])
     args = list(data.study_entry("builds", build).get("args") or [])
-    if build == DEFAULT and (split := argv.value(args, "-ts")) and set(split.replace(",", "")) <= {"0"}:
-        args = argv.without(args, with_value={"-ts"})
+    if build == DEFAULT and (split := argv.value(args, *argv.TENSOR_SPLIT)) and set(split.replace(",", "")) <= {"0"}:
+        args = argv.without(args, with_value=set(argv.TENSOR_SPLIT))
     return shlex.join(["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"])
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import proc
 from ..errors import LlamalabError
-from ..llamacpp import budget, ledger
+from ..llamacpp import budget, dryrun, ledger
 from ..llamacpp.server import launch
 from ..study.spec import Study, configs
 from . import plan as planmod
@@ -153,7 +153,7 @@ def validate(study: Study, prep: session.Prepared, model_full: Path, *, logs: Pa
                     rc, text = proc.capture([str(art.binary("llama-fit-params")), "-m", str(prep.model_path),
                                              *planmod.fit_params_args(cp.args), "-c", str(cp.n_ctx), "-fitp", "on"],
                                             timeout_s=timeout_s, env=env)
-                    fitp = planmod.parse_fit_print(text.splitlines()) if rc == 0 else None
+                    fitp = dryrun.parse_fit_print(text.splitlines()) if rc == 0 else None
                 log_path = logs / f"{stem}-full.log"
                 load = LoadFigures()
                 try:

@@ -29,6 +29,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..llamacpp import budget, maxctx, standin
 from ..llamacpp import server as servermod
+from ..llamacpp.cmake import cmake_true
 from ..paths import cache_home, data_home, default_db
 from ..rig import devices
 from ..store.db import Store
@@ -142,7 +143,7 @@ def _record(c: ts.Candidate, rig: ts.Rig, **kw) -> dict:
 def _rig(names: list[str], budgets: list[int], margins: list[int], prep: session.Prepared, art, dev) -> ts.Rig:
     shared = (prep.backend == "cpu-rpc" and not prep.study.devices.rpc) or (
         dev.virtual and len(set(dev.gpu_of)) <= 1) or (len(dev.gpu_of) > 1 and len(set(dev.gpu_of)) == 1)
-    blas = str(art.options.get("GGML_BLAS", "")).upper() in ("ON", "1", "TRUE")
+    blas = cmake_true(art.options.get("GGML_BLAS", ""))
     return ts.Rig(names=tuple(names), budgets_mib=tuple(budgets), margins_mib=tuple(margins), backend=prep.backend,
                   shared_processor=bool(shared), copies=art.expected_copies, pp_capable=not blas)
 

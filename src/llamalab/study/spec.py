@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
-from ..llamacpp import argv, budget, modelref, sourceref
+from ..llamacpp import argv, budget, flags, modelref, sourceref
 from . import endpoints
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
@@ -324,7 +324,7 @@ class WorkloadSpec(_Strict):
         return [(p, o) for p in self.prompt_lengths for o in self.output_lengths]
 
 
-KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")  # llama.cpp's -ctk/-ctv
+KV_TYPES = flags.KV_TYPES  # llama.cpp's -ctk/-ctv
 TUNE_SPLITS = ("layer", "layer-nopp", "tensor", "none")
 
 
@@ -456,7 +456,8 @@ def load(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Study, 
 def apply_override(data: dict[str, Any], override: str) -> None:
     """`workload.repeats=5`, `devices.vram=["16GiB","12GiB"]`: the value is read as TOML, else as a string."""
     if "=" not in override:
-        raise ConfigError(f"override {override!r} has no '='.", tip="write it as key.path=value, e.g. workload.repeats=5.")
+        raise ConfigError(f"override {override!r} has no '='.",
+                          tip="write it as key.path=value, e.g. workload.repeats=5.")
     key, raw = override.split("=", 1)
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
