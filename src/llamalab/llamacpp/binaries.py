@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .. import proc
 from ..errors import ConfigError, SourceError
+from ..jsontypes import JsonObject
 from .build import BuildArtifact
 from .source import Source
 
@@ -192,7 +193,7 @@ class Binaries:
                 f"{', '.join(self.backends) or 'not reported'}"
                 + (f"; built with {v.compiler} for {v.target}" if v.compiler else ""))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         v = self.version
         return {
             "dir": str(self.dir), "given": self.given, "files": dict(self.files),

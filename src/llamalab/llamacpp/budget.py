@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..jsontypes import JsonObject
 from . import argv, ledger
 
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's default -fitt (common_params.fit_params_target)
@@ -109,7 +110,7 @@ class Emulation:
             out += ["-ts", ",".join(str(x) for x in self.tensor_split)]
         return out
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {"budgets_mib": list(self.budgets_mib), "margins_mib": list(self.margins_mib),
                 "fit_targets_mib": list(self.fit_targets_mib),
                 "tensor_split": list(self.tensor_split) if self.tensor_split else None,

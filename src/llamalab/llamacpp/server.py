@@ -155,7 +155,7 @@ def launch(
         raise LaunchError(f"llama-server not found at {binary}", tip="rebuild with `llamalab build`, or check --server-bin.")
     fixed_port = port is not None
     for attempt in range(3):
-        use_port = port if fixed_port else net.free_port(host)
+        use_port = port if port is not None else net.free_port(host)  # fixed_port: port is not None
         argv = server_argv(binary, model, host=host, port=use_port, args=args)
         child = proc.spawn(argv, log_path=log_path, env=env)
         server = Server(url=net.url(host, use_port), child=child, log_path=log_path, argv=argv, env=dict(env or {}))

@@ -725,9 +725,10 @@ def _fix_lines(fix: Mapping[str, Sequence[str]], family: str | None, indent: str
                ) -> list[str]:
     """The detected OS's lines first ("run:"), then (with `others`) each other OS's."""
     lines: list[str] = []
-    order = ([family] if family in fix else []) + [f for f in FAMILIES if f in fix and f != family]
-    if not others and family in fix:
-        order = [family]
+    known = family if family is not None and family in fix else None
+    order = ([known] if known is not None else []) + [f for f in FAMILIES if f in fix and f != family]
+    if not others and known is not None:
+        order = [known]
     for fam in order:
         label = "run: " if fam == family else f"{FAMILY_NAMES[fam]}: "
         for i, cmd in enumerate(fix[fam]):

@@ -52,7 +52,7 @@ SECURITY = ("rpc-server has no authentication or encryption: whoever can reach t
 
 def _resolve(host: str) -> list[str]:
     try:
-        return sorted({ai[4][0] for ai in socket.getaddrinfo(host, None, socket.AF_INET)})
+        return sorted({str(ai[4][0]) for ai in socket.getaddrinfo(host, None, socket.AF_INET)})  # IPv4: a str
     except OSError:
         return []
 
@@ -386,7 +386,8 @@ def managed(spec: RemoteSpec, art: BuildArtifact, log_dir: Path, *, ready_timeou
     """Start an rpc-server on `spec.ssh`, wait until its endpoint answers, yield, and stop it — on normal exit,
     Ctrl-C or failure alike. Two ways down: closing the ssh connection hangs up its terminal (the rpc-server
     dies with it), and an explicit `kill` of the pid it wrote."""
-    assert spec.ssh
+    ssh = spec.ssh
+    assert ssh
     ep = parse_endpoint(spec.endpoint)
     bind = bind_address(spec)
     if spec.rpc_server_path:
@@ -397,16 +398,16 @@ def managed(spec: RemoteSpec, art: BuildArtifact, log_dir: Path, *, ready_timeou
     home = remote_path(spec.remote_dir or REMOTE_HOME)
     pidfile = f"{home}/rpc-{ep.port}-{uuid.uuid4().hex[:8]}.pid"
     if spec.rpc_server_path:
-        rc, out = capture(ssh_argv(spec.ssh, ["mkdir", "-p", home], spec.ssh_options), timeout_s=30.0)
+        rc, out = capture(ssh_argv(ssh, ["mkdir", "-p", home], spec.ssh_options), timeout_s=30.0)
         if rc != 0:
             raise _ssh_fail(spec, f"mkdir {home}", rc, out)
     log_path = log_dir / f"rpc-server-{ep.host}-{ep.port}.log"
-    argv = ssh_argv(spec.ssh, start_command(binary, bind, ep.port, spec.threads, pidfile, lib_dir), spec.ssh_options,
+    argv = ssh_argv(ssh, start_command(binary, bind, ep.port, spec.threads, pidfile, lib_dir), spec.ssh_options,
                     tty=True)
     with ExitStack() as stack:
         child = spawn(argv, log_path=log_path)
         stack.callback(child.terminate)
-        stack.callback(lambda: capture(ssh_argv(spec.ssh, stop_command(pidfile), spec.ssh_options), timeout_s=30.0))
+        stack.callback(lambda: capture(ssh_argv(ssh, stop_command(pidfile), spec.ssh_options), timeout_s=30.0))
         if not net.wait_port(ep.host, ep.port, ready_timeout_s, alive=child.alive):
             tail = "\n".join("    " + ln for ln in child.log_tail(10))
             raise LaunchError(f"the rpc-server started over ssh on {spec.ssh} did not answer at {ep} within "
