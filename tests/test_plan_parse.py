@@ -305,4 +305,5 @@ def test_cli_stub(tmp_path):
     res = CliRunner().invoke(cli, ["stub", str(full), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert out.stat().st_size == full.stat().st_size
-    assert out.read_bytes()[: standin.read_layout(full).data_offset] == full.read_bytes()[: standin.read_layout(full).data_offset]
+    head = standin.read_layout(full).data_offset
+    assert out.read_bytes()[:head] == full.read_bytes()[:head]

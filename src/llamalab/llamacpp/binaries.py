@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .. import proc
 from ..errors import ConfigError, SourceError
-from ..jsontypes import JsonObject
+from ..records import JsonObject
 from .build import BuildArtifact
 from .source import Source
 
@@ -97,7 +97,8 @@ def parse_version(text: str) -> VersionInfo:
         elif m := _BUILT.match(line):
             compiler, target = m.group("compiler").strip(), m.group("target")
         elif m := _BUILD_LOG.search(line):
-            n, commit, compiler, target = int(m.group("n")), m.group("c"), m.group("compiler").strip(), m.group("target")
+            n, commit = int(m.group("n")), m.group("c")
+            compiler, target = m.group("compiler").strip(), m.group("target")
         if m := _LOADED.search(line) or _REGISTERED.search(line):
             backends.append(canonical_backend(m.group("b")))
         for rx, name in _INIT:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..jsontypes import JsonObject
+from ..records import JsonObject
 from . import argv, ledger
 
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's default -fitt (common_params.fit_params_target)
@@ -145,7 +145,8 @@ def emulate(budgets_mib: Sequence[int], devices: Sequence[DeviceMemory], *, marg
         if b > dev.free_mib:
             raise ConfigError(
                 f"a budget of {b} MiB cannot be emulated on {dev.name} ({dev.description}): it has only "
-                f"{dev.free_mib} MiB free of {dev.total_mib} MiB. A device can stand for a smaller one, not a larger one.",
+                f"{dev.free_mib} MiB free of {dev.total_mib} MiB. A device can stand for a smaller one, not a larger "
+                "one.",
                 tip="lower the budget, free memory on that device, or plan on a machine with larger devices.")
         targets.append(dev.free_mib - b + m)
     own_split = argv.has(user_args, *argv.TENSOR_SPLIT)

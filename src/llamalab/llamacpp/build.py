@@ -19,8 +19,8 @@ from pathlib import Path
 
 from .. import proc
 from ..errors import BuildError
-from ..jsontypes import JsonObject
 from ..paths import locked
+from ..records import JsonObject
 from . import amx, ccache
 from . import source as source_mod
 from .source import Source
@@ -388,7 +388,8 @@ def run_step(argv: list[str], log_path: Path, what: str, stage: str, *, env: Map
 
     if shutil.which(argv[0]) is None:
         raise BuildError(f"{argv[0]} is not installed, so llama.cpp cannot be built.",
-                         tip="install CMake ≥ 3.14 and a C++17 compiler (Debian: apt-get install cmake g++ ninja-build), "
+                         tip="install CMake ≥ 3.14 and a C++17 compiler (Debian: apt-get install cmake g++ "
+                         "ninja-build), "
                          "or run `llamalab doctor`; or run the study on llama.cpp binaries you already have "
                          "(a release archive): --llama-bin DIR.")
     done = proc.run(argv, log_path=log_path, on_line=on_line, env=env)

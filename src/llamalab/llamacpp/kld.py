@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import proc
-from ..jsontypes import JsonObject
+from ..records import JsonObject
 
 N_CTX = 256  # tokens per chunk
 CHUNKS = 8  # chunks: 8 × 128 scored positions = 1,024 token positions (a 262k-vocabulary base file: 0.5 GB)

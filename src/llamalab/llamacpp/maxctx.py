@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..jsontypes import JsonObject
+from ..records import JsonObject
 from . import argv
 
 STEP = 256  # llama.cpp pads the context to multiples of 256

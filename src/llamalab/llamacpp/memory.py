@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..jsontypes import JsonObject
+from ..records import JsonObject
 from .ledger import KvSummary, Ledger
 
 MIB = 1024 * 1024
@@ -212,7 +212,8 @@ def one_copy_saving(led: Ledger) -> OneCopySaving | None:
     capped = False
     if room is not None:  # memory freed past the model's training context buys no tokens
         capped = any(t is not None and t > room for t in (tokens, tokens_low, tokens_high))
-        tokens, tokens_low, tokens_high = (None if t is None else min(t, room) for t in (tokens, tokens_low, tokens_high))
+        tokens, tokens_low, tokens_high = (None if t is None else min(t, room)
+                                           for t in (tokens, tokens_low, tokens_high))
         basis += f" Capped at the model's training context (n_ctx_train {led.n_ctx_train:,})."
     return OneCopySaving(
         n_copies=n, per_device=dict(point), low=low, high=high, host_mib=host_mib,

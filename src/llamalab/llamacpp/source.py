@@ -19,8 +19,8 @@ import httpx
 
 from .. import proc
 from ..errors import SourceError
-from ..jsontypes import JsonObject
 from ..paths import locked
+from ..records import JsonObject
 from .sourceref import SourceRef
 
 # where progress lines go (`print`, or a test's list.append)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .. import proc
-from ..jsontypes import JsonObject
+from ..records import JsonObject
 
 _TRIPLETS = {"x86_64": "x86_64-linux-gnu", "amd64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu",
              "arm64": "aarch64-linux-gnu"}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from .. import proc
-from ..jsontypes import JsonObject
+from ..records import JsonObject
 from . import budget
 
 MAX_DEVICES = 16  # GGML_VK_MAX_DEVICES

@@ -118,7 +118,8 @@ RECIPES: dict[str, Recipe] = {
                                  "gfx1030 RX 6800/6900, gfx1100 RX 7900, gfx1201 RX 9070, gfx90a MI210/250, "
                                  "gfx942 MI300)" for f in ("debian", "fedora", "arch")}),
     "cuda-arch": Recipe(steps={f: "export LLAMALAB_CUDA_ARCH=90  (the GPU you will run on: 86 RTX 30xx/A10, "
-                                  "89 RTX 40xx/L4/L40, 90 H100/H200, 120 RTX 50xx)" for f in ("debian", "fedora", "arch")}),
+                                  "89 RTX 40xx/L4/L40, 90 H100/H200, 120 RTX 50xx)"
+                               for f in ("debian", "fedora", "arch")}),
 }
 
 
@@ -419,7 +420,8 @@ def _vulkan_prefix(p: Probe) -> list[Finding] | None:
         Finding("vulkan-headers", "Vulkan headers", "ok", f"VK_HEADER_VERSION {ver} ({where})", version=str(ver),
                 path=f"{d['Vulkan_INCLUDE_DIR']}/vulkan/vulkan_core.h"),
         Finding("glslc", "glslc", "ok" if rc == 0 else "missing",
-                f"{_first_line(text)} ({glslc})" if rc == 0 else f"{glslc} does not run: rerun scripts/vulkan-toolchain.sh",
+                f"{_first_line(text)} ({glslc})" if rc == 0
+                else f"{glslc} does not run: rerun scripts/vulkan-toolchain.sh",
                 path=glslc, fix={} if rc == 0 else {f: [_TOOLCHAIN_SCRIPT] for f in FAMILIES}),
         Finding("spirv-headers", "SPIRV-Headers", "ok", f"{d['Vulkan_INCLUDE_DIR']}/spirv/unified1/spirv.hpp ({where})",
                 path=f"{d['Vulkan_INCLUDE_DIR']}/spirv/unified1/spirv.hpp"),
@@ -510,7 +512,8 @@ def _rocm(p: Probe, amd: list[str]) -> list[Finding]:
         out.append(Finding("rocm", "ROCm (HIP)", "info", "hipcc not found (only for AMD GPUs: the rocm backend)"))
     smi = p.which("rocm-smi")
     if smi:
-        out.append(Finding("rocm-smi", "rocm-smi", "ok", f"found ({smi}): the memory cross-check on AMD GPUs", path=smi))
+        out.append(Finding("rocm-smi", "rocm-smi", "ok", f"found ({smi}): the memory cross-check on AMD GPUs",
+                           path=smi))
     else:
         out.append(Finding("rocm-smi", "rocm-smi", "missing" if amd else "info",
                            "not found: " + ("the memory cross-check on AMD GPUs needs it" if amd
@@ -554,8 +557,9 @@ def examine(p: Probe | None = None) -> Report:
     cc = _compiler(p, "cc", "C compiler", "CC", ("cc", "gcc", "clang"))
     cxx = _compiler(p, "cxx", "C++ compiler", "CXX", ("c++", "g++", "clang++"))
     ninja, make = _build_tool(p)
-    ccache = _tool(p, "ccache", "ccache", ["ccache"], missing_detail="not found (optional: compiles each llama.cpp file "
-                   "once across variants, versions and bisect commits)", recipe="ccache")
+    ccache = _tool(p, "ccache", "ccache", ["ccache"],
+                   missing_detail="not found (optional: compiles each llama.cpp file once across variants, versions "
+                   "and bisect commits)", recipe="ccache")
     git = _tool(p, "git", "git", ["git"], missing_detail="not found (optional: records the commit of a "
                 "--llama-cpp checkout)", recipe="git")
     pkgconf = _tool(p, "pkg-config", "pkg-config", ["pkg-config", "pkgconf"], missing_detail="not found (optional: "
@@ -686,8 +690,9 @@ def _rest(p: Probe, by: dict[str, Finding], bad: set[str], out: list[BackendStat
                       + ("; a 2-device study lists one GPU twice (GGML_VK_VISIBLE_DEVICES=0,0 with -dev "
                          "Vulkan0,Vulkan1)" if len(real) == 1 else ""))
     elif soft:
-        run_detail = (f"runs here on {soft[0].name}, Mesa's CPU implementation of Vulkan (lavapipe), with devices.backend = "
-                      "\"vulkan\" (auto never picks it): a correctness and memory check, not a speed one")
+        run_detail = (f"runs here on {soft[0].name}, Mesa's CPU implementation of Vulkan (lavapipe), with "
+                      "devices.backend = \"vulkan\" (auto never picks it): a correctness and memory check, not a speed "
+                      "one")
     elif p.which("vulkaninfo"):
         run_detail = "cannot run here: vulkaninfo finds no Vulkan device (install a GPU driver, or Mesa's lavapipe)"
     else:

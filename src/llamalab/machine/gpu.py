@@ -62,7 +62,8 @@ def _nvml() -> list[Gpu] | None:
                 h = nv.nvmlDeviceGetHandleByIndex(i)
                 mem = nv.nvmlDeviceGetMemoryInfo(h)
                 try:
-                    cc = "%d.%d" % nv.nvmlDeviceGetCudaComputeCapability(h)
+                    major, minor = nv.nvmlDeviceGetCudaComputeCapability(h)
+                    cc = f"{major:d}.{minor:d}"
                 except Exception:
                     cc = None
                 try:
@@ -77,7 +78,8 @@ def _nvml() -> list[Gpu] | None:
 
 
 def _smi() -> list[Gpu]:
-    rc, out = proc.capture(["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,driver_version,uuid,compute_cap",
+    rc, out = proc.capture(["nvidia-smi",
+                            "--query-gpu=index,name,memory.total,memory.used,driver_version,uuid,compute_cap",
                             "--format=csv,noheader,nounits"], timeout_s=20)
     if rc != 0:
         return []

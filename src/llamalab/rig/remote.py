@@ -222,7 +222,7 @@ def query_offers(llama_server: Path, endpoints: Sequence[str], *, env: Mapping[s
 def describe(devs: Mapping[str, Sequence[RemoteDevice]]) -> list[str]:
     """One line per remote device, for progress output."""
     lines = []
-    for ep, ds in devs.items():
+    for ds in devs.values():
         for d in ds:
             mem = f"{d.total_mib} MiB, {d.free_mib} MiB free" if d.total_mib is not None else "memory unknown"
             desc = f" {d.description}" if d.description else ""
@@ -437,7 +437,8 @@ def merge_setup(dev: DeviceSetup, endpoints: Sequence[str],
     all_eps = local + [e for e in endpoints if e not in local]
     n_remote = sum(len(found.get(e, ())) for e in endpoints)
     def backends(ep: str) -> str:
-        return ", ".join(sorted({d.backend.upper() if d.backend != "unknown" else "?" for d in found.get(ep, ())})) or "?"
+        names = {d.backend.upper() if d.backend != "unknown" else "?" for d in found.get(ep, ())}
+        return ", ".join(sorted(names)) or "?"
 
     if (named := argv.value(args, "-dev")) is not None:  # named local devices (two Vulkan devices on one GPU):
         names = [d.key for e in endpoints for d in found.get(e, ())]  # name the remote ones too, first, where

@@ -23,10 +23,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, StoreError
-from ..jsontypes import JsonObject
 from ..llamacpp import memory
 from ..llamacpp.ledger import Ledger
-from ..records import ConfigOutcome, Trial
+from ..records import ConfigOutcome, JsonObject, Trial
 from . import jsoncol, runids
 from . import migrations as migrationsmod
 from . import owner as ownermod

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .. import __version__
 from ..errors import ConfigError, StoreError
-from ..jsontypes import JsonObject
+from ..records import JsonObject
 from ..safetext import json_safe
 from . import jsoncol, migrations, runrows
 from .db import LOCAL_RUN_COLUMNS, RunExists, Store, legacy_cell, with_trial_cells
