@@ -17,7 +17,7 @@ What the move needs, and --apply does (all in one step, after the reshape's bran
 - a test file that other test files import (`from test_hostile_files import ...`) moves with them, and its folder
   joins `pythonpath` (importlib mode puts no test folder on sys.path);
 - `Path(__file__).parent / "fixtures"` and `Path(__file__).parent.parent` (and their spellings) in a moved file
-  become `FIXTURES` and `ROOT` from tests/testpaths.py, which --apply writes;
+  become `FIXTURES` and `ROOT` from tests/testpaths.py, which --apply writes (and ruff sorts the import in);
 - every `tests/test_x.py` named in tracked text files (docs, comments) is renamed to its new path.
 """
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -198,6 +199,7 @@ def rewrite_paths(text: str) -> str:
             used.append(name)
     if not used:
         return text
+    text = re.sub(r"^(FIXTURES|ROOT) = \1\n", "", text, flags=re.M)  # the module's own constant, now imported
     names = sorted(set(used))
     tree = ast.parse(text)
     # after the last top-level import (the module's docstring and `from __future__` stay first)
@@ -206,7 +208,8 @@ def rewrite_paths(text: str) -> str:
     lines = text.splitlines(keepends=True)
     lines.insert(last, f"from testpaths import {', '.join(names)}\n")
     text = "".join(lines)
-    if "Path(" not in text.replace("from pathlib import Path", ""):
+    still = any(isinstance(n, ast.Name) and n.id == "Path" for n in ast.walk(ast.parse(text)))
+    if not still:  # `Path` was only there for those spellings
         text = re.sub(r"^from pathlib import Path\n", "", text, count=1, flags=re.M)
     return text
 
@@ -223,10 +226,22 @@ def apply(files: list[TestFile]) -> None:
         new = rewrite_paths(text)
         if new != text:
             tf.target.write_text(new, encoding="utf-8")
+    _sort_imports([tf.target for tf in moved])
     _pyproject(shared_folders(files))
     renames = {f"tests/{tf.path.name}": str(tf.target.relative_to(ROOT)) for tf in moved}
     _rename_mentions(renames)
     git("add", "-A", "tests", "pyproject.toml")
+
+
+def _sort_imports(paths: list[Path]) -> None:
+    """The inserted `from testpaths import ...` in its place in each import block (ruff's isort rule, as `make lint`
+    runs it); without ruff at hand, `ruff check --select I --fix tests` does it later."""
+    ruff = Path(sys.executable).with_name("ruff")
+    exe = str(ruff) if ruff.is_file() else shutil.which("ruff")
+    if exe is None:
+        print("ruff not found: run `ruff check --select I --fix tests` to sort the imports --apply added")
+        return
+    subprocess.run([exe, "check", "--quiet", "--select", "I", "--fix", *map(str, paths)], cwd=ROOT, check=False)
 
 
 def _pyproject(extra: list[str]) -> None:
