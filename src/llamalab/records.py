@@ -96,7 +96,7 @@ class Trial:
         total = (self.input_tokens or 0) + (self.output_tokens or 0)
         return total / self.wall_s if total and self.wall_s > 0 else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         d = asdict(self)
         d["requests"] = [asdict(r) for r in self.requests]
         return d

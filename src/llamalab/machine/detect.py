@@ -123,7 +123,7 @@ def vulkan_toolchain(home: Path, env: Mapping[str, str], which: Callable[[str], 
 
 
 def facts(home: Path, env: Mapping[str, str] | None = None, *, which: Callable[[str], str | None] = shutil.which,
-          nvidia: Callable[[], list] = gpu.probe, run: Callable[[list[str]], tuple[int, str]] | None = None,
+          nvidia: Callable[[], list[gpu.Gpu]] = gpu.probe, run: Callable[[list[str]], tuple[int, str]] | None = None,
           read: Callable[[str], str | None] = _read, listdir: Callable[[str], list[str]] | None = None,
           exists: Callable[[str], bool] = os.path.exists) -> Facts:
     env = dict(os.environ if env is None else env)

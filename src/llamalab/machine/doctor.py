@@ -15,11 +15,20 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from .. import paths, proc
 from ..llamacpp import build, toolchain
 from ..llamacpp import vulkan as vk
+from ..records import JsonObject
 from . import detect, gpu
+
+
+class _Add(Protocol):
+    """`backends`' `add`: one backend's status from what it lacks here."""
+
+    def __call__(self, name: str, extra: list[str], extra_fix: Mapping[str, Sequence[str]], runnable: bool,
+                 run_detail: str, note: str = "") -> None: ...
 
 # ---------------------------------------------------------------- facts the checks rely on
 
@@ -206,7 +215,7 @@ class Report:
     backends: list[BackendStatus]
     study_backend: str  # what `devices.backend = "auto"` resolves to here
     study_backend_reason: str = ""
-    vulkan_devices: list[dict] = field(default_factory=list)  # vulkaninfo: name, type, memory budget
+    vulkan_devices: list[JsonObject] = field(default_factory=list)  # vulkaninfo: name, type, memory budget
     amd_gpus: list[str] = field(default_factory=list)
 
     def tool(self, key: str) -> Finding:
@@ -215,7 +224,7 @@ class Report:
     def backend(self, name: str) -> BackendStatus:
         return next(b for b in self.backends if b.name == name)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {
             "os": {**asdict(self.os), "family_name": FAMILY_NAMES.get(self.os.family or "", None)},
             "machine": self.machine,
@@ -678,10 +687,10 @@ def _backends(p: Probe, tools: list[Finding], gpus: list[gpu.Gpu], osinfo: OsInf
     return _rest(p, by, bad, out, add, vk_devices or [], amd or [])
 
 
-def _rest(p: Probe, by: dict[str, Finding], bad: set[str], out: list[BackendStatus], add,
+def _rest(p: Probe, by: dict[str, Finding], bad: set[str], out: list[BackendStatus], add: _Add,
           vk_devices: list[vk.VkInfoDevice], amd: list[str]) -> list[BackendStatus]:
     # vulkan: headers new enough, glslc, SPIRV-Headers; devices from vulkaninfo.
-    missing_vk = [k for k in ("vulkan-headers", "glslc", "spirv-headers") if k in bad]
+    missing_vk: list[str] = [k for k in ("vulkan-headers", "glslc", "spirv-headers") if k in bad]
     real = [d for d in vk_devices if not d.software]
     soft = [d for d in vk_devices if d.software]
     if real:
@@ -748,7 +757,7 @@ def render(rep: Report) -> str:
     out = [f"llamalab doctor — {rep.os.name}, {rep.machine} ({where})", "", "Tools"]
     width = max(len(t.title) for t in rep.tools)
     indent = " " * (2 + 8 + 1 + width + 2)
-    previous: dict | None = None
+    previous: dict[str, list[str]] | None = None
     for t in rep.tools:
         out.append(f"  {_MARK[t.status]:<8} {t.title:<{width}}  {t.detail}")
         if t.status in ("missing", "old") and t.fix:

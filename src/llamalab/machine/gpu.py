@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from types import ModuleType
 
 from .. import proc
+from ..records import JsonObject
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,7 @@ class Gpu:
     uuid: str | None = None
     compute_capability: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -29,7 +32,7 @@ def probe() -> list[Gpu]:
 
 
 @contextmanager
-def _session():
+def _session() -> Iterator[ModuleType | None]:
     """pynvml, initialised, or None where nvidia-ml-py or the driver is missing; shut down afterwards."""
     try:
         import pynvml
@@ -47,7 +50,7 @@ def _session():
             pass
 
 
-def _text(v) -> str:
+def _text(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 

@@ -27,6 +27,7 @@ from ..errors import ConfigError, LaunchError
 from ..llamacpp import argv, budget
 from ..llamacpp import vulkan as vk
 from ..llamacpp.build import BuildArtifact
+from ..records import JsonObject
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,10 @@ class DeviceSetup:
     virtual: bool = False
     endpoints: tuple[str, ...] = ()
     description: str = ""
-    remotes: tuple[dict, ...] = ()  # remote devices (remote.RemoteDevice.as_dict): endpoint, memory, backend
+    remotes: tuple[JsonObject, ...] = ()  # remote devices (remote.RemoteDevice.as_dict): endpoint, memory, backend
     gpu_of: tuple[int, ...] = ()  # physical GPU (driver index) of each local device, where known
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {
             "backend": self.backend, "count": self.count, "server_args": list(self.server_args),
             "env": dict(self.env), "virtual": self.virtual, "endpoints": list(self.endpoints),

@@ -29,11 +29,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import net, proc
 from ..errors import ConfigError, LaunchError
 from ..llamacpp import argv, ledger
+from ..records import JsonObject
 from ..study.endpoints import is_ipv4, parse_endpoint
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class RemoteDevice:
         """The name llama.cpp gives its buffers (`RPC0[10.0.0.2:50052] model buffer size = …`)."""
         return f"RPC{self.index}[{self.endpoint}]"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {"endpoint": self.endpoint, "index": self.index, "name": self.name, "key": self.key,
                 "total_mib": self.total_mib, "free_mib": self.free_mib, "backend": self.backend,
                 "description": self.description, "backend_source": self.backend_source}
@@ -239,9 +240,9 @@ def describe(devs: Mapping[str, Sequence[RemoteDevice]]) -> list[str]:
 _RPC_BUFFER = re.compile(r"RPC(?P<index>\d+)\[(?P<endpoint>.+)\]")  # fullmatch: `RPC1[[::1]:50052]` too
 
 
-def ledger_by_endpoint(ledger: Mapping) -> dict[str, dict[str, dict]]:
+def ledger_by_endpoint(ledger: Mapping[str, Any]) -> dict[str, dict[str, JsonObject]]:
     """A stored ledger's device buffers regrouped by rpc endpoint: endpoint → {"RPC0": {model_mib, kv_mib, …}}."""
-    out: dict[str, dict[str, dict]] = {}
+    out: dict[str, dict[str, JsonObject]] = {}
     for name, bufs in (ledger.get("devices") or {}).items():
         if m := _RPC_BUFFER.fullmatch(name):
             out.setdefault(m.group("endpoint"), {})[f"RPC{m.group('index')}"] = dict(bufs)
@@ -493,7 +494,7 @@ def preflight(specs: Sequence[RemoteSpec], warn: Callable[[str], None],
 
 
 def topology(backend: str, local_count: int, found: Mapping[str, Sequence[RemoteDevice]],
-             specs: Sequence[RemoteSpec]) -> dict:
+             specs: Sequence[RemoteSpec]) -> JsonObject:
     """What a run records in runs.devices_json: the local part and each remote endpoint with its devices."""
     by_ep = {s.endpoint: s for s in specs}
     return {
