@@ -43,7 +43,8 @@ def test_parse_version(name, number, commit, compiler, target, backends):
 def test_backends_from_a_cuda_log_devices_and_libraries():
     log = (FIX / "logs" / "cuda-b11312-virtual2-copies4.log").read_text()
     assert binaries.parse_version(log).backends == ("CUDA",)
-    listed = "Available devices:\n  CUDA0: NVIDIA H200 (143155 MiB, 142480 MiB free)\n  ROCm1: gfx1100 (1 MiB, 1 MiB free)\n"
+    listed = ("Available devices:\n  CUDA0: NVIDIA H200 (143155 MiB, 142480 MiB free)\n"
+              "  ROCm1: gfx1100 (1 MiB, 1 MiB free)\n")
     assert binaries.device_backends(listed) == ["CUDA", "ROCm"]
     assert binaries.device_backends("Available devices:\n  (none)\n") == []
     libs = ["libggml-base.so", "libggml-cpu-haswell.so", "libggml-cpu-skylakex.so", "libggml-rpc.so",

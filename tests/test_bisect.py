@@ -61,7 +61,9 @@ def test_a_figure_that_appears_or_disappears_is_a_change():
 
 
 def test_commits_that_cannot_be_built_are_skipped_and_listed_when_next_to_the_change():
-    values = lambda i: 10.0 if i < 6 else 20.0
+    def values(i):
+        return 10.0 if i < 6 else 20.0
+
     measure, seen = measurer(values, fail={3, 4, 7})
     out = bisect.search(commits(10), measure)
     assert out.first == commits(10)[6] and out.untested == [] and 5 in seen

@@ -87,7 +87,8 @@ def test_failed_build_names_the_log_and_shows_its_last_lines(tmp_path):
 
     src = tmp_path / "src"
     src.mkdir()
-    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.14)\nproject(x)\nmessage(FATAL_ERROR \"boom here\")\n")
+    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.14)\nproject(x)\n"
+                                        "message(FATAL_ERROR \"boom here\")\n")
     b = build.Builder(source=Source(src, "dir:" + str(src), None, None), backend="cpu", home=tmp_path / "home",
                       log=lambda s: None)
     with pytest.raises(BuildError) as e:

@@ -151,7 +151,8 @@ def test_mac():
 def test_old_vulkan_headers_and_old_cmake():
     rep = doctor.examine(fake(
         programs={**LINUX_TOOLS, "cmake": "cmake version 3.10.2\n", "glslc": "shaderc v2023.2\n"},
-        files={"/usr/include/vulkan/vulkan_core.h": "#define VK_HEADER_VERSION_COMPLETE x\n#define VK_HEADER_VERSION 239\n",
+        files={"/usr/include/vulkan/vulkan_core.h": "#define VK_HEADER_VERSION_COMPLETE x\n"
+                                                    "#define VK_HEADER_VERSION 239\n",
                "/usr/include/spirv/unified1/spirv.hpp": "// spirv\n"}))
     vk = rep.tool("vulkan-headers")
     assert vk.status == "old" and vk.version == "239" and "LunarG" in vk.fix["debian"][0]

@@ -53,8 +53,10 @@ def test_export_import_keeps_every_stored_byte(source, tmp_path):
         assert (res.run_id, res.imported, res.trials, res.configs) == (rid, True, 12, 4)
         # same text in every column, same ids in a fresh db; only the database-local columns of the runs row (when
         # each database imported it: the fixture restores the source run too) may differ
-        local = lambda tables: {**tables, "runs": [{k: v for k, v in r.items() if k not in LOCAL_RUN_COLUMNS}
-                                                    for r in tables["runs"]]}
+        def local(tables):
+            return {**tables, "runs": [{k: v for k, v in r.items() if k not in LOCAL_RUN_COLUMNS}
+                                       for r in tables["runs"]]}
+
         assert local(dest.dump_run(rid)) == local(source.dump_run(rid))
 
 
@@ -138,10 +140,12 @@ def test_unknown_column_asks_for_an_upgrade(source, tmp_path):
 def test_import_is_one_transaction(source, tmp_path):
     doc = exchange.export_run(source)
     doc["tables"]["trials"].append(dict(doc["tables"]["trials"][0]))  # violates UNIQUE(run, build, setting, …)
-    with pytest.raises(ConfigError, match=r"trials: \('copies4', 'kv-f16-q8_0', 1, 1, 256, 32\) .* is stored more than once"):
+    with pytest.raises(ConfigError,
+                       match=r"trials: \('copies4', 'kv-f16-q8_0', 1, 1, 256, 32\) .* is stored more than once"):
         exchange.loads(json.dumps(doc))
     good = exchange.check(exchange.events_of(exchange.export_run(source)))
-    with Store(tmp_path / "d.db") as dest:  # past the check (as if the file changed after it), the store refuses it whole
+    # past the check (as if the file changed after it), the store refuses it whole
+    with Store(tmp_path / "d.db") as dest:
         with pytest.raises(StoreError, match="UNIQUE constraint failed: trials"):
             exchange.import_file(dest, lambda: exchange.events_of(doc), good)
         assert counts(dest) == dict.fromkeys(Store.RUN_TABLES, 0)

@@ -390,7 +390,7 @@ def test_reports_of_runs_an_older_import_stored_say_what_is_wrong(tmp_path, env,
     db = stored_db(tmp_path / "d.db")
     con = sqlite3.connect(db)
     with con:
-        where = "rowid=(SELECT MIN(rowid) FROM %s)" % table
+        where = f"rowid=(SELECT MIN(rowid) FROM {table})"
         if sql is not None:
             con.execute(f"UPDATE {table} SET {column}={sql} WHERE {where}")
         else:
@@ -409,7 +409,8 @@ def test_reports_of_runs_an_older_import_stored_say_what_is_wrong(tmp_path, env,
             assert (table, column) == ("trials", "requests_json"), (cmd, done.stdout[:200])
 
 
-@pytest.mark.parametrize("split, words", [("nan,inf", "is not a list of numbers"), ("1,inf", "is not a list of numbers"),
+@pytest.mark.parametrize("split, words", [("nan,inf", "is not a list of numbers"),
+                                          ("1,inf", "is not a list of numbers"),
                                           ("-1,2", "numbers ≥ 0"), ("0,0", "at least one above 0")])
 def test_inspect_tensor_split_must_be_proportions(tmp_path, env, split, words):
     log = runfixtures.RUNS.parent / "logs"

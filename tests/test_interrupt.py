@@ -48,7 +48,7 @@ def _wait_line(p, needle: str, timeout_s: float = 600) -> list[str]:
             line = p._lines.get(timeout=0.05)
         except queue.Empty:
             if p.poll() is not None:
-                raise AssertionError(f"llamalab exited before {needle!r}: " + "".join(lines[-20:]))
+                raise AssertionError(f"llamalab exited before {needle!r}: " + "".join(lines[-20:])) from None
             continue
         lines.append(line)
         if needle in line:

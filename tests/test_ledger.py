@@ -95,11 +95,12 @@ def test_fixture_survives_crlf_ansi_prefixes_and_noise(name):
     base = parse_fixture(name, lines).to_json()
     rng = random.Random(name)
     noisy = []
-    for i, line in enumerate(lines):
+    for line in lines:
         prefix = rng.choice(["", "llama-1  | ", "Mar 01 12:00:00 host llama-server[123]: ", "\x1b[32m"])
         noisy.append(prefix + line + "\x1b[0m\r")
         if rng.random() < 0.2:
-            noisy.append(rng.choice(["", "GET /health 200", "srv  update_slots: all slots are idle", "|||", "= 12 MiB"]))
+            noisy.append(rng.choice(["", "GET /health 200", "srv  update_slots: all slots are idle", "|||",
+                                     "= 12 MiB"]))
     got = parse_fixture(name, noisy).to_json()
     for key in (*CONTRACT, "devices", "host"):
         assert got[key] == base[key], key
@@ -135,9 +136,11 @@ PP_CASES = [
     pytest.param(["llama_context: pipeline parallelism enabled",
                   "llama_context: compute buffer allocation failed, retrying without pipeline parallelism"],
                  False, None, id="retry-without"),
-    pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=4)"], True, 4, id="old-n_copies-4"),
+    pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=4)"], True, 4,
+                 id="old-n_copies-4"),
     # one copy overlaps nothing: the old form's n_copies=1 is off, like `sched copies = 1` (issue 18)
-    pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=1)"], False, 1, id="old-n_copies-1"),
+    pytest.param(["llama_new_context_with_model: pipeline parallelism enabled (n_copies=1)"], False, 1,
+                 id="old-n_copies-1"),
     pytest.param(["llama_context: pipeline parallelism enabled (n_copies=4)",
                   "llama_context: compute buffer allocation failed, retrying without pipeline parallelism"],
                  False, 4, id="old-retry"),
@@ -157,7 +160,8 @@ def test_pipeline_parallel_semantics(lines, pp, copies):
 GRAPH_CASES = [
     pytest.param("sched_reserve: graph: nodes = 302, splits = 3, input objects = 4, input tensors = 7", 302, 3, 3,
                  id="2026"),
-    pytest.param("sched_reserve: graph (pp bs=512, tg bs=4): nodes = 1234 / 1100, splits = 5 / 3, input objects = 4 / 4",
+    pytest.param("sched_reserve: graph (pp bs=512, tg bs=4): nodes = 1234 / 1100, splits = 5 / 3, "
+                 "input objects = 4 / 4",
                  1234, 5, 3, id="2026-pp-tg"),
     pytest.param("llama_context: graph nodes  = 3376\nllama_context: graph splits = 171 (with bs=512), 4 (with bs=1)",
                  3376, 171, 4, id="2025-with-bs"),
@@ -174,10 +178,12 @@ def test_graph_formats(text, nodes, splits, splits_tg):
 
 
 CTX_CASES = [
-    pytest.param("llama_context: n_ctx         = 8192\nllama_context: n_ctx_seq     = 2048", 8192, 2048, id="n_ctx_seq"),
+    pytest.param("llama_context: n_ctx         = 8192\nllama_context: n_ctx_seq     = 2048", 8192, 2048,
+                 id="n_ctx_seq"),
     pytest.param("llama_context: n_ctx         = 4096\nllama_context: n_ctx_per_seq = 4096", 4096, 4096, id="per_seq"),
     pytest.param("llama_new_context_with_model: n_ctx      = 2048", 2048, None, id="2024"),
-    pytest.param("llama_init_from_model: n_ctx         = 4224\nllama_init_from_model: n_ctx_per_seq (4224) < n_ctx_train",
+    pytest.param("llama_init_from_model: n_ctx         = 4224\n"
+                 "llama_init_from_model: n_ctx_per_seq (4224) < n_ctx_train",
                  4224, None, id="warning-is-not-a-value"),
     pytest.param("slot load_model: id  0 | task -1 | new slot, n_ctx = 8192", None, None, id="slot-line-ignored"),
 ]
@@ -190,16 +196,21 @@ def test_context_sizes(text, n_ctx, n_ctx_seq):
 
 
 BUFFER_CASES = [
-    pytest.param("load_tensors:        CUDA0 model buffer size = 11826.45 MiB", "CUDA0", "model_mib", 11826.45, id="model"),
-    pytest.param("llm_load_tensors:      CUDA0 buffer size =  3992.51 MiB", "CUDA0", "model_mib", 3992.51, id="2024-no-kind"),
-    pytest.param("llama_kv_cache: RPC0[127.0.0.1:50101] KV buffer size =    30.62 MiB", "RPC0[127.0.0.1:50101]", "kv_mib",
+    pytest.param("load_tensors:        CUDA0 model buffer size = 11826.45 MiB", "CUDA0", "model_mib", 11826.45,
+                 id="model"),
+    pytest.param("llm_load_tensors:      CUDA0 buffer size =  3992.51 MiB", "CUDA0", "model_mib", 3992.51,
+                 id="2024-no-kind"),
+    pytest.param("llama_kv_cache: RPC0[127.0.0.1:50101] KV buffer size =    30.62 MiB", "RPC0[127.0.0.1:50101]",
+                 "kv_mib",
                  30.62, id="rpc-kv"),
-    pytest.param("llama_memory_recurrent:      CUDA0 RS buffer size =   124.69 MiB", "CUDA0", "rs_mib", 124.69, id="rs"),
+    pytest.param("llama_memory_recurrent:      CUDA0 RS buffer size =   124.69 MiB", "CUDA0", "rs_mib", 124.69,
+                 id="rs"),
     pytest.param("llama_context:  CUDA_Host  output buffer size =     0.50 MiB", "CUDA_Host", "output_mib", 0.5,
                  id="output"),
     pytest.param("sched_reserve:       MTL0 compute buffer size =  2161.01 MiB", "MTL0", "compute_mib", 2161.01,
                  id="compute"),
-    pytest.param("llama_new_context_with_model:  CUDA_Host input buffer size   =    13.02 MiB", "CUDA_Host", "input_mib",
+    pytest.param("llama_new_context_with_model:  CUDA_Host input buffer size   =    13.02 MiB", "CUDA_Host",
+                 "input_mib",
                  13.02, id="2024-input-buffer"),
     pytest.param("0.01.790.616 I load_tensors:       Meta() model buffer size = 12952.69 MiB", "Meta()", "model_mib",
                  12952.69, id="meta-device"),
@@ -230,12 +241,14 @@ def test_not_ledger_buffers(line):
 
 def test_repeated_names_are_summed():
     led = parse(["llm_load_tensors:        CPU buffer size =  3024.00 MiB"] * 3
-                + ["load_tensors:   CPU_Mapped model buffer size =  1.25 MiB", "load_tensors:   CPU_Mapped model buffer size =  2.50 MiB"])
+                + ["load_tensors:   CPU_Mapped model buffer size =  1.25 MiB",
+                   "load_tensors:   CPU_Mapped model buffer size =  2.50 MiB"])
     assert led.host["CPU"].model_mib == 9072.0 and led.host["CPU_Mapped"].model_mib == 3.75
 
 
 def test_compute_pass_sums_repeats_and_a_later_pass_replaces():
-    pass_ = ["sched_reserve:  CUDA0 compute buffer size =  10.00 MiB", "sched_reserve:  CPU compute buffer size = 1.50 MiB",
+    pass_ = ["sched_reserve:  CUDA0 compute buffer size =  10.00 MiB",
+             "sched_reserve:  CPU compute buffer size = 1.50 MiB",
              "sched_reserve:  CPU compute buffer size = 1.50 MiB", "sched_reserve: graph splits = 2"]
     again = ["sched_reserve: reserving ...", "sched_reserve:  CUDA0 compute buffer size =  12.00 MiB",
              "sched_reserve:  CPU compute buffer size = 2.00 MiB", "sched_reserve: graph splits = 2"]
@@ -257,13 +270,16 @@ def test_host_or_device(name, host):
 
 def test_kv_summaries_all_formats():
     cases = {
-        "llama_kv_cache: size =   49.00 MiB (  8192 cells,   8 layers,  4/1 seqs), K (f16):   32.00 MiB, V (q8_0):   17.00 MiB":
+        ("llama_kv_cache: size =   49.00 MiB (  8192 cells,   8 layers,  4/1 seqs), K (f16):   32.00 MiB, "
+         "V (q8_0):   17.00 MiB"):
             (8192, 8, "f16", "q8_0", 1),
-        "llama_kv_cache_unified: size = 6564.00 MiB ( 70016 cells,  48 layers,  1/ 1 seqs), K (f16): 3282.00 MiB, V (f16): 3282.00 MiB":
+        ("llama_kv_cache_unified: size = 6564.00 MiB ( 70016 cells,  48 layers,  1/ 1 seqs), K (f16): 3282.00 MiB, "
+         "V (f16): 3282.00 MiB"):
             (70016, 48, "f16", "f16", 1),
         "llama_kv_cache: size = 64.00 MiB (  2048 cells,  8 layers,  4/4 seqs), K (f16): 32.00 MiB, V (f16): 32.00 MiB":
             (8192, 8, "f16", "f16", 4),
-        "llama_new_context_with_model: n_ctx = 2048\nllama_new_context_with_model: KV self size  =  256.00 MiB, K (f16):  128.00 MiB, V (f16):  128.00 MiB":
+        ("llama_new_context_with_model: n_ctx = 2048\n"
+         "llama_new_context_with_model: KV self size  =  256.00 MiB, K (f16):  128.00 MiB, V (f16):  128.00 MiB"):
             (2048, None, "f16", "f16", 1),
     }
     for text, (cells, layers, k, v, streams) in cases.items():

@@ -31,7 +31,8 @@ settings.register_profile("ledger-fuzz", deadline=None, derandomize=True, databa
                                                  HealthCheck.large_base_example])
 PROFILE = settings.get_profile("ledger-fuzz")
 LOGS = Path(__file__).parent / "fixtures" / "logs"
-FIXTURE_LINES = {p.stem: p.read_text(encoding="utf-8", errors="replace").splitlines() for p in sorted(LOGS.glob("*.log"))}
+FIXTURE_LINES = {p.stem: p.read_text(encoding="utf-8", errors="replace").splitlines()
+                 for p in sorted(LOGS.glob("*.log"))}
 # examples per test; together more than 10,000
 EXAMPLES = {"arbitrary": 3000, "mutated": 4000, "vocabulary": 3200, "inspect": 400, "long": 500, "repeated": 500}
 
@@ -137,14 +138,16 @@ def vocab_line(draw):
         "pipeline parallelism enabled", "pipeline parallelism enabled (n_copies={n})",
         "compute buffer allocation failed, retrying without pipeline parallelism",
         "reserve took {n} ms, sched copies = {n}",
-        "graph: nodes = {n}, splits = {n}, input objects = 4", "graph (pp bs={n}, tg bs={n}): nodes = {n} / {n}, splits = {n} / {n}",
+        "graph: nodes = {n}, splits = {n}, input objects = 4",
+        "graph (pp bs={n}, tg bs={n}): nodes = {n} / {n}, splits = {n} / {n}",
         "graph nodes  = {n}", "graph splits = {n} (with bs={n}), {n} (with bs=1)", "graph splits (measure): {n}",
         "n_ctx = {n}", "n_ctx_seq = {n}", "n_ctx_per_seq = {n}", "n_ubatch = {n}", "flash_attn = {n}",
         "offloaded {n}/{n} layers to GPU", "context size reduced from {n} to {n} -> need {n} MiB less",
         "| memory breakdown [MiB] | total free self model context compute unaccounted |",
         "|   - {name} ({n}) | {n} = {n} + ( {n} = {n} + {n} + {n}) + {n} |", "|   - Host | {n} = {n} + {n} + {n} |",
         "loading draft model '{name}'", "creating SWA KV cache, size = {n} cells", "creating non-SWA KV cache",
-        "failed to allocate {name} buffer of size {n}", "failed to initialize the context: failed to allocate compute pp buffers",
+        "failed to allocate {name} buffer of size {n}",
+        "failed to initialize the context: failed to allocate compute pp buffers",
         "printing fitted CLI arguments to stdout...", "-c {n} -ngl {n}",
         '{{"type":"log","msg":"{name} {kind}buffer size = {n} MiB\\n"}}',
         "print_info: n_embd = {n}", "build: {n} ({name}) with cc",

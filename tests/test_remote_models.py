@@ -38,7 +38,8 @@ def hub(micro, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     with Hub() as h:
-        h.add_repo("llamalab/Micro-GGUF", {"Micro-F16.gguf": micro, "sub/Micro-Q8_0.gguf": micro}, renamed_from="old/Micro")
+        h.add_repo("llamalab/Micro-GGUF", {"Micro-F16.gguf": micro, "sub/Micro-Q8_0.gguf": micro},
+                   renamed_from="old/Micro")
         h.add_repo("llamalab/Gated-GGUF", {"Micro-F16.gguf": micro}, gated=True)
         h.add_repo("llamalab/Private-GGUF", {"Micro-F16.gguf": micro}, private=True)
         h.add_ollama("micro", "f16", micro)
@@ -345,7 +346,8 @@ def test_download_from_a_server_without_range_support(hub, micro, tmp_path):
 def test_a_study_file_path_that_is_a_reference_is_told_to_use_model(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("LLAMALAB_DATA", str(tmp_path / "data"))
     study = tmp_path / "s.toml"
-    study.write_text('name = "s"\n[model]\npath = "hf://o/r/m.gguf"\n[[builds]]\nname = "b"\n[[settings]]\nname = "x"\n')
+    study.write_text('name = "s"\n[model]\npath = "hf://o/r/m.gguf"\n[[builds]]\nname = "b"\n'
+                     '[[settings]]\nname = "x"\n')
     assert cli.entry(["plan", str(study)]) == 2
     err = capsys.readouterr().err
     assert "names a remote model" in err and "--model hf://o/r/m.gguf" in err

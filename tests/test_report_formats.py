@@ -124,7 +124,8 @@ def test_csv_keeps_float_types():
 
 def test_markdown_has_the_seed_table_and_verdict(run):
     md = markdown.render(run)
-    assert "| Build | Setting | Trial | Input tokens | Input t/s | Output tokens | Output t/s | Compute RPC0 (MiB) |" in md
+    assert ("| Build | Setting | Trial | Input tokens | Input t/s | Output tokens | Output t/s "
+            "| Compute RPC0 (MiB) |") in md
     assert "| copies4 | kv-f16-q8_0 | 1 | 256 | 2,076.74 | 32 | 203.75 | 48.10 | 48.10 | 37.11 | 8192 | 4 |" in md
     assert ("copies1 vs copies4 (pipeline parallelism on, 1 copy (no extra copies) vs on, 4 copies): compute "
             "buffers RPC0 -29.07 MiB") in md

@@ -60,7 +60,8 @@ def run_data(skip_8000_at_4: bool = False) -> RunData:
     configs = [{"id": i, "build": b, "setting": "kv", "status": "ok", "ledger": led,
                 "reason": "concurrency 4 not run: that many requests of 8000+32 tokens do not fit in n_ctx 20000"
                 if skip_8000_at_4 and b == "copies4" else None}
-               for i, (b, led) in enumerate([("copies4", ledger(4, (100.0, 100.0))), ("copies1", ledger(1, (100.0, 100.0))),
+               for i, (b, led) in enumerate([("copies4", ledger(4, (100.0, 100.0))),
+                                             ("copies1", ledger(1, (100.0, 100.0))),
                                              ("moves-weights", ledger(1, (100.0, 30.0)))])]
     return RunData(run={"id": "g1", "study": "grid", "status": "finished", "started": "x"}, builds=[],
                    configs=configs, trials=trials, study_toml=STUDY)
@@ -83,8 +84,8 @@ def test_gain_per_cell():
 
 def test_crossover_sentence_says_where_it_pays():
     s = grid.crossover(run_data())
-    assert s.startswith("Pipeline parallelism (copies4, 4 copies, against copies1) pays on this rig (aggregate output and "
-                        "prompt t/s faster)")
+    assert s.startswith("Pipeline parallelism (copies4, 4 copies, against copies1) pays on this rig "
+                        "(aggregate output and prompt t/s faster)")
     assert "from 8,000-token prompts at 1–4 requests at a time" in s
     assert "elsewhere it makes no measurable difference" in s
 

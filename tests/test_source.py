@@ -38,7 +38,8 @@ def test_extract_takes_only_the_vendored_tree_and_reads_the_commit(tmp_path):
     meta = json.loads((dest / source.MARKER).read_text())
     assert meta["commit"] == "abc123" and meta["build_number"] == 123
     src = source._from_marker(dest)
-    assert src.version == "b123" and src.cmake_defines() == {"LLAMA_BUILD_NUMBER": "123", "LLAMA_BUILD_COMMIT": "abc123"}
+    assert src.version == "b123"
+    assert src.cmake_defines() == {"LLAMA_BUILD_NUMBER": "123", "LLAMA_BUILD_COMMIT": "abc123"}
 
 
 def test_pinned_reuses_an_extracted_tree_without_network(tmp_path):

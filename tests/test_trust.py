@@ -41,7 +41,11 @@ ssh = "me@10.0.0.2"
 ssh_options = ["-o", "ProxyCommand=sh -c 'touch {marker}'", "-F", "/tmp/cfg", "-o", "Port=2222", "-i", "k"]
 [[builds]]
 name = "evil"
-cmake = {{ CMAKE_PROJECT_INCLUDE = "/tmp/evil.cmake", CMAKE_C_COMPILER_LAUNCHER = "sh", GGML_CUDA = true, LLAMA_BUILD_COMMIT = 'x";system("id");//' }}
+[builds.cmake]
+CMAKE_PROJECT_INCLUDE = "/tmp/evil.cmake"
+CMAKE_C_COMPILER_LAUNCHER = "sh"
+GGML_CUDA = true
+LLAMA_BUILD_COMMIT = 'x";system("id");//'
 [[settings]]
 name = "agent"
 args = ["--tools", "all", "--rpc", "1.2.3.4:50052", "-hf", "some/model", "--gpt-oss-20b-default"]
@@ -57,7 +61,8 @@ def test_a_hostile_study_file_is_refused_before_anything_runs(tmp_path):
         done = cli(*cmd, home=home)
         assert done.returncode == 2, done.stderr
         err = done.stderr
-        for key in ("source.bin", "source.llama_cpp", "server.host", "devices.host", "server.args '--log-file'", "settings[0] (agent).args '--tools'",
+        for key in ("source.bin", "source.llama_cpp", "server.host", "devices.host", "server.args '--log-file'",
+                    "settings[0] (agent).args '--tools'",
                     "'--rpc'", "'-hf'", "'--gpt-oss-20b-default'", "cmake.CMAKE_PROJECT_INCLUDE",
                     "cmake.CMAKE_C_COMPILER_LAUNCHER", "cmake.LLAMA_BUILD_COMMIT", "-o \"ProxyCommand=",
                     "-F '/tmp/cfg'", "--trust-study"):
@@ -129,7 +134,8 @@ def test_the_users_own_overrides_and_the_presets_are_trusted(tmp_path):
     ("CMAKE_TOOLCHAIN_FILE", "t.cmake", True), ("CMAKE_C_COMPILER", "cc", True),
     ("CMAKE_CXX_COMPILER_LAUNCHER", "ccache", True), ("CMAKE_CUDA_HOST_COMPILER", "g++", True),
     ("CMAKE_C_FLAGS", "-fplugin=x.so", True), ("CMAKE_MODULE_PATH", "/m", True), ("CMAKE_PREFIX_PATH", "/p", True),
-    ("BLAS_LIBRARIES", "/evil.so", True), ("OpenBLAS_DIR", "/d", True), ("GGML_VULKAN_SHADERS_GEN_TOOLCHAIN", "t", True),
+    ("BLAS_LIBRARIES", "/evil.so", True), ("OpenBLAS_DIR", "/d", True),
+    ("GGML_VULKAN_SHADERS_GEN_TOOLCHAIN", "t", True),
     ("GGML_CCACHE_PROGRAM", "x", True), ("LLAMA_BUILD_COMMIT", 'x"; system("id"); //', True),
     ("GGML_CUDA_ARCHITECTURES", "../../evil", True),
 ])

@@ -117,9 +117,9 @@ H200_MOE = Path(__file__).parent.parent / "benchmarks" / "tune-h200" / "export-m
 
 
 def test_a_default_that_does_not_fit_does_not_set_the_pace_when_nothing_that_fits_matches_it(tmp_path):
-    """The H200 tune of the 30B-A3B-shape MoE (benchmarks/tune-h200/export-moe-race.json): llama.cpp's default keeps every
-    expert on the GPUs at 4,096 tokens and goes over a budget, and every configuration that fits moves experts to the
-    host and generates slower than it. The default's speed cannot be the floor there (the pick would be "keep the
+    """The H200 tune of the 30B-A3B-shape MoE (benchmarks/tune-h200/export-moe-race.json): llama.cpp's default keeps
+    every expert on the GPUs at 4,096 tokens and goes over a budget, and every configuration that fits moves experts to
+    the host and generates slower than it. The default's speed cannot be the floor there (the pick would be "keep the
     default", which these cards cannot run): the fastest configuration that fits sets it, and the most context
     generating not measurably slower than that one is the pick."""
     with Store(tmp_path / "r.db") as s:

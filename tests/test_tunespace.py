@@ -64,7 +64,8 @@ def test_weights_per_device_from_the_header(tmp_path):
     w = ts.weights_mib(lay, (4, 5), 0, 2)
     assert [round(x) for x in w] == [round(d.model) for d in m.devices]
     moe = layout("qwen3moe-tiny", tmp_path)
-    base, moved = dry("qwen3moe-tiny-layer-ts4,5-ub512-f16-c65536"), dry("qwen3moe-tiny-layer-ts4,5-ub512-f16-ncmoe3-c65536")
+    base = dry("qwen3moe-tiny-layer-ts4,5-ub512-f16-c65536")
+    moved = dry("qwen3moe-tiny-layer-ts4,5-ub512-f16-ncmoe3-c65536")
     w0, w3 = ts.weights_mib(moe, (4, 5), 0, 2), ts.weights_mib(moe, (4, 5), 3, 2)
     assert w0[0] - w3[0] == pytest.approx(base.devices[0].model - moved.devices[0].model, abs=1.0)
     assert w0[1] == w3[1]  # layers 4-7 keep their experts
@@ -167,7 +168,8 @@ def test_auto_n_cpu_moe_for_30b_a3b_on_16_and_12_gib():
     per_layer = [0.0] * shape.n_layer
     n_ff = shape.moe.n_ff_exp * shape.n_embd * shape.moe.n_expert
     expert = 3 * n_ff * 34 / 32 / 2**20
-    lay = ts.ModelLayout(n_layer=48, n_ctx_train=40960, n_expert=128, layer_mib=tuple(p + expert + 40 for p in per_layer),
+    lay = ts.ModelLayout(n_layer=48, n_ctx_train=40960, n_expert=128,
+                         layer_mib=tuple(p + expert + 40 for p in per_layer),
                          expert_mib=(expert,) * 48, output_mib=315.0)
     vals = ts.auto_n_cpu_moe(GPU, lay)
     assert vals[0] == 0 and len(vals) == 5 and vals[1] > 0

@@ -30,7 +30,8 @@ def test_lavapipe_summary():
 
 def test_two_gpus_summary():
     igpu, amd = vk.parse_vulkaninfo((F / "intel-igpu-amd-r9-380-summary.txt").read_text())
-    assert (igpu.gpu, igpu.name, igpu.device_type) == (0, "Intel(R) HD Graphics 530", "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU")
+    assert (igpu.gpu, igpu.name, igpu.device_type) == (0, "Intel(R) HD Graphics 530",
+                                                       "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU")
     assert (amd.gpu, amd.name, amd.vendor_id) == (1, "AMD Radeon (TM) R9 380 Series", "0x1002")
     assert not igpu.software and not amd.software
 

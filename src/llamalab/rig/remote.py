@@ -29,11 +29,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import net, proc
 from ..errors import ConfigError, LaunchError
 from ..llamacpp import argv, ledger
+from ..records import JsonObject
 from ..study.endpoints import is_ipv4, parse_endpoint
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ SECURITY = ("rpc-server has no authentication or encryption: whoever can reach t
 
 def _resolve(host: str) -> list[str]:
     try:
-        return sorted({ai[4][0] for ai in socket.getaddrinfo(host, None, socket.AF_INET)})
+        return sorted({str(ai[4][0]) for ai in socket.getaddrinfo(host, None, socket.AF_INET)})  # IPv4: a str
     except OSError:
         return []
 
@@ -135,7 +136,7 @@ class RemoteDevice:
         """The name llama.cpp gives its buffers (`RPC0[10.0.0.2:50052] model buffer size = …`)."""
         return f"RPC{self.index}[{self.endpoint}]"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {"endpoint": self.endpoint, "index": self.index, "name": self.name, "key": self.key,
                 "total_mib": self.total_mib, "free_mib": self.free_mib, "backend": self.backend,
                 "description": self.description, "backend_source": self.backend_source}
@@ -222,7 +223,7 @@ def query_offers(llama_server: Path, endpoints: Sequence[str], *, env: Mapping[s
 def describe(devs: Mapping[str, Sequence[RemoteDevice]]) -> list[str]:
     """One line per remote device, for progress output."""
     lines = []
-    for ep, ds in devs.items():
+    for ds in devs.values():
         for d in ds:
             mem = f"{d.total_mib} MiB, {d.free_mib} MiB free" if d.total_mib is not None else "memory unknown"
             desc = f" {d.description}" if d.description else ""
@@ -239,9 +240,9 @@ def describe(devs: Mapping[str, Sequence[RemoteDevice]]) -> list[str]:
 _RPC_BUFFER = re.compile(r"RPC(?P<index>\d+)\[(?P<endpoint>.+)\]")  # fullmatch: `RPC1[[::1]:50052]` too
 
 
-def ledger_by_endpoint(ledger: Mapping) -> dict[str, dict[str, dict]]:
+def ledger_by_endpoint(ledger: Mapping[str, Any]) -> dict[str, dict[str, JsonObject]]:
     """A stored ledger's device buffers regrouped by rpc endpoint: endpoint → {"RPC0": {model_mib, kv_mib, …}}."""
-    out: dict[str, dict[str, dict]] = {}
+    out: dict[str, dict[str, JsonObject]] = {}
     for name, bufs in (ledger.get("devices") or {}).items():
         if m := _RPC_BUFFER.fullmatch(name):
             out.setdefault(m.group("endpoint"), {})[f"RPC{m.group('index')}"] = dict(bufs)
@@ -386,7 +387,8 @@ def managed(spec: RemoteSpec, art: BuildArtifact, log_dir: Path, *, ready_timeou
     """Start an rpc-server on `spec.ssh`, wait until its endpoint answers, yield, and stop it — on normal exit,
     Ctrl-C or failure alike. Two ways down: closing the ssh connection hangs up its terminal (the rpc-server
     dies with it), and an explicit `kill` of the pid it wrote."""
-    assert spec.ssh
+    ssh = spec.ssh
+    assert ssh
     ep = parse_endpoint(spec.endpoint)
     bind = bind_address(spec)
     if spec.rpc_server_path:
@@ -397,16 +399,16 @@ def managed(spec: RemoteSpec, art: BuildArtifact, log_dir: Path, *, ready_timeou
     home = remote_path(spec.remote_dir or REMOTE_HOME)
     pidfile = f"{home}/rpc-{ep.port}-{uuid.uuid4().hex[:8]}.pid"
     if spec.rpc_server_path:
-        rc, out = capture(ssh_argv(spec.ssh, ["mkdir", "-p", home], spec.ssh_options), timeout_s=30.0)
+        rc, out = capture(ssh_argv(ssh, ["mkdir", "-p", home], spec.ssh_options), timeout_s=30.0)
         if rc != 0:
             raise _ssh_fail(spec, f"mkdir {home}", rc, out)
     log_path = log_dir / f"rpc-server-{ep.host}-{ep.port}.log"
-    argv = ssh_argv(spec.ssh, start_command(binary, bind, ep.port, spec.threads, pidfile, lib_dir), spec.ssh_options,
+    argv = ssh_argv(ssh, start_command(binary, bind, ep.port, spec.threads, pidfile, lib_dir), spec.ssh_options,
                     tty=True)
     with ExitStack() as stack:
         child = spawn(argv, log_path=log_path)
         stack.callback(child.terminate)
-        stack.callback(lambda: capture(ssh_argv(spec.ssh, stop_command(pidfile), spec.ssh_options), timeout_s=30.0))
+        stack.callback(lambda: capture(ssh_argv(ssh, stop_command(pidfile), spec.ssh_options), timeout_s=30.0))
         if not net.wait_port(ep.host, ep.port, ready_timeout_s, alive=child.alive):
             tail = "\n".join("    " + ln for ln in child.log_tail(10))
             raise LaunchError(f"the rpc-server started over ssh on {spec.ssh} did not answer at {ep} within "
@@ -436,7 +438,8 @@ def merge_setup(dev: DeviceSetup, endpoints: Sequence[str],
     all_eps = local + [e for e in endpoints if e not in local]
     n_remote = sum(len(found.get(e, ())) for e in endpoints)
     def backends(ep: str) -> str:
-        return ", ".join(sorted({d.backend.upper() if d.backend != "unknown" else "?" for d in found.get(ep, ())})) or "?"
+        names = {d.backend.upper() if d.backend != "unknown" else "?" for d in found.get(ep, ())}
+        return ", ".join(sorted(names)) or "?"
 
     if (named := argv.value(args, "-dev")) is not None:  # named local devices (two Vulkan devices on one GPU):
         names = [d.key for e in endpoints for d in found.get(e, ())]  # name the remote ones too, first, where
@@ -491,7 +494,7 @@ def preflight(specs: Sequence[RemoteSpec], warn: Callable[[str], None],
 
 
 def topology(backend: str, local_count: int, found: Mapping[str, Sequence[RemoteDevice]],
-             specs: Sequence[RemoteSpec]) -> dict:
+             specs: Sequence[RemoteSpec]) -> JsonObject:
     """What a run records in runs.devices_json: the local part and each remote endpoint with its devices."""
     by_ep = {s.endpoint: s for s in specs}
     return {

@@ -103,7 +103,7 @@ def legacy_cell(study_toml: str | None) -> tuple[int, int]:
     except (tomllib.TOMLDecodeError, TypeError):
         wl = {}
 
-    def one(v, default: int) -> int:
+    def one(v: object, default: int) -> int:
         if isinstance(v, list) and len(v) == 1:
             v = v[0]
         return v if isinstance(v, int) and not isinstance(v, bool) else default
