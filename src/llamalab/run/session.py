@@ -23,7 +23,7 @@ from ..llamacpp.build import BuildArtifact, Builder
 from ..machine import detect, gpu
 from ..paths import cache_home, data_home, default_db
 from ..rig import devices, remote
-from ..study.spec import BuildSpec, Config, SourceSpec, Study, given_bin, rig_devices
+from ..study.spec import BuildSpec, Config, Study, given_bin, hash_dump, rig_devices
 from .progress import Progress
 
 
@@ -96,28 +96,10 @@ def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str
 
 
 def study_hash(study: Study, model_path: Path) -> str:
-    # a study without [source] (or without min_devices, without [tune], or builds without a source of their own)
-    # hashes as before that key existed, so its unfinished runs still resume
-    exclude: dict = {"source": True} if study.source == SourceSpec() else {}
-    for table in ("builds", "settings"):
-        unset = {i: {"min_devices"} for i, x in enumerate(getattr(study, table)) if x.min_devices is None}
-        if table == "builds":
-            for i, b in enumerate(study.builds):
-                if b.source is None:
-                    unset[i] = unset.get(i, set()) | {"source"}
-        if unset:
-            exclude[table] = unset
-    if study.tune is None:
-        exclude["tune"] = True
-    else:  # [tune] keys added with the race hash as before while they keep their defaults
-        new = {k for k, v in (("exhaustive", False), ("seconds", None), ("quality", True), ("max_kld", None),
-                              ("max_repeats", None)) if getattr(study.tune, k) == v}
-        if new:
-            exclude["tune"] = new
-    # the study as it dumped while `workload.seed` was a field (its last): the key is gone, its value stays hashed
-    dump = json.loads(study.model_dump_json(exclude=exclude or None))
-    dump["workload"]["seed"] = study.workload.legacy_seed
-    blob = json.dumps(dump, separators=(",", ":"), ensure_ascii=False) + "|" + str(model_path)
+    """The key an unfinished run of this study and model is found by (`--fresh` aside): the study's fields as
+    `study.spec.hash_dump` gives them (a field added to the model hashes only where it is set, so older runs still
+    resume) and the model's path."""
+    blob = json.dumps(hash_dump(study), separators=(",", ":"), ensure_ascii=False) + "|" + str(model_path)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -124,6 +124,7 @@ class DevicesSpec(_Strict):
     rpc_threads: Threads | None = None
     vram: list[str] | None = None  # per-device memory budgets, e.g. ["16GiB", "12GiB"]
     rpc: list[RemoteSpec] = Field(default_factory=list)  # remote rpc-servers: "host:port" or a table each
+    _budgets_mib: list[int] | None = PrivateAttr(default=None)  # vram, parsed once (budgets_mib)
 
     @field_validator("vram")
     @classmethod
@@ -135,6 +136,15 @@ class DevicesSpec(_Strict):
             except ConfigError as e:
                 raise ValueError(f"{e.message} ({e.tip})" if e.tip else e.message) from None
         return v
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._budgets_mib = budget.parse_budgets(self.vram) if self.vram else None
+
+    @property
+    def budgets_mib(self) -> list[int] | None:
+        """The `vram` budgets in MiB, one per device (None without budgets), as parsed when the study loaded.
+        Every reader of the budgets takes them from here (a --budget override: `with_budgets`)."""
+        return None if self._budgets_mib is None else list(self._budgets_mib)
 
     @field_validator("host")
     @classmethod
@@ -400,6 +410,76 @@ class Study(_Strict):
         if not self.builds:
             raise ValueError("builds: a study needs at least one build")
         return self
+
+
+# ---------------------------------------------------------------- the run hash
+
+# The run hash (`run.session.study_hash`) is the study's `model_dump`, less what it leaves out here. It must not
+# change for a study that measures what it measured before, or an unfinished run of that study no longer resumes
+# (tests/test_study_hash.py pins the committed studies' hashes). So it is derived from the model's fields this way:
+# every field named below — the fields each part of a study had when the hash took its form — is always hashed;
+# any other field (one added since, or added from now on: no edit here) is hashed only where it holds a value other
+# than its default. A field at its default runs what the study ran before the field existed: the fields added since
+# and left out at their defaults are
+#   Study.source        no [source]: the pinned llama.cpp (or --llama-cpp/--llama-bin, which the run records)
+#   Study.tune          no [tune]: read by `llamalab tune` only, which writes the section it runs into the study
+#   builds[].source     the study's one source, as before builds could name their own
+#   builds[].min_devices, settings[].min_devices   no minimum: every arm runs on every rig, as before
+#   tune.exhaustive, tune.seconds, tune.quality, tune.max_kld, tune.max_repeats   the race as it ran before them
+# and one key that is gone stays hashed with its value: `workload.seed` (`WorkloadSpec.legacy_seed`).
+HASHED_FIELDS: dict[str, frozenset[str]] = {
+    "Study": frozenset({"name", "description", "model", "devices", "server", "builds", "settings", "workload"}),
+    "ModelSpec": frozenset({"preset", "path"}),
+    "SourceSpec": frozenset({"llama_cpp", "bin"}),
+    "DevicesSpec": frozenset({"backend", "count", "host", "rpc_threads", "vram", "rpc"}),
+    "RemoteSpec": frozenset({"endpoint", "ssh", "rpc_server_path", "ssh_options", "bind", "remote_dir", "threads",
+                             "backend"}),
+    "ServerSpec": frozenset({"args", "ctx", "parallel", "host", "fit_target_mib", "ready_timeout_s"}),
+    "BuildSpec": frozenset({"name", "label", "args", "cmake", "requires", "bin"}),
+    "SettingSpec": frozenset({"name", "label", "args"}),
+    "WorkloadSpec": frozenset({"prompt_tokens", "output_tokens", "output", "repeats", "warmup", "concurrency",
+                               "order", "threshold", "request_timeout_s"}),
+    "TuneSpec": frozenset({"goal", "min_context", "min_gen_tps", "parallel", "splits", "kv", "ubatch", "n_cpu_moe",
+                           "max_real", "screen"}),
+}
+
+
+def hash_exclusions(model: BaseModel) -> dict[str | int, Any]:
+    """The pydantic `exclude` of what the run hash leaves out of `model`'s dump (see HASHED_FIELDS), nested (pure)."""
+    out: dict[str | int, Any] = {}
+    hashed = HASHED_FIELDS.get(type(model).__name__, frozenset())
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if name not in hashed and value == info.get_default(call_default_factory=True):
+            out[name] = True
+        elif isinstance(value, BaseModel):
+            if sub := hash_exclusions(value):
+                out[name] = sub
+        elif isinstance(value, list):
+            subs: dict[str | int, Any] = {i: e for i, v in enumerate(value)
+                                          if isinstance(v, BaseModel) and (e := hash_exclusions(v))}
+            if subs:
+                out[name] = subs
+    return out
+
+
+def hash_dump(study: Study) -> dict[str, Any]:
+    """What the run hash hashes of a study: its JSON dump less `hash_exclusions`, with `workload.seed` (pure)."""
+    exclude = hash_exclusions(study)
+    dump: dict[str, Any] = json.loads(study.model_dump_json(exclude=exclude or None))  # type: ignore[arg-type]
+    dump["workload"]["seed"] = study.workload.legacy_seed
+    return dump
+
+
+def with_budgets(study: Study, budgets_mib: list[int] | None) -> Study:
+    """The study under `budgets_mib` (--budget, parsed) where given, else the study as it is: the one place where
+    --budget takes precedence over `[devices] vram`. The budgets are written into `vram` as MiB (what a run stores
+    and hashes) and kept parsed beside it."""
+    if not budgets_mib:
+        return study
+    dev = study.devices.model_copy(update={"vram": [f"{b}MiB" for b in budgets_mib]})
+    dev._budgets_mib = list(budgets_mib)
+    return study.model_copy(update={"devices": dev})
 
 
 # ---------------------------------------------------------------- loading
