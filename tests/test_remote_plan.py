@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from hubserver import MICRO, Hub
+from llamalab.run.options import RunOptions
 from llamalab import cli
 from llamalab.llamacpp import models, packaged
 from llamalab.run import session
@@ -33,7 +34,7 @@ ONE_BUILD = ['builds=[{name="copies4"}]']
 def built(llama_home):
     """The pinned build (its llama-gguf-split too), made or reused."""
     st, _ = studymod.load("demo", ONE_BUILD)
-    return session.prepare(st, session.Options(home=llama_home), Progress()).artifacts["copies4"]
+    return session.prepare(st, RunOptions(home=llama_home), Progress()).artifacts["copies4"]
 
 
 @pytest.fixture(scope="module")
