@@ -7,7 +7,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -587,7 +587,7 @@ class _Source:
         import tempfile
 
         self.path = path
-        self.f = open(path, "rb")
+        self.f: IO[bytes] = open(path, "rb")
         if not self.f.seekable():  # a pipe (`… | llamalab import /dev/stdin`): kept in a temporary file to read twice
             spool = tempfile.TemporaryFile()
             shutil.copyfileobj(self.f, spool, self.PIECE)
@@ -954,8 +954,9 @@ def tune(study, model, download, budget, goal, min_context, min_gen_tps, paralle
             click.echo(rdata.dumps(result.doc))
         else:
             _print_stage_one(result.doc)
-        click.echo(f"\nstage two runs the front for real and needs the model's weights: {tune_stage_one.why(result.doc)}"
-                   f" Rerun with --download to fetch them (resumable) and measure the front.", err=True)
+        click.echo(f"\nstage two runs the front for real and needs the model's weights: "
+                   f"{tune_stage_one.why(result.doc)} Rerun with --download to fetch them (resumable) and measure the "
+                   "front.", err=True)
         return
     _tune_outcome(opts, result.run_id, emit, as_json)
 
@@ -967,7 +968,7 @@ def _tune_model(sets: list[str], model: str | None) -> tuple[list[str], Path | N
 
     model_path = None
     remote = model is not None and modelref.is_reference(model)
-    if remote:
+    if model is not None and remote:
         modelref.parse(model)
     elif model is not None:
         from .llamacpp import models
@@ -1035,7 +1036,8 @@ def _print_stage_one(doc: dict) -> None:
     from .safetext import rich_text as T
 
     console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
-    console.print(_table("tune — stage one (dry runs): the predicted front, verified", *tune_stage_one.front_table(doc)))
+    console.print(_table("tune — stage one (dry runs): the predicted front, verified",
+                         *tune_stage_one.front_table(doc)))
     for line in tune_stage_one.lines(doc):
         console.print(T("• " + line))
 
@@ -1140,7 +1142,9 @@ def stub(model, output) -> None:
     """
     from .llamacpp import standin
 
-    out = standin.write(_model_path(model, command="stub"), output)
+    path = _model_path(model, command="stub")
+    assert path is not None  # MODEL is a required argument
+    out = standin.write(path, output)
     st = out.stat()
     click.echo(f"wrote {out}: {st.st_size / 2**30:.2f} GiB as the model, {st.st_blocks * 512 / 2**20:.1f} MiB on disk",
                err=True)

@@ -120,7 +120,7 @@ def plan_repo(study: Study, opts: RunOptions, found: RepoModels, progress: Progr
     return RepoPlan(ref=found.ref, study=study.name, build=b0.name, backend=prep.backend, devices=names,
                     budgets_mib=list(emu.budgets_mib) if emu else None,
                     margins_mib=list(emu.margins_mib) if emu else None, context=opts.context, rows=rows,
-                    skipped=[tuple(x) for x in found.skipped], size_bytes=sum(r.size_bytes for r in rows),
+                    skipped=[(path, why) for path, why in found.skipped], size_bytes=sum(r.size_bytes for r in rows),
                     fetched_bytes=sum(r.fetched_bytes for r in rows),
                     llama_cpp=f"{art.source.version} ({art.source.short_commit})",
                     args=[*study.server.args, *b0.args],

@@ -1,7 +1,8 @@
 """The run loop: study → source → builds → devices → server → ledger → workload → store.
 
 It drives a run through every stage from the set-up `run.session` prepares (which `plan` and `tune` share). All
-builds finish before any timing starts. Each finished trial is stored before the next starts; a configuration that fails is recorded with its reason and the study goes on.
+builds finish before any timing starts. Each finished trial is stored before the next starts; a configuration that
+fails is recorded with its reason and the study goes on.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import __version__, proc
 from ..errors import LaunchError, LlamalabError, WorkloadError
@@ -20,11 +22,14 @@ from ..llamacpp.server import launch
 from ..machine import sysinfo
 from ..records import ConfigOutcome
 from ..store.db import Store
-from ..study.spec import Pass, configs, expand, to_toml
+from ..study.spec import Config, Pass, configs, expand, to_toml
 from . import budgetfit, drivercheck, workload
 from . import plan as planmod
 from .options import RunOptions
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from ..llamacpp.server import Server
 from .session import (
     Prepared,
     budget_emulation,
@@ -231,8 +236,8 @@ def run_outcome(store: Store, run_id: str) -> tuple[list[str], int, bool]:
     except tomllib.TOMLDecodeError:
         settings = []
     last: dict[tuple[str, str], dict] = {}
-    for c in store.configs(run_id):
-        last[(c["build"], c["setting"])] = c
+    for row in store.configs(run_id):
+        last[(row["build"], row["setting"])] = row
     failed = []
     total = 0
     for b in store.builds(run_id):
@@ -299,32 +304,8 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
         fitted = fitted_by.get((cfg.build.name, cfg.setting.name))
         if cfg.build.name not in prep.artifacts or not fitted:
             continue
-        art = prep.artifacts[cfg.build.name]
         label = f"{cfg.build.name} × {cfg.setting.name}"
-        count = [0]
-
-        def probe(n: int) -> dict:
-            count[0] += 1
-            log_dir = logs / f"context-{cfg.build.name}-{cfg.setting.name}-{count[0]}".replace("/", "_")
-            log_dir.mkdir(parents=True, exist_ok=True)
-            progress.message(f"context check {label}: loading with -c {n}")
-            with device_setup(prep, art, log_dir) as dev:
-                env = {**art.env(), **dev.env}
-                args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
-                probe_args = maxctx.probe_args(args, n)
-                try:
-                    with launch(art.binary("llama-server"), prep.model_path, args=probe_args,
-                                log_path=log_dir / "llama-server.log", env=env, host=prep.study.server.host,
-                                ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
-                        led = ledger.parse(srv.log_lines(), tensor_split=argvmod.tensor_split(probe_args))
-                except LaunchError as e:
-                    return {"loaded": False, "reason": e.message.splitlines()[0]}
-            names = report_device_names(led)
-            totals = [led.devices[name].total() for name in names]
-            ok, why = maxctx.within_budgets(totals, budgets)
-            return {"loaded": ok and led.n_ctx == n, "device_mib": dict(zip(names, totals)), "reason": why,
-                    "n_ctx_loaded": led.n_ctx}
-
+        probe = _ContextProbe(prep, cfg, logs, progress)
         if mode == "verify":
             res = maxctx.search(fitted, fitted, probe, max_probes=1)
         else:
@@ -338,6 +319,39 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
         fit = fits.get((cfg.build.name, cfg.setting.name))
         if fit and (fit.get("budget") or {}).get("n_ctx"):
             _verify_budget_fit(store, run_id, cfg, fit, probe, budgets, progress)
+
+
+class _ContextProbe:
+    """One configuration's context check loads: each `probe(n)` starts llama-server with -c n and fit off (under the
+    budgets' emulation) in a folder of its own, and says whether it loaded within every budget."""
+
+    def __init__(self, prep: Prepared, cfg: Config, logs: Path, progress: Progress) -> None:
+        self.prep, self.cfg, self.logs, self.progress = prep, cfg, logs, progress
+        self.art = prep.artifacts[cfg.build.name]
+        self.loads = 0
+
+    def __call__(self, n: int) -> dict:
+        prep, cfg, art = self.prep, self.cfg, self.art
+        self.loads += 1
+        log_dir = self.logs / f"context-{cfg.build.name}-{cfg.setting.name}-{self.loads}".replace("/", "_")
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.progress.message(f"context check {cfg.build.name} × {cfg.setting.name}: loading with -c {n}")
+        with device_setup(prep, art, log_dir) as dev:
+            env = {**art.env(), **dev.env}
+            args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+            probe_args = maxctx.probe_args(args, n)
+            try:
+                with launch(art.binary("llama-server"), prep.model_path, args=probe_args,
+                            log_path=log_dir / "llama-server.log", env=env, host=prep.study.server.host,
+                            ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
+                    led = ledger.parse(srv.log_lines(), tensor_split=argvmod.tensor_split(probe_args))
+            except LaunchError as e:
+                return {"loaded": False, "reason": e.message.splitlines()[0]}
+        names = report_device_names(led)
+        totals = [led.devices[name].total() for name in names]
+        ok, why = maxctx.within_budgets(totals, prep.study.devices.budgets_mib)
+        return {"loaded": ok and led.n_ctx == n, "device_mib": dict(zip(names, totals, strict=False)),
+                "reason": why, "n_ctx_loaded": led.n_ctx}
 
 
 def needs_budget_fit(led: dict, budgets: list[int]) -> str | None:
@@ -355,8 +369,8 @@ def _budget_fits(prep: Prepared, store: Store, run_id: str, logs: Path, progress
     runs (`run.budgetfit`). A resumed run keeps the searches it stored."""
     budgets = prep.study.devices.budgets_mib or []
     stored = store.budget_fits(run_id)
-    ledgers = {(c["build"], c["setting"]): c.get("ledger") for c in store.configs(run_id)
-               if c["status"] == "ok" and c.get("ledger")}
+    ledgers: dict[tuple[str, str], dict] = {(c["build"], c["setting"]): led for c in store.configs(run_id)
+                                            if c["status"] == "ok" and (led := c.get("ledger"))}
     whys = {k: needs_budget_fit(led, budgets) for k, led in ledgers.items()}
     first = next((f"{k[0]} × {k[1]}: {w}" for k, w in whys.items() if w), None)
     if first is None and not always:
@@ -450,7 +464,7 @@ class _Pass:
         self.split: list[float] | None = None  # the -ts the server ran with (ledger.split_meta)
         self.in_pass = 0
         self.grid: list[tuple[workload.Shape, list[int]]] = []
-        self.srv = None
+        self.srv: Server | None = None
 
     def on_trial(self, t) -> None:
         proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
@@ -460,7 +474,7 @@ class _Pass:
         self.store.save_trial(self.run_id, self.config_id, t)
         self.done.add(t.key)
         self.count.add()
-        if t.errors and self.srv.ended():  # a dead server fails every request after it: stop here
+        if t.errors and self.srv is not None and self.srv.ended():  # a dead server fails every request after it
             raise LaunchError(self.srv.death("during the workload"))
         if self.in_pass < len(self.trials) * self.per_trial():  # the next pass announces its own
             self.progress.trial(min(self.count.done + 1, self.count.total), self.count.total, self.label)

@@ -329,7 +329,8 @@ def no_source_reason(spec: BuildSpec, folder: str, given: dict[str, binaries.Bin
     opts = buildmod.normalize(spec.cmake)
     commit = next((b.version.commit for b in given.values() if b.version.commit), None)
     if set(opts) == {buildmod.COPIES}:
-        what = f"a copies variant ({buildmod.COPIES}={opts[buildmod.COPIES]}) is a rebuild of ggml-base from a llama.cpp source"
+        what = (f"a copies variant ({buildmod.COPIES}={opts[buildmod.COPIES]}) is a rebuild of ggml-base from a "
+                "llama.cpp source")
     else:
         what = f"it needs {' '.join(f'-D{k}={v}' for k, v in opts.items())}, a build from a llama.cpp source"
     return (f"{what}, and this study has only the binaries in {folder}: add --llama-cpp DIR"
@@ -404,10 +405,10 @@ def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
 
 def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
                      user_args: list[str]) -> budget.Emulation | None:
-    """With memory budgets (the study's `[devices] vram`, or --budget's: `study.spec.with_budgets`), how these devices stand in for the
-    budgeted ones, computed from what llama.cpp reports free right now (see budget.py); None without budgets. A
-    budget that cannot be emulated here is a ConfigError: the whole study stops, since every configuration would
-    fail the same way."""
+    """With memory budgets (the study's `[devices] vram`, or --budget's: `study.spec.with_budgets`), how these
+    devices stand in for the budgeted ones, computed from what llama.cpp reports free right now (see budget.py); None
+    without budgets. A budget that cannot be emulated here is a ConfigError: the whole study stops, since every
+    configuration would fail the same way."""
     budgets = study.devices.budgets_mib
     if not budgets:
         return None

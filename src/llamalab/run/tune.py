@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 from ..llamacpp import budget, maxctx, standin
@@ -396,8 +397,10 @@ def _load_stage_one(text: str, key: str) -> StageOne | None:
     try:
         d = json.loads(text)
         records = d["records"]
-        rig = ts.Rig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["rig"].items()})
-        layout = ts.ModelLayout(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["layout"].items()})
+        rig_fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["rig"].items()}
+        layout_fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["layout"].items()}
+        rig = ts.Rig(**rig_fields)
+        layout = ts.ModelLayout(**layout_fields)
         sp = d["space"]
         space = ts.Space(splits=tuple(sp["splits"]), kv=tuple(tuple(p) for p in sp["kv"]),
                          ubatch=tuple(sp["ubatch"]), n_cpu_moe=tuple(sp["n_cpu_moe"]),

@@ -302,7 +302,7 @@ class WorkloadSpec(_Strict):
             seed = data.pop("seed")
             if not isinstance(seed, int) or isinstance(seed, bool):
                 raise ValueError(f"seed {seed!r}: a whole number (the key is no longer used; it can be dropped)")
-        model = handler(data)
+        model: WorkloadSpec = handler(data)
         model._legacy_seed = seed
         return model
 
@@ -335,7 +335,8 @@ class WorkloadSpec(_Strict):
 
 
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")  # llama.cpp's -ctk/-ctv
-TUNE_SPLITS = ("layer", "layer-nopp", "tensor", "none")
+Split = Literal["layer", "layer-nopp", "tensor", "none"]
+TUNE_SPLITS: tuple[Split, ...] = ("layer", "layer-nopp", "tensor", "none")
 
 
 class TuneSpec(_Strict):
@@ -347,7 +348,7 @@ class TuneSpec(_Strict):
     min_gen_tps: Annotated[float, Field(ge=0, le=1e9)] | None = None  # single-stream generation floor (default: the
     # default --fit's own speed, not measurably slower)
     parallel: Annotated[int, Field(ge=1, le=64)] = 1  # K: requests served at once (-np K; aggregate measured at K)
-    splits: list[Literal["layer", "layer-nopp", "tensor", "none"]] = Field(default_factory=lambda: list(TUNE_SPLITS))
+    splits: list[Split] = Field(default_factory=lambda: list(TUNE_SPLITS))
     kv: list[str] = Field(default_factory=lambda: ["f16/f16", "f16/q8_0", "q8_0/q8_0", "f16/q4_0", "q8_0/q4_0"])
     ubatch: list[Annotated[int, Field(ge=16, le=65536)]] = Field(default_factory=lambda: [512, 2048])
     n_cpu_moe: list[Annotated[int, Field(ge=0, le=4096)]] | None = None  # None: chosen from the model and the budgets
@@ -379,7 +380,7 @@ class TuneSpec(_Strict):
 
     @field_validator("splits", "ubatch", "n_cpu_moe")
     @classmethod
-    def _distinct(cls, v: list | None) -> list | None:
+    def _distinct(cls, v: list[Any] | None) -> list[Any] | None:
         if v is not None:
             if not v:
                 raise ValueError("give at least one value")
@@ -536,7 +537,8 @@ def load(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Study, 
 def apply_override(data: dict[str, Any], override: str) -> None:
     """`workload.repeats=5`, `devices.vram=["16GiB","12GiB"]`: the value is read as TOML, else as a string."""
     if "=" not in override:
-        raise ConfigError(f"override {override!r} has no '='.", tip="write it as key.path=value, e.g. workload.repeats=5.")
+        raise ConfigError(f"override {override!r} has no '='.",
+                          tip="write it as key.path=value, e.g. workload.repeats=5.")
     key, raw = override.split("=", 1)
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
@@ -578,7 +580,7 @@ def describe(e: ValidationError, data: dict[str, Any] | None = None) -> str:
     return "\n".join(lines)
 
 
-def _loc(loc: tuple, data: dict[str, Any] | None) -> str:
+def _loc(loc: tuple[str | int, ...], data: dict[str, Any] | None) -> str:
     out = ""
     node: Any = data
     for part in loc:
