@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.run.options import RunOptions
 from llamalab.paths import cache_home
 from llamalab.run import session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress, StderrProgress
 from llamalab.study import spec as studymod
 

@@ -8,8 +8,8 @@ import struct
 import time
 from pathlib import Path
 
-from llamalab.run.options import RunOptions
 from llamalab.run import runner, session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress
 from llamalab.store.db import Store
 from llamalab.study import spec as studymod

@@ -14,10 +14,10 @@ from __future__ import annotations
 import pytest
 
 from llamahelp import run_study
-from llamalab.run.options import RunOptions
 from llamalab.llamacpp import packaged
 from llamalab.report import context, markdown, recommend, tables
 from llamalab.report import data as rdata
+from llamalab.run.options import RunOptions
 
 pytestmark = pytest.mark.llama
 

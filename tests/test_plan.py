@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from llamalab.run.options import RunOptions
 from llamalab.llamacpp import budget, models, standin
 from llamalab.run import plan, plancheck, session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress
 from llamalab.study import spec as studymod
 

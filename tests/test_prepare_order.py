@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from llamalab.run.options import RunOptions
 from llamalab.errors import LaunchError, ModelError, SourceError
 from llamalab.llamacpp import models, source
 from llamalab.rig import remote
 from llamalab.run import session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress
 from llamalab.study import spec as studymod
 

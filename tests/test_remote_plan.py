@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from hubserver import MICRO, Hub
-from llamalab.run.options import RunOptions
 from llamalab import cli
 from llamalab.llamacpp import models, packaged
 from llamalab.run import session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress
 from llamalab.study import spec as studymod
 

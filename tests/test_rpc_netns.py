@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 
 import netns
-from llamalab.run.options import RunOptions
 from llamalab import net, proc
 from llamalab.report import data as rdata
 from llamalab.report import network
 from llamalab.rig import remote
 from llamalab.run import runner, session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress, StderrProgress
 from llamalab.store.db import Store
 from llamalab.study import spec as studymod

@@ -15,11 +15,11 @@ import time
 import pytest
 
 from llamahelp import run_study
-from llamalab.run.options import RunOptions
 from llamalab.llamacpp import vulkan as vk
 from llamalab.machine import detect
 from llamalab.paths import cache_home
 from llamalab.run import session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress
 from llamalab.study import spec as studymod
 
