@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..run import stats
 from . import speed
 from .data import RunData
-from .summary import _study_cmake
+from .summary import study_cmake_of
 from .verdict import study_builds, study_settings, weights_moved
 
 GAIN_METRICS = ("aggregate_input_tps", "aggregate_output_tps")
@@ -41,7 +41,7 @@ def pair(data: RunData, setting: str | None = None) -> Pair | None:
             continue
         twins = [b for b in builds[1:] if (data.ledger_for(b, s).get("sched_copies") or 1) == 1
                  and not weights_moved(base, data.ledger_for(b, s))]
-        twins.sort(key=lambda b: (str(_study_cmake(data, b).get("GGML_SCHED_MAX_COPIES")) != "1",
+        twins.sort(key=lambda b: (str(study_cmake_of(data, b).get("GGML_SCHED_MAX_COPIES")) != "1",
                                   builds.index(b)))
         if twins:
             return Pair(s, builds[0], twins[0], int(base["sched_copies"]))

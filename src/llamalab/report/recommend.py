@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ..run import stats
 from . import context, speed
 from .data import RunData
-from .summary import _study_cmake
+from .summary import study_cmake_of
 from .verdict import memory_comparisons, study_builds, study_settings
 
 SHORT, LONG, SERVING = "short", "long", "serving"
@@ -44,7 +44,7 @@ SAME_CONTEXT = 256  # --fit steps the context by 256 tokens: closer than that is
 def action(data: RunData, build: str) -> str:
     """What a user does to get this build's configuration: a CMake command or llama-server flags."""
     spec = data.study_entry("builds", build)
-    cmake = _study_cmake(data, build)
+    cmake = study_cmake_of(data, build)
     parts = []
     if cmake:
         defs = " ".join(f"-D{k}={'ON' if v is True else 'OFF' if v is False else v}" for k, v in cmake.items())
@@ -203,7 +203,7 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
 def _rank(a: Assessment, order: list[str], data: RunData) -> tuple:
     """Best first: nothing paid, most context, most speed bought, least speed paid, no weights moved, no rebuild."""
     return (bool(a.costs), -a.context_gain, -len(a.speed_buys), len(a.speed_costs), a.moved,
-            bool(_study_cmake(data, a.build)), order.index(a.build) if a.build in order else 1 << 30)
+            bool(study_cmake_of(data, a.build)), order.index(a.build) if a.build in order else 1 << 30)
 
 
 def _same_outcome(a: Assessment, b: Assessment) -> bool:
@@ -319,7 +319,7 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
             pick = eligible[0]
             alts = [a.build for a in eligible[1:] if _same_outcome(a, pick)]
             # lead with a build that needs no rebuild where one gives the same
-            runtime = [b for b in [pick.build, *alts] if not _study_cmake(data, b)]
+            runtime = [b for b in [pick.build, *alts] if not study_cmake_of(data, b)]
             if runtime and runtime[0] != pick.build:
                 alts = [pick.build, *[b for b in alts if b != runtime[0]]]
                 pick = next(a for a in assessed if a.build == runtime[0])
@@ -334,7 +334,7 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
         # nothing buys anything here: keep the default, weighed against the best alternative
         ref = sorted(assessed, key=lambda a: (a.moved, -a.context_gain, not a.context_unknown, -a.freed_mib,
                                               bool(a.speed_costs),
-                                              bool(_study_cmake(data, a.build)), order.index(a.build)))
+                                              bool(study_cmake_of(data, a.build)), order.index(a.build)))
         alt = ref[0] if ref else None
         buys: list[Claim] = []
         costs: list[Claim] = []
@@ -482,7 +482,7 @@ def recommendation(data: RunData) -> str:
 
 
 def _pp_on(data: RunData, build: str, setting: str) -> bool | None:
-    cfg = context._config(data, build, setting)
+    cfg = context.config_of(data, build, setting)
     return (cfg or {}).get("ledger", {}).get("pipeline_parallel") if cfg else None
 
 
