@@ -15,7 +15,7 @@ from llamalab.cli import entry
 from llamalab.report import data as rdata
 from llamalab.report import document, formats, html, markdown, plots
 from llamalab.report import tune as rtune
-from llamalab.run import stats
+from llamalab.run import stats, tunepick
 from llamalab.store.db import Store
 
 
@@ -139,7 +139,7 @@ def test_a_default_that_does_not_fit_does_not_set_the_pace_when_nothing_that_fit
         assert ms[name].n_ctx <= picked.n_ctx
     assert picked.n_ctx > ms["default"].n_ctx
     # the same data with a default that fits: its speed is the floor again, and nothing slower is picked
-    p = rtune.pick(list(ms.values()), "default", "context", threshold=0.02, default_fits=True)
+    p = tunepick.pick(list(ms.values()), "default", "context", threshold=0.02, default_fits=True)
     assert p.name == "default" and p.considered == ("default",)
 
 

@@ -183,19 +183,19 @@ def test_pick_for_context_keeps_the_default_speed():
           measures("t01", 65536, [30.0, 31.0, 30.5]),  # more context, measurably slower: out
           measures("t02", 40000, [50.2, 50.9, 50.4]),  # more context, same speed: the pick
           measures("t03", 30000, [51.0, 50.1, 50.7])]
-    p = rtune.pick(ms, "default", "context")
+    p = tunepick.pick(ms, "default", "context")
     assert p.name == "t02" and "t01" not in p.considered
-    assert rtune.pick(ms, "default", "context", min_gen_tps=25).name == "t01"  # a floor replaces the default's speed
-    assert rtune.pick(ms, "default", "context", min_context=70000).name == "default"  # nothing holds it
-    assert rtune.pick(ms, "default", "context", default_fits=False).name == "t02"
+    assert tunepick.pick(ms, "default", "context", min_gen_tps=25).name == "t01"  # a floor replaces the default's speed
+    assert tunepick.pick(ms, "default", "context", min_context=70000).name == "default"  # nothing holds it
+    assert tunepick.pick(ms, "default", "context", default_fits=False).name == "t02"
 
 
 def test_pick_for_throughput():
     ms = [measures("default", 20000, [50.0, 51.0], agg=[90.0, 91.0]),
           measures("t01", 16000, [49.0, 50.0], agg=[120.0, 121.0]),
           measures("t02", 8000, [49.0, 50.0], agg=[130.0, 131.0])]
-    assert rtune.pick(ms, "default", "throughput", need_context=10000).name == "t01"
-    assert rtune.pick(ms, "default", "throughput").name == "t02"
+    assert tunepick.pick(ms, "default", "throughput", need_context=10000).name == "t01"
+    assert tunepick.pick(ms, "default", "throughput").name == "t02"
 
 
 def test_the_measured_front():
@@ -212,12 +212,12 @@ def test_an_untested_configuration_is_no_pick():
     neither is one whose comparison with the default has no interval."""
     ms = [measures("default", 20000, [50.0, 51.0, 50.5]), measures("t01", 65536, [50.3]),
           measures("t02", 40000, [50.2, 50.9, 50.4])]
-    p = rtune.pick(ms, "default", "context", min_trials=2)
+    p = tunepick.pick(ms, "default", "context", min_trials=2)
     assert p.name == "t02" and "t01" not in p.considered
-    p1 = rtune.pick([ms[0], measures("t01", 65536, [50.3, 50.4])], "default", "context")
+    p1 = tunepick.pick([ms[0], measures("t01", 65536, [50.3, 50.4])], "default", "context")
     assert p1.name == "t01"
     base_once = [measures("default", 20000, [50.0]), measures("t01", 65536, [50.3, 50.4])]
-    assert rtune.pick(base_once, "default", "context").name == "default"  # untested against a one-trial default
+    assert tunepick.pick(base_once, "default", "context").name == "default"  # untested against a one-trial default
 
 
 def test_replaying_the_race_on_hand_made_measurements():

@@ -320,7 +320,7 @@ BUSY_CORES = 0.25  # other processes using more than this many cores during a tr
 
 def noise_lines(data: RunData) -> list[str]:
     """A warning when other processes used the CPU while trials ran (trials.foreign_load, in cores)."""
-    loads = [t.get("foreign_load") for t in data.trials if t.get("foreign_load") is not None]
+    loads = [x for t in data.trials if (x := t.get("foreign_load")) is not None]
     busy = [x for x in loads if x > BUSY_CORES]
     if not busy:
         return []

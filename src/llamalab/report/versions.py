@@ -50,7 +50,7 @@ def applies(data: RunData) -> bool:
 
 
 def _sum(parts: dict, field: str) -> float | None:
-    vals = [p.get(field) for p in parts.values() if isinstance(p, dict) and p.get(field) is not None]
+    vals = [v for p in parts.values() if isinstance(p, dict) and (v := p.get(field)) is not None]
     return round(sum(vals), 2) if vals else None
 
 
