@@ -272,7 +272,7 @@ def _print_table(data) -> None:
     head, body = tables.table_cells(tables.rows(data))
     show(f"{data.run['study']} — run {data.id}", head, body)
     if len({t["concurrency"] for t in data.trials}) > 1 or len(data.cells) > 1:
-        f = tables._fmt
+        f = tables.format_cell
         body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
                  f(r["aggregate_output_tps"]), f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}",
                  f(r["aggregate_input_tps"]), f(r["ttft_ms_p50"]), f(r["itl_ms_p50"])]

@@ -34,7 +34,7 @@ def _side(d: RunData) -> dict:
 
 def _keys(d: RunData) -> list[tuple[str, str]]:
     """The configurations a run measured (a ledger or trials), in study order."""
-    order = tables._order(d)
+    order = tables.config_order(d)
     seen = {(c["build"], c["setting"]) for c in d.configs if c["status"] == "ok" and c.get("ledger")}
     seen |= {(t["build"], t["setting"]) for t in d.trials}
     return sorted(seen, key=lambda k: (order.get(k, 1 << 30), k))

@@ -91,7 +91,7 @@ def _throughput(data: RunData) -> str:
     rows = speed.throughput_table(data)
     if not rows:
         return ""
-    f = tables._fmt
+    f = tables.format_cell
     head = ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials", "Aggregate output t/s (median)",
             "min", "max", "Aggregate prompt t/s", "Output t/s", "Input t/s", "TTFT p50 (ms)", "TTFT p90 (ms)",
             "ITL p50 (ms)", "ITL p90 (ms)"]
@@ -105,7 +105,7 @@ def _throughput(data: RunData) -> str:
 
 def _speed_table(comparisons: list[dict]) -> str:
     labels = {m.name: m.label for m in speed.METRICS}
-    f = tables._fmt
+    f = tables.format_cell
     out = ['<div class="scroll"><table class="speed">', "<thead><tr>"]
     head = ["Setting", "Candidate vs baseline", "Metric", "Prompt tokens", "Parallel requests", "Baseline",
             "Candidate", "Ratio", "Interval", "Verdict"]

@@ -9,7 +9,7 @@ from .data import RunData
 
 def _throughput(data: RunData) -> str:
     rows = speed.throughput_table(data)
-    f = tables._fmt
+    f = tables.format_cell
     head = ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials", "Aggregate output t/s", "min–max",
             "Aggregate prompt t/s", "Output t/s", "TTFT p50 (ms)", "ITL p50 (ms)"]
     body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),

@@ -148,7 +148,7 @@ def split_rows(data: RunData) -> list[dict]:
     from .data import compute_by_label, device_labels, device_names, host_by_type, host_compute
 
     out = []
-    order = tables._order(data)
+    order = tables.config_order(data)
     for c in sorted(data.configs, key=lambda c: (order.get((c["build"], c["setting"]), 1 << 30), c["id"])):
         led = c.get("ledger") or {}
         if c.get("status") != "ok" or led.get("graph_splits") is None:
@@ -164,7 +164,7 @@ def split_rows(data: RunData) -> list[dict]:
 
 def split_table(data: RunData) -> tuple[list[str], list[list[str]]] | None:
     """The split_rows as a table (None where no ledger has graph splits)."""
-    from .tables import _fmt
+    from .tables import format_cell
 
     rows = split_rows(data)
     if not rows:
@@ -178,11 +178,12 @@ def split_table(data: RunData) -> tuple[list[str], list[list[str]]] | None:
     body = []
     for r in rows:
         splits = (f"{r['splits']} / {r['splits_tg']}" if r["splits_tg"] not in (None, r["splits"])
-                  else _fmt(r["splits"]))
-        body.append([r["build"], r["setting"], splits, _fmt(r["copies"]),
-                     *[_fmt(r["compute_mib"].get(d)) for d in devs], _fmt(r["compute_host_mib"]),
-                     *[_fmt(r["kv_mib"].get(d)) for d in devs], *[_fmt(r["host_mib"].get(h)) for h in hosts],
-                     *([_fmt(r["input_mib"])] if inputs else []), _fmt(r["n_ctx"])])
+                  else format_cell(r["splits"]))
+        body.append([r["build"], r["setting"], splits, format_cell(r["copies"]),
+                     *[format_cell(r["compute_mib"].get(d)) for d in devs], format_cell(r["compute_host_mib"]),
+                     *[format_cell(r["kv_mib"].get(d)) for d in devs],
+                     *[format_cell(r["host_mib"].get(h)) for h in hosts],
+                     *([format_cell(r["input_mib"])] if inputs else []), format_cell(r["n_ctx"])])
     return head, _once(body)
 
 
@@ -199,7 +200,7 @@ def key_speed_lines(data: RunData) -> list[str]:
             or (c["metric"] in ("aggregate_output_tps", "aggregate_input_tps") and c["concurrency"] > 1)]
 
 
-def _study_cmake(data: RunData, name: str) -> dict:
+def study_cmake_of(data: RunData, name: str) -> dict:
     return dict(data.study_entry("builds", name).get("cmake") or {})
 
 
@@ -236,7 +237,7 @@ def reproduce(data: RunData) -> list[dict]:
     for c in data.ok_configs():
         env = _json(c.get("env_json")) or {}
         out.append({"build": c["build"], "setting": c["setting"],
-                    "cmake": cmake_flags(builds.get(c["build"], {}), _study_cmake(data, c["build"])),
+                    "cmake": cmake_flags(builds.get(c["build"], {}), study_cmake_of(data, c["build"])),
                     "server": server_flags(c),
                     "env": " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))})
     return _once(out)
@@ -268,7 +269,7 @@ def build_items(data: RunData) -> list[dict]:
             source += f" built from {b['source_origin'][4:]}"
         out.append({"name": b["name"], "label": data.build_label(b["name"]), "status": b["status"],
                     "reason": b.get("reason"),
-                    "cmake": "(given binaries)" if given else cmake_flags(b, _study_cmake(data, b["name"])),
+                    "cmake": "(given binaries)" if given else cmake_flags(b, study_cmake_of(data, b["name"])),
                     "source": source,
                     "build": "given, not built" if given else ("reused" if b.get("reused") else
                                                                (f"{secs:,.0f} s" if secs else "–"))})
@@ -319,7 +320,7 @@ BUSY_CORES = 0.25  # other processes using more than this many cores during a tr
 
 def noise_lines(data: RunData) -> list[str]:
     """A warning when other processes used the CPU while trials ran (trials.foreign_load, in cores)."""
-    loads = [t.get("foreign_load") for t in data.trials if t.get("foreign_load") is not None]
+    loads = [x for t in data.trials if (x := t.get("foreign_load")) is not None]
     busy = [x for x in loads if x > BUSY_CORES]
     if not busy:
         return []

@@ -50,7 +50,7 @@ def applies(data: RunData) -> bool:
 
 
 def _sum(parts: dict, field: str) -> float | None:
-    vals = [p.get(field) for p in parts.values() if isinstance(p, dict) and p.get(field) is not None]
+    vals = [v for p in parts.values() if isinstance(p, dict) and (v := p.get(field)) is not None]
     return round(sum(vals), 2) if vals else None
 
 
@@ -93,7 +93,7 @@ def rows(data: RunData) -> list[dict]:
 
 
 def table(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
-    from .tables import _fmt
+    from .tables import format_cell
 
     top = next((r["top_concurrency"] for r in rows_ if r["top_concurrency"]), None)
     head = ["llama.cpp", "Commit", "From", "Build", "Setting", "Compute (MiB)", "KV cache (MiB)", "Weights (MiB)",
@@ -103,10 +103,11 @@ def table(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
     body = []
     for r in rows_:
         row = [r["version"], (r["commit"] or "unknown")[:9], r["origin"], r["build"], r["setting"],
-               _fmt(r["compute_mib"]), _fmt(r["kv_mib"]), _fmt(r["model_mib"]), _fmt(r["n_ctx"]), _fmt(r["copies"]),
-               _fmt(r["input_tps"]), _fmt(r["output_tps"])]
+               format_cell(r["compute_mib"]), format_cell(r["kv_mib"]), format_cell(r["model_mib"]),
+               format_cell(r["n_ctx"]), format_cell(r["copies"]),
+               format_cell(r["input_tps"]), format_cell(r["output_tps"])]
         if top:
-            row.append(_fmt(r["aggregate_output_tps"]) if r["top_concurrency"] == top else "–")
+            row.append(format_cell(r["aggregate_output_tps"]) if r["top_concurrency"] == top else "–")
         body.append(row)
     return head, body
 
