@@ -1,8 +1,8 @@
 """The JSON report: every stored figure of a run, nested the way people read it, plus what the renderers derive.
 
-Stored rows keep their column names, except that a `*_json` column appears decoded under its name without the
-suffix (`requests_json` → `requests`). Each configuration carries its `ledger` (the whole stored ledger) and its
-`buffers` rows. `tables_of` turns a report back into the stored rows, so a test can check nothing was lost.
+Stored rows keep their column names, except that a `*_json` column appears decoded (by `report.data`, once) under
+its name without the suffix (`requests_json` → `requests`). Each configuration carries its `ledger` (the whole
+stored ledger) and its `buffers` rows. `tables_of` turns a report back into the stored rows, so a test can check nothing was lost.
 Any other table of the run (`crosschecks`, …) appears top-level under its name, one readable row per stored row.
 Derived parts: `rows` (the seed table, every concurrency level), `throughput`, `comparisons`, `memory`, `context`
 (fitted context per configuration, predicted vs measured difference), `decision_table` (per setting: the rows by
@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 
-from ..store import jsoncol
 from . import context, grid, recommend, speed, summary, tables, verdict, versions
+from . import data as rdata
 from .data import RunData, dumps
 
 FORMAT = "llamalab-report"
@@ -25,8 +25,9 @@ SUFFIX = "_json"
 
 
 def readable(row: dict) -> dict:
-    """A stored row with `x_json` text decoded under the key `x`."""
-    return jsoncol.columns(row)
+    """A copy of a row of `RunData.tables` as the report shows it: each `x_json` column decoded under the key `x`
+    (`report.data` decoded them; a row still named `x_json` keeps its value under `x`)."""
+    return rdata.readable(row)
 
 
 def stored(row: dict, columns: list[str]) -> dict:

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..store import runids
 from . import csvfile, document, html, markdown, plots
+from . import data as rdata
 from .data import RunData
 
 FORMATS = ("md", "csv", "json", "html")
@@ -52,7 +52,7 @@ def files(data: RunData, fmt: str, output: Path) -> dict[Path, Iterable[str]]:
 def plot_files(data: RunData, folder: Path, formats: tuple[str, ...] = plots.FORMATS) -> dict[Path, bytes]:
     """The plots as `<folder>/<run id>-<plot>.<png|svg>`: only inside `folder` (the id is checked, and so is
     every resolved path)."""
-    rid = runids.check(data.id, "the run's id")
+    rid = rdata.file_id(data)
     names = {folder / f"{rid}-{name}": blob for name, blob in plots.render(data, formats).items()}
     for path in names:
         inside(path, folder)

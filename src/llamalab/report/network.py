@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from ..rig import remote
 from ..run import stats
-from ..store import jsoncol
 from . import compare, speed, tables
 from .data import RunData
 
 
 def _remotes_of(config: dict) -> dict[str, dict]:
     """key (RPC0[host:port]) → the stored RemoteDevice of one configuration (configs.devices_json)."""
-    dev = jsoncol.decode(config.get("devices_json")) or {}
+    dev = config.get("devices") or {}
     return {r["key"]: r for r in dev.get("remotes") or [] if r.get("key")}
 
 

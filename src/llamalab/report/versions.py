@@ -8,20 +8,18 @@ sentences compare every version with the study's first, figure by figure. Pure.
 
 from __future__ import annotations
 
-from ..store import jsoncol
 from . import speed
 from .data import RunData
 
 
-def _json(text) -> dict:
-    """A `*_json` column as a dict ({} for NULL, damaged or non-object text): the store's one decoder."""
-    v = jsoncol.decode(text, {})
+def _dict(v) -> dict:
+    """A decoded JSON column as a dict ({} for NULL, damaged or non-object values)."""
     return v if isinstance(v, dict) else {}
 
 
 def source_of(build: dict) -> dict:
     """What llama.cpp a stored build ran: version, commit, and where it came from in words."""
-    given = _json(build.get("binary_json"))
+    given = _dict(build.get("binary"))
     if given:
         return {"version": str(given.get("version") or "?"), "commit": given.get("commit"),
                 "origin": f"binaries in {given.get('dir', '?')}"}
