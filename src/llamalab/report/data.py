@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from ..errors import StoreError
 from ..llamacpp.ledger import device_names, without_endpoint
@@ -31,7 +32,7 @@ class RunData:
     has_requests: bool = True  # False: each trial has its `figures` instead of its `requests` (see `load`)
     # with has_requests False: every stored trial row again, readable, requests and all, read from the database
     # one at a time (CSV and JSON print every request: they stream them)
-    stored_trials: Callable[[], Iterator[dict]] | None = None
+    stored_trials: Callable[[], Iterator[TrialRecord]] | None = None
     # what a report module computes from the run alone, kept by name so that each figure is computed once per report
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -60,9 +61,9 @@ class RunData:
     def build_label(self, name: str) -> str:
         return self.study_entry("builds", name).get("label") or name
 
-    def ok_configs(self) -> list[dict]:
+    def ok_configs(self) -> list[ConfigRecord]:
         """The last successful configuration row per (build, setting) — the one whose ledger describes it."""
-        out: dict[tuple[str, str], dict] = {}
+        out: dict[tuple[str, str], ConfigRecord] = {}
         for c in self.configs:
             if c["status"] == "ok" and c.get("ledger"):
                 out[(c["build"], c["setting"])] = c
@@ -71,11 +72,11 @@ class RunData:
     @cached_property
     def default_cell(self) -> tuple[int, int]:
         """The workload cell of trials that carry none (runs from before the grid, RunData made by hand)."""
-        from ..store.db import legacy_cell
+        from ..store.migrations import legacy_cell
 
         return legacy_cell(self.study_toml)
 
-    def cell(self, trial: dict) -> tuple[int, int]:
+    def cell(self, trial: Mapping[str, Any]) -> tuple[int, int]:
         """(prompt tokens, output tokens) each request of the trial asked for."""
         p, o = trial.get("cell_prompt_tokens"), trial.get("cell_output_tokens")
         d = self.default_cell
@@ -161,7 +162,7 @@ def load(store: Store, run_id: str | None = None, *, requests: bool = True) -> R
                          "good export of it into a new database (--db).")
 
 
-def readable(row: dict) -> dict:
+def readable(row: Mapping[str, Any]) -> dict:
     """A row whose `x_json` columns hold decoded values (`exchange.decode_row`) with each under the key `x`, in its
     place: the one renaming every record takes."""
     return {(k[:-len(jsoncol.SUFFIX)] if k.endswith(jsoncol.SUFFIX) else k): v for k, v in row.items()}
@@ -170,7 +171,7 @@ def readable(row: dict) -> dict:
 def _configs(tables: dict[str, list[dict]]) -> list[ConfigRecord]:
     """Each stored configuration with its ledger, in id order (what `Store.configs` reads)."""
     ledgers = {r["config_id"]: r.get("ledger") for r in tables.get("ledgers", [])}
-    return [{**c, "ledger": ledgers.get(c["id"])} for c in tables.get("configs", [])]  # type: ignore[typeddict-item]
+    return [{**c, "ledger": ledgers.get(c["id"])} for c in tables.get("configs", [])]
 
 
 def _stored_trials(store: Store, rid: str) -> Iterator[TrialRecord]:

@@ -8,9 +8,10 @@ the stored column order, so the JSON report that prints them is the store's rows
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
-JsonValue = Any  # what a decoded `*_json` column holds (None where NULL or not JSON)
+JsonValue = Any  # a decoded `*_json` column: what the JSON holds (runrows checked its shape), None where NULL
 
 
 class RunRecord(TypedDict, total=False):
@@ -24,9 +25,9 @@ class RunRecord(TypedDict, total=False):
     finished: str | None
     host: str | None
     llamalab_version: str | None
-    model: dict[str, Any] | None  # the model's header figures (model_json)
+    model: JsonValue  # the model's header figures (model_json)
     devices: dict[str, Any] | None  # the study's devices as run (devices_json)
-    options: dict[str, Any] | None  # backend and run options (options_json)
+    options: JsonValue  # backend and run options (options_json)
     owner_pid: int | None
     owner_host: str | None
     owner_started: str | None
@@ -43,11 +44,11 @@ class BuildRecord(TypedDict, total=False):
     source_version: str | None
     source_commit: str | None
     source_origin: str | None
-    options: dict[str, Any] | None  # the -D options the build added (options_json)
+    options: JsonValue  # the -D options the build added (options_json)
     cmake_argv: list[str] | None  # cmake_argv_json
     build_seconds: float | None
     reused: int | None
-    binary: dict[str, Any] | None  # given binaries: version, commit, dir … (binary_json)
+    binary: JsonValue  # given binaries: version, commit, dir … (binary_json)
 
 
 class Emulation(TypedDict, total=False):
@@ -63,14 +64,14 @@ class ConfigRecord(TypedDict, total=False):
     setting: str
     status: str
     reason: str | None
-    server_argv: list[str] | None  # the llama-server argv it ran (server_argv_json)
+    server_argv: JsonValue  # the llama-server argv it ran (server_argv_json)
     env: dict[str, str] | None  # env_json
     log_path: str | None
-    devices: dict[str, Any] | None  # devices_json: remotes, emulation …
+    devices: JsonValue  # devices_json: remotes, emulation …
     load_seconds: float | None
     started: str | None
     finished: str | None
-    nvml: dict[str, Any] | None  # nvml_json
+    nvml: JsonValue  # nvml_json
     ledger: dict[str, Any] | None
 
 
@@ -81,7 +82,7 @@ class LedgerRecord(TypedDict, total=False):
     sched_copies: int | None
     n_ctx: int | None
     graph_splits: int | None
-    ledger: dict[str, Any] | None  # ledger_json
+    ledger: JsonValue  # ledger_json
 
 
 class TrialRecord(TypedDict, total=False):
@@ -103,7 +104,7 @@ class TrialRecord(TypedDict, total=False):
     aggregate_total_tps: float | None
     errors: int
     started: str | None
-    requests: list[dict[str, Any]] | None
+    requests: JsonValue
     figures: Any
     foreign_load: float | None
     cell_prompt_tokens: int | None
@@ -114,7 +115,7 @@ class CrosscheckRecord(TypedDict, total=False):
     run_id: str
     build: str
     setting: str
-    result: dict[str, Any] | None  # result_json
+    result: JsonValue  # result_json
     error: str | None
 
 
@@ -126,12 +127,12 @@ class ContextCheckRecord(TypedDict, total=False):
     fitted_n_ctx: int | None
     verified: int | None
     max_loaded_n_ctx: int | None
-    steps: list[dict[str, Any]] | None  # steps_json
+    steps: JsonValue  # steps_json
 
 
 class TuneRecord(TypedDict, total=False):
     run_id: str
-    result: dict[str, Any] | None  # result_json: the tune's stages, candidates and pick
+    result: JsonValue  # result_json: the tune's stages, candidates and pick
 
 
 class BudgetFitRecord(TypedDict, total=False):
@@ -141,17 +142,17 @@ class BudgetFitRecord(TypedDict, total=False):
     budget_n_ctx: int | None
     margin_n_ctx: int | None
     verified: int | None
-    result: dict[str, Any] | None  # result_json
+    result: JsonValue  # result_json
 
 
-def emulation(config: ConfigRecord) -> Emulation:
+def emulation(config: Mapping[str, Any]) -> Emulation:
     """The budget emulation of a configuration ({} where it ran without one)."""
     dev = config.get("devices") or {}
     emu = dev.get("emulation") if isinstance(dev, dict) else None
     return emu if isinstance(emu, dict) else {}  # type: ignore[return-value]
 
 
-def server_argv(config: ConfigRecord) -> list[str]:
+def server_argv(config: Mapping[str, Any]) -> list[str]:
     """The llama-server argv a configuration ran, as strings ([] where none was stored)."""
     argv = config.get("server_argv")
     return [str(a) for a in argv] if isinstance(argv, list) else []

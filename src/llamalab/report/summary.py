@@ -9,6 +9,7 @@ import shlex
 from ..llamacpp.applicability import NOT_APPLICABLE
 from . import records, speed, verdict
 from .data import RunData
+from .records import BuildRecord, ConfigRecord
 
 
 def model(data: RunData) -> dict:
@@ -200,7 +201,7 @@ def _study_cmake(data: RunData, name: str) -> dict:
     return dict(data.study_entry("builds", name).get("cmake") or {})
 
 
-def cmake_flags(build: dict, study_cmake: dict | None = None) -> str:
+def cmake_flags(build: BuildRecord, study_cmake: dict | None = None) -> str:
     """The -D options a build added to llama.cpp's defaults ("(defaults)" when none). A build that was never made
     stored none: the study's own `cmake` table says what it would have been."""
     opts = build.get("options")
@@ -217,7 +218,7 @@ def _cm(v) -> str:
     return str(v)
 
 
-def server_flags(config: dict) -> str:
+def server_flags(config: ConfigRecord) -> str:
     """llama-server's arguments for a configuration, without the binary and model paths."""
     args = records.server_argv(config)[1:]
     if len(args) >= 2 and args[0] == "-m":

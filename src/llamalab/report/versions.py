@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import speed
 from .data import RunData
+from .records import BuildRecord
 
 
 def _dict(v) -> dict:
@@ -17,7 +18,7 @@ def _dict(v) -> dict:
     return v if isinstance(v, dict) else {}
 
 
-def source_of(build: dict) -> dict:
+def source_of(build: BuildRecord) -> dict:
     """What llama.cpp a stored build ran: version, commit, and where it came from in words."""
     given = _dict(build.get("binary"))
     if given:
@@ -37,7 +38,7 @@ def source_of(build: dict) -> dict:
     return {"version": build.get("source_version") or "?", "commit": build.get("source_commit"), "origin": words}
 
 
-def _key(build: dict) -> tuple:
+def _key(build: BuildRecord) -> tuple:
     s = source_of(build)
     return s["version"], s["commit"], s["origin"]
 
