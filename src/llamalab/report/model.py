@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
-from . import context, grid, network, recommend, speed, summary, tables, tune, versions
+from . import context, grid, network, recommend, speed, summary, tables, tune, verdict, versions
 from .data import RunData
 
 
@@ -121,6 +123,11 @@ class Report:
         r = self.data.run
         return lit("llamalab: "), text(r["study"]), lit(" — run "), text(r["id"])
 
+    @cached_property
+    def tune(self) -> tune.View | None:
+        """A tune run's view (None for any other run): its section replaces the recommendation and decision."""
+        return tune.view(self.data)
+
     def section(self, sid: str) -> Section:
         if sid not in self._made:
             self._made[sid] = Section(sid, tuple(SECTIONS[sid](self)))
@@ -157,7 +164,7 @@ def _title(rep: Report) -> list[Block]:
 
 def _tune(rep: Report) -> list[Block]:
     """A tune run's section: the pick and its command, the plot of the front, the front measured, the stages."""
-    v = tune.view(rep.data)
+    v = rep.tune
     if v is None:
         return []
     out: list[Block] = [_h("Tune: the front, measured"),
@@ -179,7 +186,7 @@ def _tune(rep: Report) -> list[Block]:
 
 
 def _recommendation(rep: Report) -> list[Block]:
-    if tune.view(rep.data) is not None:  # a tune run: the front, the pick and its command are its recommendation
+    if rep.tune is not None:  # a tune run: the front, the pick and its command are its recommendation
         return []
     return [Para(text=(lit("Recommendation.", bold=True), lit(" "), prose(recommend.recommendation(rep.data))),
                  style="rec")]
@@ -189,9 +196,9 @@ def _decision(rep: Report) -> list[Block]:
     """The decision table of every setting, right under the recommendation it is the source of (a heading per
     setting where the study has several)."""
     data = rep.data
-    if tune.view(data) is not None:
+    if rep.tune is not None:
         return []
-    settings = [s for s in recommend.study_settings(data) if recommend.decision_table(data, s)]
+    settings = [s for s in verdict.study_settings(data) if recommend.decision_table(data, s)]
     out: list[Block] = [_h("Decision by use")] if settings else []
     for s in settings:
         if len(settings) > 1:
@@ -251,7 +258,7 @@ def _verdict(rep: Report) -> list[Block]:
     return out
 
 
-def _speed_cells(comparisons: list[dict]) -> tuple[list[str], list[list[str]], tuple[str, ...]]:
+def _speed_cells(comparisons: list[dict[str, Any]]) -> tuple[list[str], list[list[str]], tuple[str, ...]]:
     labels = {m.name: m.label for m in speed.METRICS}
     f = tables._fmt
     head = ["Setting", "Candidate vs baseline", "Metric", "Prompt tokens", "Parallel requests", "Baseline",
