@@ -76,7 +76,7 @@ def test_the_table_and_the_sentences(run):
      {"version": "b5", "commit": "abc", "origin": "commit of /src/llama.cpp"}),
     ({"source_version": "b7", "source_commit": None, "source_origin": "dir:/home/me/llama.cpp"},
      {"version": "b7", "commit": None, "origin": "folder /home/me/llama.cpp"}),
-    ({"source_version": "b7", "binary_json": '{"version": "b11312", "commit": "0c1e570", "dir": "/opt/llama"}'},
+    ({"source_version": "b7", "binary": {"version": "b11312", "commit": "0c1e570", "dir": "/opt/llama"}},
      {"version": "b11312", "commit": "0c1e570", "origin": "binaries in /opt/llama"}),
     ({}, {"version": "?", "commit": None, "origin": "?"}),
 ])

@@ -13,6 +13,7 @@ import click
 
 from . import __version__, proc
 from .errors import ConfigError, Interrupted, LlamalabError
+from .report import formats as report_formats  # the format registry alone: its renderers load when used
 from .store import runids
 
 if TYPE_CHECKING:
@@ -434,9 +435,8 @@ def build_cmd(study, overrides, llama_cpp, llama_bin, as_json, trust) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("run_id", required=False)
 @click.option("--db", type=click.Path(path_type=Path), default=None, help="Results database.")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "html"]), default="md", show_default=True,
-              help="md: table and verdict; csv: one row per trial × request (with -o, also FILE.configs.csv: every "
-                   "ledger figure); json: every stored figure plus the derived tables; html: one self-contained page.")
+@click.option("--format", "fmt", type=click.Choice(list(report_formats.FORMATS)), default="md", show_default=True,
+              help=report_formats.help_text())
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write to this file.")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also write the plots (PNG and SVG) into this folder.")
@@ -459,19 +459,19 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
     # so the database stays open until the report is written
     with Store(db, readonly=True) as store:
         data = rdata.load(store, run_id, requests=False)
-        from .report import formats  # the renderers (scipy, matplotlib) load once there is a run to render
         from .write import Target, db_files, write_all
 
+        formats = report_formats  # its renderers (scipy, matplotlib) load once there is a run to render
         targets = []
         if output:
-            targets += [Target(path, text, "-o" if path == output else "beside -o (the configurations CSV)")
+            targets += [Target(path, text, "-o" if path == output else
+                               f"beside -o ({formats.beside(fmt, output, path)})")
                         for path, text in formats.files(data, fmt, output).items()]
         else:
             for piece in formats.pieces(data, fmt):
                 click.echo(piece, nl=False)
-            if fmt == "csv":
-                click.echo("(the per-configuration ledger figures go to FILE.configs.csv when you pass -o FILE.csv)",
-                           err=True)
+            for c in formats.get(fmt).companions:
+                click.echo(c.without_output, err=True)
         if plots_dir:
             targets += [Target(path, blob, "--plots") for path, blob in formats.plot_files(data, plots_dir).items()]
         # all or nothing, and never onto the database this command reads

@@ -9,13 +9,12 @@ Pure: takes two RunData, returns a dict and text.
 from __future__ import annotations
 
 from ..run import stats
-from ..store import jsoncol
 from . import speed, tables
 from .data import RunData, compute_by_label, host_compute
 
 
 def _model(d: RunData) -> dict:
-    return jsoncol.decode(d.run.get("model_json")) or {}
+    return d.model
 
 
 def _llama(d: RunData) -> dict:

@@ -17,7 +17,7 @@ not hidden.
 from __future__ import annotations
 
 from ..llamacpp import maxctx, memory
-from ..store import jsoncol
+from . import records
 from .data import RunData, compute_by_label, device_labels, device_names
 from .verdict import study_builds, study_settings
 
@@ -29,9 +29,7 @@ def _kv_by_label(ledger: dict) -> dict[str, float]:
 
 
 def _budgets(config: dict) -> list[int] | None:
-    dev = jsoncol.decode(config.get("devices_json")) or {}
-    emu = dev.get("emulation") or {}
-    return emu.get("budgets_mib")
+    return records.emulation(config).get("budgets_mib")
 
 
 def config_of(data: RunData, build: str, setting: str) -> dict | None:
@@ -87,7 +85,7 @@ def _budget_fits(data: RunData) -> dict[tuple[str, str], dict]:
     `verified` (the verifying load's verdict, None where none was made)."""
     out = {}
     for r in data.tables.get("budget_fits", []):
-        doc = jsoncol.decode(r.get("result_json"))
+        doc = r.get("result")
         if isinstance(doc, dict):
             out[(r["build"], r["setting"])] = {**doc, "verified": None if r.get("verified") is None
                                                else bool(r["verified"])}
@@ -138,7 +136,7 @@ def credited(fitted: int | None, over: list[str], fit: dict | None, searched_set
 def _first_probe_reason(chk: dict | None) -> str | None:
     """Why the verifying reload did not count as loaded: the server did not start, or it started and its buffers
     went over a budget (then it did load, just not within what the emulated cards hold)."""
-    steps = jsoncol.decode((chk or {}).get("steps_json"))
+    steps = (chk or {}).get("steps")
     if not isinstance(steps, list) or not steps or not isinstance(steps[0], dict) or steps[0].get("loaded"):
         return None
     return steps[0].get("reason") or None

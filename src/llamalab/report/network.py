@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from ..rig import remote
 from ..run import stats
-from ..store import jsoncol
 from . import compare, speed, tables
 from .data import RunData
+from .records import ConfigRecord
 
 
-def _remotes_of(config: dict) -> dict[str, dict]:
+def _remotes_of(config: ConfigRecord) -> dict[str, dict]:
     """key (RPC0[host:port]) → the stored RemoteDevice of one configuration (configs.devices_json)."""
-    dev = jsoncol.decode(config.get("devices_json")) or {}
+    dev = config.get("devices") or {}
     return {r["key"]: r for r in dev.get("remotes") or [] if r.get("key")}
 
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 import shlex
 
 from ..llamacpp.applicability import NOT_APPLICABLE
-from ..store import jsoncol
-from . import speed, verdict
+from . import records, speed, verdict
 from .data import RunData
-
-_json = jsoncol.decode
+from .records import BuildRecord, ConfigRecord
 
 
 def model(data: RunData) -> dict:
-    return _json(data.run.get("model_json")) or {}
+    return data.model
 
 
 def system_items(data: RunData) -> list[tuple[str, str]]:
@@ -24,7 +22,7 @@ def system_items(data: RunData) -> list[tuple[str, str]]:
     r = data.run
     src = s.get("llama_cpp") or {}
     m = model(data)
-    opts = _json(r.get("options_json")) or {}
+    opts = r.get("options") or {}
     gpus = ", ".join(f"{g.get('name', '?')} ({g.get('total_mib') or 0:,} MiB)" for g in s.get("gpus") or []) or "none"
     items = [
         ("Run", f"{r['id']} — study {r['study']}, {r['status']}"),
@@ -45,7 +43,7 @@ def system_items(data: RunData) -> list[tuple[str, str]]:
     ]
     for b in src.get("binaries") or []:
         items.append(("Binaries", binary_line(b, [x["name"] for x in data.builds
-                                                   if (_json(x.get("binary_json")) or {}).get("dir") == b.get("dir")])))
+                                                   if (x.get("binary") or {}).get("dir") == b.get("dir")])))
     if s.get("loadavg"):
         items.append(("Load at start", ", ".join(f"{x:.2f}" for x in s["loadavg"])))
     return items
@@ -204,10 +202,10 @@ def study_cmake_of(data: RunData, name: str) -> dict:
     return dict(data.study_entry("builds", name).get("cmake") or {})
 
 
-def cmake_flags(build: dict, study_cmake: dict | None = None) -> str:
+def cmake_flags(build: BuildRecord, study_cmake: dict | None = None) -> str:
     """The -D options a build added to llama.cpp's defaults ("(defaults)" when none). A build that was never made
     stored none: the study's own `cmake` table says what it would have been."""
-    opts = _json(build.get("options_json"))
+    opts = build.get("options")
     if opts is None:
         opts = study_cmake or {}
     if not opts:
@@ -221,10 +219,9 @@ def _cm(v) -> str:
     return str(v)
 
 
-def server_flags(config: dict) -> str:
+def server_flags(config: ConfigRecord) -> str:
     """llama-server's arguments for a configuration, without the binary and model paths."""
-    argv = _json(config.get("server_argv_json")) or []
-    args = list(argv[1:])
+    args = records.server_argv(config)[1:]
     if len(args) >= 2 and args[0] == "-m":
         args = args[2:]
     return shlex.join(str(a) for a in args)
@@ -235,7 +232,7 @@ def reproduce(data: RunData) -> list[dict]:
     builds = {b["name"]: b for b in data.builds}
     out = []
     for c in data.ok_configs():
-        env = _json(c.get("env_json")) or {}
+        env = c.get("env") or {}
         out.append({"build": c["build"], "setting": c["setting"],
                     "cmake": cmake_flags(builds.get(c["build"], {}), study_cmake_of(data, c["build"])),
                     "server": server_flags(c),
@@ -260,7 +257,7 @@ def build_items(data: RunData) -> list[dict]:
     out = []
     for b in data.builds:
         secs = b.get("build_seconds")
-        given = _json(b.get("binary_json"))
+        given = b.get("binary")
         source = (f"{b['source_version']} ({(b.get('source_commit') or '?')[:9]})" if b.get("source_version")
                   else "–")
         if given:
@@ -282,7 +279,7 @@ def binary_notes(data: RunData) -> list[str]:
     for b in data.builds:
         if b["status"] != "ok":
             continue
-        given = _json(b.get("binary_json"))
+        given = b.get("binary")
         key = (f"given binaries {given.get('version', '?')} ({(given.get('commit') or '?')[:9]}) in "
                f"{given.get('dir', '?')}" if given else
                f"a build of {b.get('source_version') or '?'} ({(b.get('source_commit') or '?')[:9]}) from "
@@ -302,13 +299,13 @@ def fidelity_lines(data: RunData) -> list[str]:
 
     out = []
     for row in data.tables.get("crosschecks", []):
-        result = _json(row.get("result_json")) or {}
+        result = row.get("result") or {}
         where = f"{row['build']} × {row['setting']}"
         out += [f"{where}: {line}" for line in crosscheck.sentences(result)]
         if row.get("error"):
             out.append(f"{where}: {row['error']}")
     for c in data.ok_configs():  # once per build × setting (interleaved repeats restart the server each time)
-        nv = _json(c.get("nvml_json"))
+        nv = c.get("nvml")
         if nv:
             for line in nvmlcheck.sentences(nv.get("after_workload") or nv.get("after_load") or []):
                 out.append(f"{c['build']} × {c['setting']}: {line}")

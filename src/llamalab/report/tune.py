@@ -14,7 +14,6 @@ from ..llamacpp import argv
 from ..run import stats, tunepick
 from ..run import tunespace as ts
 from ..run.tunepick import Pick, compare, measured_front
-from ..store import jsoncol
 from .data import RunData
 from .tables import markdown_table
 
@@ -68,7 +67,7 @@ def doc_of(data: RunData) -> dict | None:
     rows = data.tables.get("tunes") or []
     if not rows:
         return None
-    raw = jsoncol.decode(rows[0].get("result_json"))
+    raw = rows[0].get("result")
     return raw if isinstance(raw, dict) else None
 
 

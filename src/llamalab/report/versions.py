@@ -8,20 +8,19 @@ sentences compare every version with the study's first, figure by figure. Pure.
 
 from __future__ import annotations
 
-from ..store import jsoncol
 from . import speed
 from .data import RunData
+from .records import BuildRecord
 
 
-def _json(text) -> dict:
-    """A `*_json` column as a dict ({} for NULL, damaged or non-object text): the store's one decoder."""
-    v = jsoncol.decode(text, {})
+def _dict(v) -> dict:
+    """A decoded JSON column as a dict ({} for NULL, damaged or non-object values)."""
     return v if isinstance(v, dict) else {}
 
 
-def source_of(build: dict) -> dict:
+def source_of(build: BuildRecord) -> dict:
     """What llama.cpp a stored build ran: version, commit, and where it came from in words."""
-    given = _json(build.get("binary_json"))
+    given = _dict(build.get("binary"))
     if given:
         return {"version": str(given.get("version") or "?"), "commit": given.get("commit"),
                 "origin": f"binaries in {given.get('dir', '?')}"}
@@ -39,7 +38,7 @@ def source_of(build: dict) -> dict:
     return {"version": build.get("source_version") or "?", "commit": build.get("source_commit"), "origin": words}
 
 
-def _key(build: dict) -> tuple:
+def _key(build: BuildRecord) -> tuple:
     s = source_of(build)
     return s["version"], s["commit"], s["origin"]
 
