@@ -207,7 +207,7 @@ def request_figures(requests: list[dict] | None) -> Figures:
     return Figures(ttfts, itls, agg)
 
 
-def figures(trial: dict) -> Figures:
+def figures(trial: TrialRecord) -> Figures:
     """A trial's `Figures`: kept by `load(requests=False)`, else made from its requests."""
     f = trial.get("figures")
     return f if isinstance(f, Figures) else request_figures(trial.get("requests"))

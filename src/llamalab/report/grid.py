@@ -181,8 +181,9 @@ def _level_groups(levels: list[int], starts: dict[int, int | None]) -> list[tupl
 
 def _skipped(data: RunData, p: Pair) -> str:
     for c in data.configs:
-        if c["build"] == p.pp and c["setting"] == p.setting and c.get("reason") and "not run" in c["reason"]:
-            return "; ".join(x.strip() for x in c["reason"].split(";") if "not run" in x)
+        reason = c.get("reason") or ""
+        if c["build"] == p.pp and c["setting"] == p.setting and "not run" in reason:
+            return "; ".join(x.strip() for x in reason.split(";") if "not run" in x)
     return ""
 
 

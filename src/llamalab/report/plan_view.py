@@ -3,6 +3,8 @@ and the notes, from the records `run.plan` makes (`Plan`, `ConfigPlan`)."""
 
 from __future__ import annotations
 
+from rich.text import Text as RichText
+
 from ..llamacpp import ledger, maxctx
 from ..llamacpp.applicability import NOT_APPLICABLE
 from ..run.plan import BASIS_APPROX, ConfigPlan, Plan, input_copies_mib
@@ -49,11 +51,12 @@ def _table(plan: Plan):
         pp = ledger.pp_label(c.pipeline_parallel, c.sched_copies, c.pipeline_parallel)
         if c.copies_mismatch:
             pp += " !"
-        ctx = _mib(c.n_ctx, approx["n_ctx"]) if c.n_ctx is not None else "–"
+        shown = _mib(c.n_ctx, approx["n_ctx"]) if c.n_ctx is not None else "–"
+        ctx: str | RichText = shown
         if c.fit_ok is False:
-            ctx = Text(ctx.replace(",", "") + " (fit failed)", style="yellow")
+            ctx = Text(shown.replace(",", "") + " (fit failed)", style="yellow")
         elif c.ctx_reduced_from:
-            ctx += " (fit)"
+            ctx = shown + " (fit)"
         w = [_within_cell((c.within or {}).get(k) or {}) for k in ("budget", "margin")] if within else []
         t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *w,
                   *_buffer_cells(c, names, hosts, approx["compute"]))

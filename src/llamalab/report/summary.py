@@ -262,8 +262,8 @@ def build_items(data: RunData) -> list[dict]:
                   else "–")
         if given:
             source += f" binaries in {given.get('dir', '?')}"
-        elif str(b.get("source_origin") or "").startswith("dir:"):
-            source += f" built from {b['source_origin'][4:]}"
+        elif (origin := str(b.get("source_origin") or "")).startswith("dir:"):
+            source += f" built from {origin[4:]}"
         out.append({"name": b["name"], "label": data.build_label(b["name"]), "status": b["status"],
                     "reason": b.get("reason"),
                     "cmake": "(given binaries)" if given else cmake_flags(b, study_cmake_of(data, b["name"])),

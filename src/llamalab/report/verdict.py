@@ -3,6 +3,8 @@ setting's baseline, the weights any configuration moved, and the context differe
 
 from __future__ import annotations
 
+from typing import Literal
+
 from ..llamacpp import argv
 from ..llamacpp.ledger import pp_label_of
 from .data import RunData, compute_by_label, device_labels, device_names, host_by_type, host_compute
@@ -10,7 +12,7 @@ from .data import RunData, compute_by_label, device_labels, device_names, host_b
 MOVED_MIB = 0.01  # model buffers print to 0.01 MiB: any larger difference means weights moved
 
 
-def _in_study_order(data: RunData, table: str, column: str) -> list[str]:
+def _in_study_order(data: RunData, table: str, column: Literal["build", "setting"]) -> list[str]:
     """Names the study file lists in `table`, then any others the stored configurations use."""
     names = [e["name"] for e in data.study.get(table) or [] if isinstance(e, dict) and "name" in e]
     return names + [n for n in dict.fromkeys(c[column] for c in data.configs) if n not in names]

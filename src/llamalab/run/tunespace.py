@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..llamacpp import flags
 
@@ -508,7 +509,8 @@ class Measures:
         return statistics.median(xs) if xs else None
 
 
-def measures(trials: Iterable[dict], ctx: dict[str, int], parallel: int, real_ctx: dict[str, int] | None = None
+def measures(trials: Iterable[Mapping[str, Any]], ctx: dict[str, int], parallel: int,
+             real_ctx: dict[str, int] | None = None
              ) -> list[Measures]:
     """Stored trial rows → one Measures per build, from the first workload cell the rows hold: prompt and
     generation t/s of the single-stream trials, aggregate output t/s of the trials at `parallel` requests (single
