@@ -1,6 +1,6 @@
 """Every report llamalab renders from the runs it keeps as files: the committed benchmark exports
 (`benchmarks/*/export*.json`) and the test fixtures' runs (`tests/fixtures/runs`, `tests/fixtures/split-modes`), in
-every format (`report.formats.FORMATS`, CSV's companion file included) and every plot. `tests/test_report_golden.py`
+every format (`report.formats.FORMATS`, CSV's companion file included) and every plot. `tests/report/test_golden.py`
 holds each file's sha256 to `tests/fixtures/report-golden.json`, so a change inside the report code that moves one
 byte of what a user reads is seen.
 

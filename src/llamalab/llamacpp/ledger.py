@@ -364,8 +364,8 @@ def _lines(raw_lines: Iterable[object], seen: dict[str, bool] | None = None) -> 
 # Every pattern here runs in time linear in the line: no two unbounded quantifiers can trade characters (an optional
 # group between two runs of blanks takes the second run inside it: `(?:\(x\)\s*)?`, never `(?:\(x\))?\s*`), runs
 # that follow a keyword cannot contain the keyword, and what could be long is bounded ({0,256}).
-# tests/test_parse_bounds.py times every prefix of every keyword padded to just under MAX_LINE with each run. Where a
-# pattern would need to look back from a keyword (buffer names, table rows), plain string operations do it.
+# tests/llamacpp/test_parse_bounds.py times every prefix of every keyword padded to just under MAX_LINE with each
+# run. Where a pattern would need to look back from a keyword (buffer names, table rows), plain string operations do it.
 NUM = r"(\d+(?:\.\d+)?)"
 _BUF_TAIL = re.compile(r"buffer size\s*=\s*(\d+(?:\.\d+)?)\s*MiB")
 _BUF_KINDS = {"model", "KV", "RS", "compute", "output", "input", "LoRA"}

@@ -3,7 +3,7 @@
 Both run in one device setup (the same rpc-servers or GPUs, the same arguments): first the dry run, then
 llama-server with the model's weights until /health answers, whose log the ledger reads. `compare` is pure: it
 lines the figures up per device and says, per figure, how far the dry run was off. Used by
-tests/test_plan.py (CPU-RPC) and benchmarks/plan_validation.py (any backend; it writes the comparison table).
+tests/run/test_plan.py (CPU-RPC) and benchmarks/plan_validation.py (any backend; it writes the comparison table).
 """
 
 from __future__ import annotations

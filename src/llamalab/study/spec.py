@@ -417,7 +417,7 @@ class Study(_Strict):
 
 # The run hash (`run.session.study_hash`) is the study's `model_dump`, less what it leaves out here. It must not
 # change for a study that measures what it measured before, or an unfinished run of that study no longer resumes
-# (tests/test_study_hash.py pins the committed studies' hashes). So it is derived from the model's fields this way:
+# (tests/study/test_hash.py pins the committed studies' hashes). So it is derived from the model's fields this way:
 # every field named below — the fields each part of a study had when the hash took its form — is always hashed;
 # any other field (one added since, or added from now on: no edit here) is hashed only where it holds a value other
 # than its default. A field at its default runs what the study ran before the field existed: the fields added since
