@@ -110,14 +110,14 @@ def test_pipeline_parallelism_is_on_over_rpc(runs):
 
 def test_topology_is_recorded(lab, runs):
     rem, _ = runs
-    topo = json.loads(rem.run["devices_json"])
+    topo = rem.run["devices"]
     assert topo["backend"] == "rpc" and topo["local_count"] == 0
     assert [r["endpoint"] for r in topo["remotes"]] == [h.endpoint for h in lab.hosts]
     for r in topo["remotes"]:
         [d] = r["devices"]
         assert d["total_mib"] > 0 and d["backend"] == "cpu" and d["backend_source"] == "declared"
     [cfg] = rem.ok_configs()
-    dev = json.loads(cfg["devices_json"])
+    dev = cfg["devices"]
     assert dev["backend"] == "rpc" and dev["count"] == 2
     assert dev["server_args"] == ["--rpc", ",".join(h.endpoint for h in lab.hosts)]
 
@@ -203,7 +203,7 @@ def _pidfiles(sshd) -> list[Path]:
 
 def test_ssh_managed_rpc_servers_run_and_stop(lab, sshd, runs, llama_home, tmp_path):
     rem, _ = runs
-    bin_dir = Path(json.loads(rem.configs[0]["server_argv_json"])[0]).parent
+    bin_dir = Path(rem.configs[0]["server_argv"][0]).parent
     study = {"name": "rpc-ssh", "builds": BUILDS, "workload": {**WORKLOAD, "repeats": 1, "output_tokens": 8},
              "devices": {"backend": "rpc", "rpc": _ssh_remotes(lab, sshd, bin_dir)}}
     db = tmp_path / "results.db"
@@ -212,7 +212,7 @@ def test_ssh_managed_rpc_servers_run_and_stop(lab, sshd, runs, llama_home, tmp_p
         d = rdata.load(store, run_id)
     assert d.run["status"] == "finished"
     [cfg] = d.ok_configs()
-    offered = json.loads(cfg["devices_json"])["remotes"]
+    offered = cfg["devices"]["remotes"]
     assert [o["endpoint"] for o in offered] == [r["endpoint"] for r in study["devices"]["rpc"]]
     for o in offered:  # the backend comes from the rpc-server's own start-up lines, read back through ssh
         assert o["backend"] == "cpu" and o["backend_source"] == "rpc-server log" and o["description"], o
@@ -227,7 +227,7 @@ def test_ssh_managed_rpc_servers_run_and_stop(lab, sshd, runs, llama_home, tmp_p
 
 def test_ssh_managed_rpc_server_stops_on_failure(lab, sshd, runs, llama_home, tmp_path):
     rem, _ = runs
-    bin_dir = Path(json.loads(rem.configs[0]["server_argv_json"])[0]).parent
+    bin_dir = Path(rem.configs[0]["server_argv"][0]).parent
     st = studymod.parse({"name": "x", "builds": BUILDS, "devices": {"backend": "rpc",
                                                                     "rpc": _ssh_remotes(lab, sshd, bin_dir)[:1]}})
     spec = st.devices.rpc[0]
@@ -245,7 +245,7 @@ def test_ssh_managed_rpc_server_stops_on_failure(lab, sshd, runs, llama_home, tm
 def test_ssh_hangup_alone_stops_the_rpc_server(lab, sshd, runs, llama_home, tmp_path):
     """If llamalab dies before it can send the stop command, closing the ssh connection still stops the server."""
     rem, _ = runs
-    bin_dir = Path(json.loads(rem.configs[0]["server_argv_json"])[0]).parent
+    bin_dir = Path(rem.configs[0]["server_argv"][0]).parent
     st = studymod.parse({"name": "x", "builds": BUILDS, "devices": {"backend": "rpc",
                                                                     "rpc": _ssh_remotes(lab, sshd, bin_dir)[1:]}})
     spec = st.devices.rpc[0]
@@ -274,7 +274,7 @@ def test_ctrl_c_leaves_no_rpc_server_on_the_ssh_hosts(lab, sshd, runs, llama_hom
     import sys
 
     rem, _ = runs
-    bin_dir = Path(json.loads(rem.configs[0]["server_argv_json"])[0]).parent
+    bin_dir = Path(rem.configs[0]["server_argv"][0]).parent
     remotes = _ssh_remotes(lab, sshd, bin_dir)
     toml = ['name = "rpc-ssh-interrupt"', "[devices]", 'backend = "rpc"']
     for r in remotes:
