@@ -216,3 +216,27 @@ def test_streamed_reports_equal_the_reports_of_a_run_held_whole(tmp_path, name):
         for fmt in ("md", "csv", "json"):  # HTML renders what Markdown does, from the same figures
             held, streamed = formats.render(full, fmt), "".join(formats.pieces(lean, fmt))
             assert (json.loads(held) == json.loads(streamed)) if fmt == "json" else held == streamed, fmt
+
+
+def test_the_architecture_docs_way_of_adding_a_format_works(run, monkeypatch):
+    """docs/architecture.md's example, as it is printed there: one module (`report/txt.py`) and one registration make
+    `--format txt` a format every report path knows."""
+    import re
+    import sys
+    import types
+
+    from testpaths import ROOT
+
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    example = re.search(r"```python\n(# src/llamalab/report/txt\.py\n.*?)```", doc, re.S).group(1)
+    module_src, registration = example.split("# src/llamalab/report/formats.py, in REGISTRY:")
+    txt = types.ModuleType("llamalab.report.txt")
+    txt.__package__ = "llamalab.report"
+    exec(compile(module_src, "report/txt.py", "exec"), txt.__dict__)
+    monkeypatch.setitem(sys.modules, "llamalab.report.txt", txt)
+    fmt = eval(registration.strip().rstrip(","), vars(formats))
+    monkeypatch.setitem(formats.REGISTRY, fmt.name, fmt)
+    text = formats.render(run, "txt")
+    assert text.splitlines()[0] == markdown.render(run).splitlines()[0].lstrip("# ")
+    assert "copies4" in text and "\x1b" not in text
+    assert "txt: the title, the recommendation and the results as plain lines" in formats.help_text()
