@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast test-offline docs clean
+.PHONY: setup demo lint test test-fast test-offline docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,13 @@ setup: $(VENV)/.installed
 
 demo: setup
 	$(BIN)/llamalab demo
+
+# `make lint`: the static checks, as pyproject.toml configures them: ruff over the whole tree (sources, tests,
+# scripts, benchmarks), then mypy over src/llamalab (llamacpp/, store/ and study/ held to its strict flags).
+# `make test` and `make test-fast` run it first: a suite never runs on code that fails them (docs/architecture.md,
+# "Static checks").
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/mypy
 
 # `make test`: the whole suite, in two passes. First everything but the `timed` tests, one pytest-xdist worker per
 # core (`TEST_WORKERS`), a test module to a worker (`--dist loadscope`: a module's fixtures, such as a study it runs
@@ -31,7 +38,7 @@ junit = $(if $(JUNIT),--junitxml=$(JUNIT)/$(1).xml)
 # after a pass: keep its exit status in rc unless it passed or collected nothing
 kept = || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }
 
-test: setup
+test: setup lint
 	@rc=0; \
 	$(BIN)/python -m pytest -m "not timed" -n $(TEST_WORKERS) --maxprocesses 8 --dist loadscope \
 	  $(call junit,parallel) $(PYTEST_ARGS) $(kept); \
@@ -44,7 +51,7 @@ test: setup
 # everything in one process: the llama.cpp tests share one build and time real servers.
 FAST = -m "not llama and not slow and not network" -n auto --maxprocesses 8 --dist worksteal
 
-test-fast: setup
+test-fast: setup lint
 	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)
 
 # The fast suite with the network really off (as root): a private network namespace with only its loopback up.

@@ -21,11 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from llamalab.llamacpp import budget, models
-from llamalab.run import plancheck, session
-from llamalab.study import spec as studymod
+from llamalab.llamacpp import models
 from llamalab.paths import cache_home
+from llamalab.run import plancheck, session
+from llamalab.run.options import RunOptions, parse_budget_option
 from llamalab.run.progress import StderrProgress
+from llamalab.study import spec as studymod
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,9 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         dry_model = models.synthetic(shape, home, data=False)
         full_model = models.synthetic(shape, home)
     progress = StderrProgress()
-    prep = session.prepare(st, session.Options(home=home, model=dry_model), progress)
-    budgets = budget.parse_budgets(a.budget) if a.budget else (
-        budget.parse_budgets(st.devices.vram) if st.devices.vram else None)
+    budgets = parse_budget_option(a.budget)
+    prep = session.prepare(st, RunOptions(home=home, model=dry_model, budgets_mib=budgets), progress)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="plan-validation-") as tmp:
         logs = a.logs or Path(tmp)

@@ -56,8 +56,10 @@ def modules(roots: list[ET.Element]) -> list[tuple[str, float, int]]:
     by: dict[str, list[float]] = defaultdict(list)
     for root in roots:
         for case in root.iter("testcase"):
+            # tests.report.test_grid[.TestClass] → tests.report.test_grid: the module, however deep its folder
             mod = (case.get("classname") or "?").split(".")
-            name = ".".join(mod[:2]) if mod[0] == "tests" else mod[0]
+            i = next((i for i, part in enumerate(mod) if part.startswith("test_")), 0)
+            name = ".".join(mod[: i + 1]) if mod[0] == "tests" else mod[0]
             by[name].append(float(case.get("time") or 0))
     return sorted(((m, sum(t), len(t)) for m, t in by.items()), key=lambda r: -r[1])
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.run import session
-from llamalab.study import spec as studymod
 from llamalab.paths import cache_home
+from llamalab.run import session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress, StderrProgress
+from llamalab.study import spec as studymod
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -36,7 +37,7 @@ def demo_prep(llama_home, demo_study):
     """The demo study's builds (copies4, the copies1 variant, and no-pp-blas where OpenBLAS exists)."""
     st, _ = demo_study
     progress = StderrProgress() if os.environ.get("LLAMALAB_TEST_VERBOSE") else Progress()
-    return session.prepare(st, session.Options(home=llama_home), progress)
+    return session.prepare(st, RunOptions(home=llama_home), progress)
 
 
 @pytest.fixture(scope="session")

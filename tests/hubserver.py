@@ -124,7 +124,7 @@ class Hub:
 
     # ------------------------------------------------------------ serving
 
-    def __enter__(self) -> "Hub":
+    def __enter__(self) -> Hub:
         hub = self
 
         class Handler(_Handler):

@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 from llamalab.run import runner, session
-from llamalab.study import spec as studymod
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress
 from llamalab.store.db import Store
+from llamalab.study import spec as studymod
 
 # Two builds, one setting, tiny workload: a few seconds per configuration on 2 cores.
 FAST = [
@@ -25,7 +26,7 @@ FAST = [
 def run_study(home: Path, data: Path, overrides: list[str], progress: Progress | None = None,
               ref: str = "demo", **opts) -> tuple[Store, str]:
     st, text = studymod.load(ref, overrides)
-    o = session.Options(home=home, db=data / "results.db", runs_dir=data / "runs", **opts)
+    o = RunOptions(home=home, db=data / "results.db", runs_dir=data / "runs", **opts)
     p = progress or Progress()
     prep = session.prepare(st, o, p)
     run_id = runner.execute(prep, text, o, p)

@@ -100,7 +100,7 @@ class Lab:
     _made_ns: list[str] = field(default_factory=list)
     _made_links: list[str] = field(default_factory=list)
 
-    def up(self) -> "Lab":
+    def up(self) -> Lab:
         sweep_stale()
         for i, x in enumerate(_free_subnets(self.count)):
             letter = "abcdefgh"[i]

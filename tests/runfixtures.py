@@ -1,6 +1,6 @@
 """Real stored runs for report and exchange tests: JSON exports (`llamalab export`) of runs made by `llamalab demo`
-(and one by `llamalab run versions`) on a 2-core CPU VM, kept under tests/fixtures/runs/. `fill` puts one into a Store through the Store API
-(`restore_run`), so every figure a test sees is one a real run stored. No GGUF, no binaries."""
+(and one by `llamalab run versions`) on a 2-core CPU VM, kept under tests/fixtures/runs/. `fill` puts one into a Store
+through the Store API (`restore_run`), so every figure a test sees is one a real run stored. No GGUF, no binaries."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import json
 import tomllib
 from pathlib import Path
 
-from llamalab.store.exchange import encode_row
 from llamalab.store.db import Store
+from llamalab.store.exchange import encode_row
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 DEMO = "demo-cpu-rpc"  # 2 builds × 2 KV settings × 3 trials, single stream (no-pp-blas skipped: no OpenBLAS)
 CONCURRENCY = "demo-cpu-rpc-concurrency"  # 3 builds (OpenBLAS present) × 2 settings × 3 trials × 1, 2, 4 requests
-BUDGET = "demo-budget-concurrency"  # 4 builds × 2 settings × 3 trials × 1, 4 requests; 1200 MiB budgets: fit chooses n_ctx
+# 4 builds × 2 settings × 3 trials × 1, 4 requests; 1200 MiB budgets: fit chooses n_ctx
+BUDGET = "demo-budget-concurrency"
 # benchmarks/h200/study.toml scaled to the CPU (tiny model, cpu-rpc, 300 MiB budgets): copies4, copies1 and
 # `-ot no_such_tensor=CPU`, interleaved, 3 trials of the grid [16, 64, 256, 768] prompt tokens × 1, 2, 4, 8 requests
 GRID = "demo-grid"

@@ -30,11 +30,13 @@ def test_phase_table(tmp_path):
         '<testsuites><testsuite tests="2" time="3.1"><testcase classname="tests.test_a" name="x" time="2.5"/>'
         '<testcase classname="tests.test_b" name="z" time="7"/></testsuite></testsuites>')
     (tmp_path / "timed.xml").write_text('<testsuites><testsuite tests="1" time="1.2">'
-                                        '<testcase classname="tests.test_a" name="y" time="1"/></testsuite></testsuites>')
+                                        '<testcase classname="tests.test_a" name="y" time="1"/>'
+                                        '</testsuite></testsuites>')
     out = subprocess.run([sys.executable, str(SCRIPT), "--home", str(tmp_path / "home"), "--phases",
                           str(tmp_path / "phases"), "--junit", str(tmp_path / "parallel.xml"),
                           str(tmp_path / "timed.xml"), str(tmp_path / "absent.xml"), "--bisect-root",
-                          str(tmp_path / "pt"), "--since", "2000000"], capture_output=True, text=True, check=True).stdout
+                          str(tmp_path / "pt"), "--since", "2000000"],
+                         capture_output=True, text=True, check=True).stdout
     assert "| make test | 1292 |" in out
     assert "| b11312-x/cpu-rpc-y | 264 | llama-server | 0 / 202 (0%) |" in out
     assert "| b11312-x/cpu-rpc-y/variants/copies1 | 264 | llama-server | 8 / 9 (89%) |" in out

@@ -28,7 +28,8 @@ COMMANDS = [(ctx.command_path, cmd) for cmd, ctx in gen.walk(cli, click.Context(
 
 def test_cli_reference_is_current():
     current = (ROOT / "docs" / "cli.md").read_text() if (ROOT / "docs" / "cli.md").is_file() else ""
-    assert current == gen.render(), "docs/cli.md is stale: run `make docs` (python scripts/gen_cli_docs.py) and commit it."
+    assert current == gen.render(), ("docs/cli.md is stale: run `make docs` (python scripts/gen_cli_docs.py) and "
+                                     "commit it.")
 
 
 def test_check_mode(tmp_path):

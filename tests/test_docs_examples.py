@@ -15,9 +15,9 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from llamalab.study import spec as study
 from llamalab.cli import cli
 from llamalab.errors import LlamalabError
+from llamalab.study import spec as study
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -153,7 +153,8 @@ def _commands(path: Path) -> list[tuple[int, str]]:
 DOC_COMMANDS = [(p, n, c) for p in PAGES if p.name != "cli.md" for n, c in _commands(p)]
 
 
-@pytest.mark.parametrize("path, line, command", DOC_COMMANDS, ids=[f"{p.relative_to(ROOT)}:{n}" for p, n, _ in DOC_COMMANDS])
+@pytest.mark.parametrize("path, line, command", DOC_COMMANDS,
+                         ids=[f"{p.relative_to(ROOT)}:{n}" for p, n, _ in DOC_COMMANDS])
 def test_documented_command_exists(path, line, command):
     words = shlex.split(command)[1:]
     ctx = click.Context(cli, info_name="llamalab")
@@ -176,7 +177,8 @@ def test_documented_command_exists(path, line, command):
     assert not rest, f"{path.name}:{line}: `{command}`: unexpected extra argument(s) {rest}"
     # a given argument parses to its word (or a tuple of words); a missing one to None or click's "unset" marker
     missing = [p.name for p in cmd.params if isinstance(p, click.Argument) and p.required
-               and not (isinstance(values.get(p.name), str) or (isinstance(values.get(p.name), tuple) and values[p.name]))]
+               and not (isinstance(values.get(p.name), str)
+                        or (isinstance(values.get(p.name), tuple) and values[p.name]))]
     assert not missing, f"{path.name}:{line}: `{command}` lacks the argument(s) {missing}"
 
 

@@ -199,7 +199,8 @@ def _plant(path: Path, code: str) -> None:
 def test_planted_back_edge_fails(tmp_path):
     """A function-level import from llamacpp up to report (the kind of arrow runner.py once had) breaks it."""
     src = _copy(tmp_path)
-    _plant(src / "llamalab" / "llamacpp" / "ledger.py", "def _planted():\n    from ..report import data\n    return data")
+    _plant(src / "llamalab" / "llamacpp" / "ledger.py",
+           "def _planted():\n    from ..report import data\n    return data")
     found = problems(src)
     # report.data imports llamacpp.ledger, so the same arrow also closes a cycle
     assert "llamalab.llamacpp.ledger imports llamalab.report.data: llamacpp (layer 2) sits below report (layer 6)" \

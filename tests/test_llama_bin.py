@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.llamacpp import binaries, source
-from llamalab.run import session
-from llamalab.study import spec as studymod
-from llamalab.llamacpp.build import Builder
-from llamalab.errors import ConfigError, SourceError
-from llamalab.store.db import Store
-
 import llamahelp
+from llamalab.errors import ConfigError, SourceError
+from llamalab.llamacpp import binaries, source
+from llamalab.llamacpp.build import Builder
+from llamalab.run import session
+from llamalab.store.db import Store
+from llamalab.study import spec as studymod
 
 pytestmark = pytest.mark.llama
 
@@ -171,7 +170,8 @@ def test_given_binaries_beside_a_source_build(archive, llama_home, tmp_data):
     assert builds["copies4"]["source_origin"] == f"bin:{archive}"
     assert builds["copies1"]["source_origin"].startswith("pypi:") and builds["copies1"]["binary_json"] is None
     assert configs["copies4"]["ledger"]["sched_copies"] == 4 and configs["copies1"]["ledger"]["sched_copies"] == 1
-    from llamalab.report import data as rdata, markdown
+    from llamalab.report import data as rdata
+    from llamalab.report import markdown
     with Store(tmp_data / "results.db") as s:
         md = markdown.render(rdata.load(s, run))
     assert "the builds ran different llama.cpp binaries" in md

@@ -10,6 +10,7 @@ from llamalab.errors import LaunchError, ModelError, SourceError
 from llamalab.llamacpp import models, source
 from llamalab.rig import remote
 from llamalab.run import session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress
 from llamalab.study import spec as studymod
 
@@ -43,7 +44,7 @@ def study(*overrides: str):
 
 def test_a_missing_model_stops_before_any_probe_contact_or_fetch(tmp_path, stages):
     with pytest.raises(ModelError, match="does not exist"):
-        session.prepare(study(), session.Options(home=tmp_path, model=tmp_path / "missing.gguf"), Progress())
+        session.prepare(study(), RunOptions(home=tmp_path, model=tmp_path / "missing.gguf"), Progress())
     assert stages == []
 
 
@@ -51,7 +52,7 @@ def test_a_model_that_is_not_gguf_stops_before_any_probe_contact_or_fetch(tmp_pa
     bad = tmp_path / "m.gguf"
     bad.write_bytes(b"PK\x03\x04" + b"zip" * 100)
     with pytest.raises(ModelError, match="not a GGUF file"):
-        session.prepare(study(), session.Options(home=tmp_path, model=bad), Progress())
+        session.prepare(study(), RunOptions(home=tmp_path, model=bad), Progress())
     assert stages == []
 
 
@@ -59,7 +60,7 @@ def test_a_wrong_binaries_folder_stops_before_the_remote_endpoints_are_contacted
     good = models.write_synthetic(SMALL, tmp_path / "good.gguf")
     st = study(f'source.bin="{tmp_path / "nowhere"}"')
     with pytest.raises(SourceError, match="nowhere"):
-        session.prepare(st, session.Options(home=tmp_path, model=good), Progress())
+        session.prepare(st, RunOptions(home=tmp_path, model=good), Progress())
     assert stages == ["detect the machine's GPUs"]  # the backend decides what the binaries must offer
 
 
@@ -70,12 +71,12 @@ def test_an_unreachable_endpoint_stops_before_the_source_is_fetched(tmp_path, st
                                                                       [s.endpoint for s in specs],
                                                                       connect=lambda h, p, t: "connection refused"))[1])
     with pytest.raises(LaunchError, match="10.0.0.9:50052: connection refused"):
-        session.prepare(study(), session.Options(home=tmp_path, model=good), Progress())
+        session.prepare(study(), RunOptions(home=tmp_path, model=good), Progress())
     assert stages == ["detect the machine's GPUs", "contact the remote endpoints"]
 
 
 def test_with_good_inputs_the_source_comes_last(tmp_path, stages):
     good = models.write_synthetic(SMALL, tmp_path / "good.gguf")
     with pytest.raises(SourceError, match="no fetching in this test"):
-        session.prepare(study(), session.Options(home=tmp_path, model=good), Progress())
+        session.prepare(study(), RunOptions(home=tmp_path, model=good), Progress())
     assert stages == ["detect the machine's GPUs", "contact the remote endpoints", "fetch the pinned source"]

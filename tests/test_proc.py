@@ -26,7 +26,8 @@ def test_spawn_terminate_kills_the_whole_group(tmp_path):
     # the child starts a grandchild that ignores SIGTERM; terminate() must still leave nothing behind
     script = (
         "import subprocess, sys, time\n"
-        "g = subprocess.Popen([sys.executable, '-c', 'import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "g = subprocess.Popen([sys.executable, '-c', 'import signal,time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         "print(\"ready\", flush=True); time.sleep(60)'])\n"
         "print(g.pid, flush=True)\n"
         "time.sleep(60)\n"

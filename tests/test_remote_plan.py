@@ -21,6 +21,7 @@ from hubserver import MICRO, Hub
 from llamalab import cli
 from llamalab.llamacpp import models, packaged
 from llamalab.run import session
+from llamalab.run.options import RunOptions
 from llamalab.run.progress import Progress
 from llamalab.study import spec as studymod
 
@@ -33,7 +34,7 @@ ONE_BUILD = ['builds=[{name="copies4"}]']
 def built(llama_home):
     """The pinned build (its llama-gguf-split too), made or reused."""
     st, _ = studymod.load("demo", ONE_BUILD)
-    return session.prepare(st, session.Options(home=llama_home), Progress()).artifacts["copies4"]
+    return session.prepare(st, RunOptions(home=llama_home), Progress()).artifacts["copies4"]
 
 
 @pytest.fixture(scope="module")

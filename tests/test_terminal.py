@@ -12,8 +12,9 @@ from rich.console import Console
 
 import runfixtures
 from llamalab import cli
+from llamalab.report import data as rdata
+from llamalab.report import html, markdown, summary
 from llamalab.run import progress
-from llamalab.report import data as rdata, html, markdown, summary
 from llamalab.safetext import markup, one_line, plain
 from llamalab.store.db import Store
 

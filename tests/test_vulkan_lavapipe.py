@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from llamalab.machine import detect
-from llamalab.run import session
-from llamalab.study import spec as studymod
-from llamalab.llamacpp import vulkan as vk
-from llamalab.paths import cache_home
-from llamalab.run.progress import Progress
-
 from llamahelp import run_study
+from llamalab.llamacpp import vulkan as vk
+from llamalab.machine import detect
+from llamalab.paths import cache_home
+from llamalab.run import session
+from llamalab.run.options import RunOptions
+from llamalab.run.progress import Progress
+from llamalab.study import spec as studymod
 
 pytestmark = pytest.mark.llama
 
@@ -111,7 +111,7 @@ def test_physical_device_probe_finds_lavapipe():
     if _missing():
         pytest.skip(_missing())
     st, _ = studymod.load("demo", LAVAPIPE)
-    prep = session.prepare(st, session.Options(home=cache_home()), Progress())
+    prep = session.prepare(st, RunOptions(home=cache_home()), Progress())
     assert prep.backend == "vulkan"
     assert prep.vulkan_devices and prep.vulkan_devices[0].software
     assert vk.select(2, prep.vulkan_devices).indices == (0, 0)
@@ -131,7 +131,7 @@ def test_kv_types_at_one_context_q8_0_question():
         'builds=[{name="copies4"},{name="no-pp-override",args=["-ot","no_such_tensor=CPU"]}]',
         'settings=[{name="f16-f16",args=["-ctk","f16","-ctv","f16"]},{name="f16-q8_0",args=["-ctk","f16","-ctv","q8_0"]},'
         '{name="q8_0-q8_0",args=["-ctk","q8_0","-ctv","q8_0"]}]'])
-    p = plan.plan_study(st, plan.PlanOptions(), Progress())
+    p = plan.plan_study(st, RunOptions(), Progress())
     by = {(c.build, c.setting): c for c in p.configs}
     assert all(c.status == "ok" and c.n_ctx == 16384 for c in p.configs), [(c.build, c.reason) for c in p.configs]
     for build, copies in (("copies4", 4), ("no-pp-override", 1)):

@@ -1,7 +1,7 @@
 """Hostile sizes (issue 26): time and peak memory of llamalab's commands on inputs as large as a user or an attacker
 can make them. The script makes every input itself, runs the real `llamalab` command line on each in a child process
-and reads that child's CPU time, wall time and peak RSS from the kernel (`os.wait4` for its CPU time, its own /proc VmHWM for its
-peak RSS). It prints a Markdown table and writes it, with the machine it ran on, to results.md beside it.
+and reads that child's CPU time, wall time and peak RSS from the kernel (`os.wait4` for its CPU time, its own /proc
+VmHWM for its peak RSS). It prints a Markdown table and writes it, with the machine it ran on, to results.md beside it.
 
     .venv/bin/python benchmarks/hostile-sizes/run.py                 # everything (a few minutes on 2 cores)
     .venv/bin/python benchmarks/hostile-sizes/run.py --trials 8000   # a smaller run

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
-import tempfile
 import signal
 import sys
+import tempfile
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from . import __version__, proc
-from .store import runids
 from .errors import ConfigError, Interrupted, LlamalabError
+from .report import formats as report_formats  # the format registry alone: its renderers load when used
+from .store import runids
+
+if TYPE_CHECKING:
+    from .run.options import RunOptions
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -54,7 +59,8 @@ TRUST_HELP = ("Run a study file that asks for what can run code or open this mac
 def _load_study(ref: str, overrides, trust: bool):
     """A study, refused when its file asks for what only the user can allow (trust.risks): the file cannot vouch for
     itself, so the word is a flag on the command line. Presets and the user's own --set/--host are trusted."""
-    from .study import spec as studymod, trust as trustmod
+    from .study import spec as studymod
+    from .study import trust as trustmod
 
     st, text = studymod.load(ref, overrides)
     found = [] if studymod.is_preset(ref) else trustmod.from_file(trustmod.risks(st), overrides)
@@ -158,9 +164,31 @@ def _study_options(f):
     return f
 
 
-def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
-               budget_context, host, trust, model=None) -> None:
+def _options(*, budget: str | None = None, db: Path | None = None, **given: Any) -> RunOptions:
+    """The one options object of run, plan, tune and bisect (and build, quality, the repository table) from the
+    command line: --budget parsed once into MiB, the default database where --db is not given, the rest as given."""
     from .paths import default_db
+    from .run.options import RunOptions, parse_budget_option
+
+    return RunOptions(budgets_mib=parse_budget_option(budget), db=db or default_db(), **given)
+
+
+def _open_store(opts: RunOptions, resume: str | None = None) -> None:
+    """Before anything is built or run: the database opens, is sound, no other run is being measured in it, and a
+    run to resume is one this machine made."""
+    from .store.db import Store
+
+    if resume:
+        runids.check_ref(resume, "--resume")
+    with Store(opts.db) as store:
+        store.check()
+        store.refuse_if_busy()
+        if resume:
+            store.resumable(resume)
+
+
+def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume, fresh, crosscheck, max_context,
+               budget_context, host, trust, model=None, budget=None) -> None:
     from .store.db import Store
 
     overrides = list(overrides) + _bin_override(llama_bin)
@@ -171,31 +199,23 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
     # the report modules (scipy) load after the run
     from .run import runner, session
     from .run.progress import RichProgress, StderrProgress
-    opts = session.Options(llama_cpp=llama_cpp, db=db or default_db(), model=model, resume=resume, fresh=fresh,
-                          crosscheck=crosscheck, max_context=max_context, budget_context=budget_context)
-    if resume:
-        runids.check_ref(resume, "--resume")
-    # before anything is built or run: the database opens, is sound, no other run is being measured in it, and
-    # a run to resume is one this machine made
-    with Store(opts.db) as store:
-        store.check()
-        store.refuse_if_busy()
-        if resume:
-            store.resumable(resume)
+    opts = _options(llama_cpp=llama_cpp, db=db, model=model, budget=budget, resume=resume, fresh=fresh,
+                    crosscheck=crosscheck, max_context=max_context, budget_context=budget_context)
+    _open_store(opts, resume)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         prep = session.prepare(st, opts, progress)
         run_id = runner.execute(prep, text, opts, progress)
     finally:
         progress.close()
-    from .report import data as rdata, markdown, tables
+    from .report import data as rdata
+    from .report import markdown, tables
     from .write import atomic_write
 
     with Store(opts.db) as store:  # the report and the table need the requests' speed figures only
         data = rdata.load(store, run_id, requests=False)
         failed, total, measured = runner.run_outcome(store, run_id)
-    md = markdown.render(data)
-    atomic_write(opts.runs_dir / run_id / "report.md", md)
+    atomic_write(opts.runs_dir / run_id / "report.md", markdown.render(data))
     if as_json:
         click.echo(json.dumps(tables.rows(data), indent=2))
     else:
@@ -203,26 +223,31 @@ def _run_study(ref: str, *, overrides, llama_cpp, llama_bin, db, as_json, resume
         click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
                    f"(re-render with `llamalab report {run_id}`)", err=True)
     if not measured:
-        from .report import summary
-
-        why = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "") if failed else \
-            "no trial finished without failed requests"
-        inapplicable = summary.not_applicable_lines(data)
-        if not failed and inapplicable:
-            click.echo(f"error: nothing was measured: no configuration applies to this rig "
-                       f"({'; '.join(inapplicable[:3])}{' …' if len(inapplicable) > 3 else ''}). Run {run_id} is "
-                       "marked failed.", err=True)
-        else:
-            click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
-                       "failed.", err=True)
-        click.echo("tip: the reasons are in the report and in each configuration's llama-server.log under "
-                   f"{opts.runs_dir / run_id / 'logs'}.", err=True)
-        sys.exit(EXIT_NOTHING_MEASURED)
+        _nothing_measured(data, run_id, failed, opts.runs_dir / run_id / "logs")
     if failed:
         click.echo(f"warning: {len(failed)} of {total} configuration(s) failed: {'; '.join(failed[:3])}"
                    f"{' …' if len(failed) > 3 else ''}. The rest were measured (exit code "
                    f"{EXIT_SOME_FAILED}).", err=True)
         sys.exit(EXIT_SOME_FAILED)
+
+
+def _nothing_measured(data, run_id: str, failed: list[str], logs: Path) -> NoReturn:
+    """A run that measured nothing: why (every configuration failed, or none applies to the rig), exit code 4."""
+    from .report import summary
+
+    why = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "") if failed else \
+        "no trial finished without failed requests"
+    inapplicable = summary.not_applicable_lines(data)
+    if not failed and inapplicable:
+        click.echo(f"error: nothing was measured: no configuration applies to this rig "
+                   f"({'; '.join(inapplicable[:3])}{' …' if len(inapplicable) > 3 else ''}). Run {run_id} is "
+                   "marked failed.", err=True)
+    else:
+        click.echo(f"error: nothing was measured: every configuration failed ({why}). Run {run_id} is marked "
+                   "failed.", err=True)
+    click.echo("tip: the reasons are in the report and in each configuration's llama-server.log under "
+               f"{logs}.", err=True)
+    sys.exit(EXIT_NOTHING_MEASURED)
 
 
 def _print_table(data) -> None:
@@ -248,7 +273,7 @@ def _print_table(data) -> None:
     head, body = tables.table_cells(tables.rows(data))
     show(f"{data.run['study']} — run {data.id}", head, body)
     if len({t["concurrency"] for t in data.trials}) > 1 or len(data.cells) > 1:
-        f = tables._fmt
+        f = tables.format_cell
         body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
                  f(r["aggregate_output_tps"]), f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}",
                  f(r["aggregate_input_tps"]), f(r["ttft_ms_p50"]), f(r["itl_ms_p50"])]
@@ -341,8 +366,10 @@ def demo(**kw) -> None:
 @click.argument("study")
 @click.option("--model", default=None, metavar="MODEL", help=MODEL_HELP + " A remote one needs --download.")
 @click.option("--download", is_flag=True, help=DOWNLOAD_HELP)
+@click.option("--budget", default=None, metavar="SIZES",
+              help="Free memory per device of the rig to run for, e.g. 16GiB,12GiB (replaces [devices] vram).")
 @_study_options
-def run(study, model, download, **kw) -> None:
+def run(study, model, download, budget, **kw) -> None:
     """Run a study: a preset name (pipeline-parallel, split-modes, demo) or a study .toml file.
 
     Exit code 0 when every configuration was measured, 3 when some failed (the others are in the report), 4 when
@@ -360,7 +387,7 @@ def run(study, model, download, **kw) -> None:
       llamalab run pipeline-parallel --resume 20261129-101500-ab12cd
       llamalab run pipeline-parallel --model hf://unsloth/Qwen3-8B-GGUF:Q4_K_M --download
     """
-    _run_study(study, model=_model_path(model, command="run", weights=True, download=download), **kw)
+    _run_study(study, model=_model_path(model, command="run", weights=True, download=download), budget=budget, **kw)
 
 
 @cli.command("build", context_settings=CONTEXT)
@@ -381,13 +408,12 @@ def build_cmd(study, overrides, llama_cpp, llama_bin, as_json, trust) -> None:
       llamalab build my-study.toml --llama-cpp ~/src/llama.cpp
     """
     from .run import session
-    from .study import spec as studymod
     from .run.progress import RichProgress, StderrProgress
 
     st, _ = _load_study(study, [*overrides, *_bin_override(llama_bin)], trust)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
-        prep = session.prepare(st, session.Options(llama_cpp=llama_cpp), progress)
+        prep = session.prepare(st, _options(llama_cpp=llama_cpp), progress)
     finally:
         progress.close()
     items = [{"build": name, **art.as_dict()} for name, art in prep.artifacts.items()]
@@ -409,9 +435,8 @@ def build_cmd(study, overrides, llama_cpp, llama_bin, as_json, trust) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("run_id", required=False)
 @click.option("--db", type=click.Path(path_type=Path), default=None, help="Results database.")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "html"]), default="md", show_default=True,
-              help="md: table and verdict; csv: one row per trial × request (with -o, also FILE.configs.csv: every "
-                   "ledger figure); json: every stored figure plus the derived tables; html: one self-contained page.")
+@click.option("--format", "fmt", type=click.Choice(list(report_formats.FORMATS)), default="md", show_default=True,
+              help=report_formats.help_text())
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write to this file.")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also write the plots (PNG and SVG) into this folder.")
@@ -434,19 +459,19 @@ def report(run_id, db, fmt, output, plots_dir) -> None:
     # so the database stays open until the report is written
     with Store(db, readonly=True) as store:
         data = rdata.load(store, run_id, requests=False)
-        from .report import formats  # the renderers (scipy, matplotlib) load once there is a run to render
         from .write import Target, db_files, write_all
 
+        formats = report_formats  # its renderers (scipy, matplotlib) load once there is a run to render
         targets = []
         if output:
-            targets += [Target(path, text, "-o" if path == output else "beside -o (the configurations CSV)")
+            targets += [Target(path, text, "-o" if path == output else
+                               f"beside -o ({formats.beside(fmt, output, path)})")
                         for path, text in formats.files(data, fmt, output).items()]
         else:
             for piece in formats.pieces(data, fmt):
                 click.echo(piece, nl=False)
-            if fmt == "csv":
-                click.echo("(the per-configuration ledger figures go to FILE.configs.csv when you pass -o FILE.csv)",
-                           err=True)
+            for c in formats.get(fmt).companions:
+                click.echo(c.without_output, err=True)
         if plots_dir:
             targets += [Target(path, blob, "--plots") for path, blob in formats.plot_files(data, plots_dir).items()]
         # all or nothing, and never onto the database this command reads
@@ -528,10 +553,10 @@ def export_cmd(run_id, db, output) -> None:
     Examples:
       llamalab export 20261129-101500-ab12cd -o rig1.json
     """
-    from .store import exchange
     from .paths import default_db
-    from .write import atomic_write, db_files
+    from .store import exchange
     from .store.db import Store
+    from .write import atomic_write, db_files
 
     db = db or default_db()
     with Store(db, readonly=True) as store:  # the run is checked whole before the first piece is written
@@ -562,7 +587,7 @@ class _Source:
         import tempfile
 
         self.path = path
-        self.f = open(path, "rb")
+        self.f: IO[bytes] = open(path, "rb")
         if not self.f.seekable():  # a pipe (`… | llamalab import /dev/stdin`): kept in a temporary file to read twice
             spool = tempfile.TemporaryFile()
             shutil.copyfileobj(self.f, spool, self.PIECE)
@@ -602,8 +627,8 @@ def import_cmd(file, db) -> None:
       llamalab import rig1.json
       llamalab compare RIG1_RUN LOCAL_RUN
     """
-    from .store import exchange
     from .paths import default_db
+    from .store import exchange
     from .store.db import Store
 
     source = _Source(file)
@@ -639,8 +664,8 @@ def inspect(log, as_json, tensor_split) -> None:
       journalctl -u ollama --no-pager | llamalab inspect -
       llamalab inspect --tensor-split 3,1 tensor-split.log
     """
-    from .report import inspect_view
     from .llamacpp import argv, ledger
+    from .report import inspect_view
 
     split = None
     if tensor_split is not None:
@@ -741,9 +766,8 @@ def plan(study, model, overrides, budget, context, markdown, download, target, l
                           tip="for one model, -c N in the study's arguments plans that context: "
                               "--set 'server.args=[\"-c\",\"32768\"]'.")
     st, _ = _load_study(study or "pipeline-parallel", [*overrides, *_bin_override(llama_bin)], trust)
-    opts = planmod.PlanOptions(llama_cpp=llama_cpp,
-                               model=_model_path(model, command="plan", weights=download, download=download),
-                               budgets=[budget] if budget else None, target=target, logs_dir=logs_dir)
+    opts = _options(llama_cpp=llama_cpp, model=_model_path(model, command="plan", weights=download, download=download),
+                    budget=budget, target=target, logs_dir=logs_dir)
     progress = _progress()
     try:
         result = planmod.plan_study(st, opts, progress)
@@ -769,8 +793,7 @@ def _plan_repo(model, study, overrides, budget, context, markdown, llama_cpp, ll
     progress = _progress()
     try:
         found = modelsource.resolve_repo(model, cache_home(), log=progress.message)
-        opts = planrepo.RepoPlanOptions(llama_cpp=llama_cpp, budgets=[budget] if budget else None, context=context,
-                                        logs_dir=logs_dir)
+        opts = _options(llama_cpp=llama_cpp, budget=budget, context=context, logs_dir=logs_dir)
         result = planrepo.plan_repo(st, opts, found, progress)
     finally:
         progress.close()
@@ -822,15 +845,14 @@ def bisect(good, bad, metric, config, build_name, setting_name, repo, overrides,
       llamalab bisect v1 HEAD --metric kv_mib --config pipeline-parallel --model m.gguf --budget 16GiB,16GiB
     """
     from .run import bisect as bisectmod
+    from .run.options import BisectTarget
     from .run.progress import RichProgress, StderrProgress
 
     st, _ = _load_study(config, overrides, trust)
     where = repo or (Path(st.source.llama_cpp) if st.source.llama_cpp else Path.cwd())
-    opts = bisectmod.BisectOptions(repo=where, good=good, bad=bad, metric=metric, build=build_name,
-                                   setting=setting_name,
-                                   model=_model_path(model, command="bisect", weights=download, download=download),
-                                   budgets=[budget] if budget else None,
-                                   logs_dir=logs_dir)
+    opts = _options(model=_model_path(model, command="bisect", weights=download, download=download), budget=budget,
+                    logs_dir=logs_dir, bisect=BisectTarget(repo=where, good=good, bad=bad, metric=metric,
+                                                           build=build_name, setting=setting_name))
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         out = bisectmod.bisect(st, opts, progress)
@@ -904,27 +926,10 @@ def tune(study, model, download, budget, goal, min_context, min_gen_tps, paralle
       llamalab tune --model qwen3-30b-a3b-q8_0.gguf --budget 24GiB --goal throughput --parallel 4
       llamalab tune --model hf://unsloth/Qwen3-8B-GGUF:Q4_K_M --budget 16GiB,12GiB   # stage one, from the header
     """
-    from .paths import default_db
-    from .report import data as rdata, markdown, tune as rtune
-    from .run import runner, tune as tunemod
+    from .run import tune as tunemod
     from .run.progress import RichProgress, StderrProgress
-    from .store.db import Store
-    from .write import atomic_write
 
-    from .llamacpp import modelref
-
-    sets = [*overrides, *_bin_override(llama_bin)]
-    model_path = None
-    remote = model is not None and modelref.is_reference(model)
-    if remote:
-        modelref.parse(model)
-    elif model is not None:
-        from .llamacpp import models
-
-        if Path(model).expanduser().exists() or model not in models.PRESETS:
-            model_path = Path(model).expanduser()
-        else:
-            sets.append(f"model.preset={json.dumps(model)}")
+    sets, model_path, remote = _tune_model([*overrides, *_bin_override(llama_bin)], model)
     for key, value in (("goal", goal), ("min_context", min_context), ("min_gen_tps", min_gen_tps),
                        ("parallel", parallel), ("exhaustive", exhaustive), ("seconds", seconds),
                        ("max_kld", max_kld)):
@@ -933,43 +938,73 @@ def tune(study, model, download, budget, goal, min_context, min_gen_tps, paralle
     st, _ = _load_study(study or "tune", sets, trust)
     if remote:
         model_path = _model_path(model, command="tune", weights=download, download=download)
-    opts = tunemod.TuneOptions(llama_cpp=llama_cpp, model=model_path, budgets=[budget] if budget else None,
-                               db=db or default_db(), logs_dir=logs_dir, fresh=fresh,
-                               stage_one_only=remote and not download)
-    with Store(opts.db) as store:
-        store.check()
-        store.refuse_if_busy()
+    opts = _options(llama_cpp=llama_cpp, model=model_path, budget=budget, db=db, logs_dir=logs_dir, fresh=fresh,
+                    stage_one_only=remote and not download)
+    _open_store(opts)
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
         result = tunemod.run_tune(st, opts, progress)
     finally:
         progress.close()
     if result.run_id is None:  # a header-only stand-in: stage one only
+        from .report import data as rdata
         from .report import tune_stage_one
 
         if as_json:
             click.echo(rdata.dumps(result.doc))
         else:
             _print_stage_one(result.doc)
-        click.echo(f"\nstage two runs the front for real and needs the model's weights: {tune_stage_one.why(result.doc)}"
-                   f" Rerun with --download to fetch them (resumable) and measure the front.", err=True)
+        click.echo(f"\nstage two runs the front for real and needs the model's weights: "
+                   f"{tune_stage_one.why(result.doc)} Rerun with --download to fetch them (resumable) and measure the "
+                   "front.", err=True)
         return
+    _tune_outcome(opts, result.run_id, emit, as_json)
+
+
+def _tune_model(sets: list[str], model: str | None) -> tuple[list[str], Path | None, bool]:
+    """`tune --model`: the study overrides with a synthetic model's name as model.preset, the local model file,
+    and whether it is a remote reference (resolved after the study loads)."""
+    from .llamacpp import modelref
+
+    model_path = None
+    remote = model is not None and modelref.is_reference(model)
+    if model is not None and remote:
+        modelref.parse(model)
+    elif model is not None:
+        from .llamacpp import models
+
+        if Path(model).expanduser().exists() or model not in models.PRESETS:
+            model_path = Path(model).expanduser()
+        else:
+            sets.append(f"model.preset={json.dumps(model)}")
+    return sets, model_path, remote
+
+
+def _tune_outcome(opts: RunOptions, run_id: str, emit: str, as_json: bool) -> None:
+    """A tune's stored run: its report written, the front and the pick printed (or the llama-swap entry), and the
+    exit code as for `llamalab run`."""
+    from .report import data as rdata
+    from .report import markdown
+    from .report import tune as rtune
+    from .run import runner
+    from .store.db import Store
+    from .write import atomic_write
+
     with Store(opts.db) as store:
-        data = rdata.load(store, result.run_id, requests=False)
-        failed, total, measured = runner.run_outcome(store, result.run_id)
-    atomic_write(opts.runs_dir / result.run_id / "report.md", markdown.render(data))
+        data = rdata.load(store, run_id, requests=False)
+        failed, total, measured = runner.run_outcome(store, run_id)
+    atomic_write(opts.runs_dir / run_id / "report.md", markdown.render(data))
     view = rtune.view(data)
     if as_json:
         click.echo(rdata.dumps(rtune.as_json(view)))
     elif emit == "llama-swap" and view is not None:
         _print_tune(view, command=False)
         click.echo(rtune.llama_swap(view))
-        click.echo(f"\nrun {result.run_id}: the entry above goes under `models:` in llama-swap's config.yaml",
-                   err=True)
+        click.echo(f"\nrun {run_id}: the entry above goes under `models:` in llama-swap's config.yaml", err=True)
     else:
         _print_tune(view)
-        click.echo(f"\nrun {result.run_id}: report in {opts.runs_dir / result.run_id / 'report.md'} "
-                   f"(`llamalab report {result.run_id} --format html -o tune.html` draws the front)", err=True)
+        click.echo(f"\nrun {run_id}: report in {opts.runs_dir / run_id / 'report.md'} "
+                   f"(`llamalab report {run_id} --format html -o tune.html` draws the front)", err=True)
     if not measured:
         click.echo(f"error: nothing was measured: every configuration failed ({'; '.join(failed[:3])}).", err=True)
         sys.exit(EXIT_NOTHING_MEASURED)
@@ -1001,7 +1036,8 @@ def _print_stage_one(doc: dict) -> None:
     from .safetext import rich_text as T
 
     console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
-    console.print(_table("tune — stage one (dry runs): the predicted front, verified", *tune_stage_one.front_table(doc)))
+    console.print(_table("tune — stage one (dry runs): the predicted front, verified",
+                         *tune_stage_one.front_table(doc)))
     for line in tune_stage_one.lines(doc):
         console.print(T("• " + line))
 
@@ -1045,7 +1081,8 @@ def quality(model, kv, llama_cpp, as_json) -> None:
     """
     from .llamacpp import models
     from .paths import cache_home
-    from .run import quality as qmod, session
+    from .run import quality as qmod
+    from .run import session
     from .run.progress import RichProgress, StderrProgress
     from .study.spec import TuneSpec
 
@@ -1064,7 +1101,7 @@ def quality(model, kv, llama_cpp, as_json) -> None:
     st, _ = _load_study("tune", ["devices.vram=[]"], False)  # the backend this machine has (auto), its default build
     progress = RichProgress() if sys.stderr.isatty() else StderrProgress()
     try:
-        prep = session.prepare(st, session.Options(llama_cpp=llama_cpp, model=info.path), progress)
+        prep = session.prepare(st, _options(llama_cpp=llama_cpp, model=info.path), progress)
         art = prep.artifacts[st.builds[0].name]
         with tempfile.TemporaryDirectory(prefix="llamalab-quality-") as logs:
             q = qmod.for_pairs(art.binary("llama-perplexity"), info.path, info.fingerprint, Path(prep.source.path),
@@ -1105,7 +1142,9 @@ def stub(model, output) -> None:
     """
     from .llamacpp import standin
 
-    out = standin.write(_model_path(model, command="stub"), output)
+    path = _model_path(model, command="stub")
+    assert path is not None  # MODEL is a required argument
+    out = standin.write(path, output)
     st = out.stat()
     click.echo(f"wrote {out}: {st.st_size / 2**30:.2f} GiB as the model, {st.st_blocks * 512 / 2**20:.1f} MiB on disk",
                err=True)

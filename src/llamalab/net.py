@@ -6,6 +6,7 @@ import errno
 import ipaddress
 import socket
 import time
+from collections.abc import Callable
 
 from .errors import LaunchError
 
@@ -27,7 +28,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     try:
         with socket.socket(socket.AF_INET6 if is_ipv6(host) else socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
-            return s.getsockname()[1]
+            port: int = s.getsockname()[1]
+            return port
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             raise LaunchError(f"no free TCP port on {host}: every port of the ephemeral range "
@@ -50,7 +52,7 @@ def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-def wait_port(host: str, port: int, timeout_s: float, alive=lambda: True) -> bool:
+def wait_port(host: str, port: int, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> bool:
     """Wait until something accepts connections on host:port; stop early when `alive()` turns false."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -17,10 +17,12 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import IO
 
 from .errors import LaunchError
 
-_live: set["Child"] = set()
+_live: set[Child] = set()
 _live_lock = threading.Lock()
 
 # Set by the SIGINT/SIGTERM handler. The handler also raises KeyboardInterrupt, but an exception raised while the
@@ -29,7 +31,7 @@ _live_lock = threading.Lock()
 STOP = threading.Event()
 
 
-def request_stop(signum=None, frame=None) -> None:
+def request_stop(signum: int | None = None, frame: FrameType | None = None) -> None:
     """Signal handler for SIGINT and SIGTERM: remember the request and interrupt the main thread."""
     STOP.set()
     raise KeyboardInterrupt
@@ -47,7 +49,7 @@ class Child:
 
     argv: list[str]
     log_path: Path
-    popen: subprocess.Popen = field(repr=False)
+    popen: subprocess.Popen[bytes] = field(repr=False)
 
     @property
     def pid(self) -> int:
@@ -125,7 +127,8 @@ def spawn(
         return _start(argv, log_path, log, env, cwd)
 
 
-def _start(argv: Sequence[str], log_path: Path, stdout, env: Mapping[str, str] | None, cwd: Path | None) -> Child:
+def _start(argv: Sequence[str], log_path: Path, stdout: int | IO[bytes], env: Mapping[str, str] | None,
+           cwd: Path | None) -> Child:
     """Popen in a new session (its own process group), dying with llamalab, registered as live."""
     argv = [str(a) for a in argv]
     try:

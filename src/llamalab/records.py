@@ -1,8 +1,15 @@
-"""Frozen records passed between stages."""
+"""Frozen records passed between stages, and `JsonObject`, the name of the JSON-shaped dicts they travel with."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# A JSON object as `json` decodes it, or a dict about to be encoded (a stored `*_json` column, an export document's
+# header, a figure's `as_dict`). Its keys are strings; its values are whatever JSON holds, typed `Any` as `json.loads`
+# types them: each reader checks the shape it reads (`store.runrows` for a run read back), and a recursive union would
+# make every reader narrow every key it reads.
+JsonObject = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ class Trial:
         total = (self.input_tokens or 0) + (self.output_tokens or 0)
         return total / self.wall_s if total and self.wall_s > 0 else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         d = asdict(self)
         d["requests"] = [asdict(r) for r in self.requests]
         return d

@@ -12,6 +12,10 @@ parses.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 # C0 controls but tab and newline, DEL, C1 controls, the bidirectional overrides and isolates
 _CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
@@ -50,7 +54,7 @@ def markup(text: object) -> str:
     return escape(plain(text))
 
 
-def rich_text(text: object, style: str = ""):
+def rich_text(text: object, style: str = "") -> Text:
     """A rich Text of the `plain` text (rich never reads markup in a Text)."""
     from rich.text import Text
 

@@ -20,6 +20,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from .cmake import cmake_true
+
 NO_AMX_INT8 = "-mno-amx-int8"
 MMQ = Path("ggml/src/ggml-cpu/amx/mmq.cpp")
 WHY = ("this CPU has AMX-INT8 and this llama.cpp's AMX kernels crash (SIGILL: their tile configuration is built on "
@@ -46,7 +48,7 @@ def compiles_amx_int8(options: Mapping[str, str], flags: frozenset[str]) -> bool
     (on unless set OFF) on a CPU that has `amx_int8`, or `GGML_AMX_INT8=ON` named."""
     def on(name: str, default: bool) -> bool:
         value = options.get(name)
-        return default if value is None else value.strip().upper() in ("ON", "1", "TRUE", "YES")
+        return default if value is None else cmake_true(value)
 
     native = on("GGML_NATIVE", True) and "amx_int8" in flags
     return (native or on("GGML_AMX_INT8", False)) and NO_AMX_INT8 not in options.get("CMAKE_CXX_FLAGS", "")

@@ -46,7 +46,7 @@ _FIT_REFUSALS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
-def _first(lines: Iterable, patterns: list[tuple[str, re.Pattern[str]]]) -> str | None:
+def _first(lines: Iterable[str | bytes], patterns: list[tuple[str, re.Pattern[str]]]) -> str | None:
     for raw in lines:
         line = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
         line = line[:MAX_LINE]
@@ -58,13 +58,13 @@ def _first(lines: Iterable, patterns: list[tuple[str, re.Pattern[str]]]) -> str 
     return None
 
 
-def refusal(lines: Iterable) -> str | None:
+def refusal(lines: Iterable[str | bytes]) -> str | None:
     """llama.cpp's own words where a log shows it refused the configuration for what the rig, the build or the
     model lacks (None where it shows no such refusal: then a server that died failed)."""
     return _first(lines, _REFUSALS)
 
 
-def fit_refusal(lines: Iterable) -> str | None:
+def fit_refusal(lines: Iterable[str | bytes]) -> str | None:
     """llama.cpp's own words where its `--fit` says it is not implemented for the split mode asked for."""
     return _first(lines, _FIT_REFUSALS)
 

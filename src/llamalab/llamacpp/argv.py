@@ -1,30 +1,26 @@
 """llama-server argument lists [pure]: the one place they are read and edited.
 
 A flag is given as `-np 4` or `--parallel=4`, and a long option may be spelled with `_` for `-` (`--log_file`:
-llama.cpp's parser turns `_` into `-` in long options); `name_of` gives the flag as llama.cpp reads it, and every
-reader here, the trust gate and the unknown-flag check compare those names. Where a flag has aliases the caller
-names them all. Reading returns what llama.cpp would see (its argument parser lets the last occurrence win)."""
+llama.cpp's parser turns `_` into `-` in long options); `name_of` (flags.py) gives the flag as llama.cpp reads it,
+and every reader here, the trust gate and the unknown-flag check compare those names. Where a flag has aliases the
+caller names them all (the constants below, from `flags`' table). Reading returns what llama.cpp would see (its
+argument parser lets the last occurrence win)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
 
-PARALLEL = ("-np", "--parallel")
-TENSOR_SPLIT = ("-ts", "--tensor-split")
-SPLIT_MODE = ("-sm", "--split-mode")
-FIT_TARGET = ("-fitt", "--fit-target")
-CTX_SIZE = ("-c", "--ctx-size")
-CACHE_RAM = ("-cram", "--cache-ram")
-# the flags llamalab adds or replaces, by their short name: a replacement drops every alias
-ALIASES = {names[0]: names for names in (PARALLEL, TENSOR_SPLIT, SPLIT_MODE, FIT_TARGET, CTX_SIZE, CACHE_RAM)}
+from . import flags
+from .flags import SPLIT_MODES
+from .flags import name_of as name_of  # re-exported: argv's callers read flags with it
 
-
-def name_of(arg: str) -> str:
-    """The flag an argument names, as llama.cpp reads it: without its `=value`, and `_` read as `-` in a long option
-    (`--log_file=x` → `--log-file`). A short option or a value is returned as written (up to any `=`)."""
-    name = arg.partition("=")[0]
-    return name.replace("_", "-") if name.startswith("--") else name
+PARALLEL = flags.names("-np")
+TENSOR_SPLIT = flags.names("-ts")
+SPLIT_MODE = flags.names("-sm")
+FIT_TARGET = flags.names("-fitt")
+CTX_SIZE = flags.names("-c")
+CACHE_RAM = flags.names("-cram")
 
 
 def occurrences(args: Sequence[str], *names: str) -> list[tuple[str, str]]:
@@ -68,9 +64,9 @@ def without(args: Sequence[str], with_value: Collection[str] = (), bare: Collect
 
 
 def replaced(args: Sequence[str], extra: Sequence[str]) -> list[str]:
-    """`args` with each flag of `extra` (`-fitt X -ts Y …`, a flag and its value each) replaced, aliases and all,
-    or added where absent: the old occurrences are dropped and `extra` is appended."""
-    drop = {name for i in range(0, len(extra), 2) for name in ALIASES.get(extra[i], (extra[i],))}
+    """`args` with each flag of `extra` (`-fitt X -ts Y …`, a flag and its value each) replaced, aliases and all
+    (flags.names), or added where absent: the old occurrences are dropped and `extra` is appended."""
+    drop = {name for i in range(0, len(extra), 2) for name in flags.names(extra[i])}
     return without(args, with_value=drop) + list(extra)
 
 
@@ -107,9 +103,6 @@ def tensor_split(args: Sequence[str]) -> list[float] | None:
     except ValueError:
         return None
     return out if all(math.isfinite(x) for x in out) else None  # nan and inf are no proportions
-
-
-SPLIT_MODES = ("none", "layer", "row", "tensor")
 
 
 def split_mode(args: Sequence[str]) -> str:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import proc
-from .build import BuildArtifact
 from ..errors import ConfigError, SourceError
+from ..records import JsonObject
+from .build import BuildArtifact
 from .source import Source
 
 SERVER = "llama-server"
@@ -96,7 +97,8 @@ def parse_version(text: str) -> VersionInfo:
         elif m := _BUILT.match(line):
             compiler, target = m.group("compiler").strip(), m.group("target")
         elif m := _BUILD_LOG.search(line):
-            n, commit, compiler, target = int(m.group("n")), m.group("c"), m.group("compiler").strip(), m.group("target")
+            n, commit = int(m.group("n")), m.group("c")
+            compiler, target = m.group("compiler").strip(), m.group("target")
         if m := _LOADED.search(line) or _REGISTERED.search(line):
             backends.append(canonical_backend(m.group("b")))
         for rx, name in _INIT:
@@ -192,7 +194,7 @@ class Binaries:
                 f"{', '.join(self.backends) or 'not reported'}"
                 + (f"; built with {v.compiler} for {v.target}" if v.compiler else ""))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         v = self.version
         return {
             "dir": str(self.dir), "given": self.given, "files": dict(self.files),

@@ -28,8 +28,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from . import argv, ledger
 from ..errors import ConfigError
+from ..records import JsonObject
+from . import argv, ledger
 
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's default -fitt (common_params.fit_params_target)
 
@@ -109,7 +110,7 @@ class Emulation:
             out += ["-ts", ",".join(str(x) for x in self.tensor_split)]
         return out
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {"budgets_mib": list(self.budgets_mib), "margins_mib": list(self.margins_mib),
                 "fit_targets_mib": list(self.fit_targets_mib),
                 "tensor_split": list(self.tensor_split) if self.tensor_split else None,
@@ -144,7 +145,8 @@ def emulate(budgets_mib: Sequence[int], devices: Sequence[DeviceMemory], *, marg
         if b > dev.free_mib:
             raise ConfigError(
                 f"a budget of {b} MiB cannot be emulated on {dev.name} ({dev.description}): it has only "
-                f"{dev.free_mib} MiB free of {dev.total_mib} MiB. A device can stand for a smaller one, not a larger one.",
+                f"{dev.free_mib} MiB free of {dev.total_mib} MiB. A device can stand for a smaller one, not a larger "
+                "one.",
                 tip="lower the budget, free memory on that device, or plan on a machine with larger devices.")
         targets.append(dev.free_mib - b + m)
     own_split = argv.has(user_args, *argv.TENSOR_SPLIT)

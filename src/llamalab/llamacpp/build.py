@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import proc
-from ..paths import locked
 from ..errors import BuildError
+from ..paths import locked
+from ..records import JsonObject
 from . import amx, ccache
 from . import source as source_mod
 from .source import Source
@@ -74,7 +75,7 @@ class BuildArtifact:
     variant_of: str | None = None  # key of the base tree for a copies variant
     cmake_argv: tuple[str, ...] = field(default=())
     files: dict[str, str] = field(default_factory=dict)  # program → file name, where it differs (given binaries)
-    given: dict | None = None  # binaries llamalab did not build (binaries.Binaries.as_dict): what they are
+    given: JsonObject | None = None  # binaries llamalab did not build (binaries.Binaries.as_dict): what they are
 
     def binary(self, name: str) -> Path:
         return self.bin_dir / self.files.get(name, TARGETS.get(name, name))
@@ -94,7 +95,7 @@ class BuildArtifact:
     def expected_copies(self) -> int:
         return int(self.options.get(COPIES, DEFAULT_COPIES))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "key": self.key,
@@ -166,7 +167,9 @@ def same_configure(a: list[str] | None, b: list[str]) -> bool:
     folders are spelled (a cache reached through a symlink is the same cache)."""
     if not a or len(a) != len(b):
         return False
-    real = lambda argv: [os.path.realpath(x) if i and argv[i - 1] in ("-S", "-B") else x for i, x in enumerate(argv)]
+    def real(argv: list[str]) -> list[str]:
+        return [os.path.realpath(x) if i and argv[i - 1] in ("-S", "-B") else x for i, x in enumerate(argv)]
+
     return real(list(a)) == real(list(b))
 
 
@@ -348,7 +351,7 @@ class Builder:
                              bin_dir=tree / "bin", build_seconds=seconds, reused=False, cmake_argv=tuple(configure))
 
     @staticmethod
-    def _expected_files(tree: Path, targets: tuple[str, ...], marker: dict | None) -> dict[Path, bool]:
+    def _expected_files(tree: Path, targets: tuple[str, ...], marker: JsonObject | None) -> dict[Path, bool]:
         """The files a finished build of `targets` has (path → must be executable): the programs, the ggml-base
         library for a copies variant, and every program and library the marker recorded when it was built."""
         bin_dir = tree / "bin"
@@ -385,7 +388,8 @@ def run_step(argv: list[str], log_path: Path, what: str, stage: str, *, env: Map
 
     if shutil.which(argv[0]) is None:
         raise BuildError(f"{argv[0]} is not installed, so llama.cpp cannot be built.",
-                         tip="install CMake ≥ 3.14 and a C++17 compiler (Debian: apt-get install cmake g++ ninja-build), "
+                         tip="install CMake ≥ 3.14 and a C++17 compiler (Debian: apt-get install cmake g++ "
+                         "ninja-build), "
                          "or run `llamalab doctor`; or run the study on llama.cpp binaries you already have "
                          "(a release archive): --llama-bin DIR.")
     done = proc.run(argv, log_path=log_path, on_line=on_line, env=env)
@@ -409,9 +413,10 @@ def _does_not_run(art: BuildArtifact) -> str | None:
     return out.strip()[-400:] or f"exit status {rc}"
 
 
-def _read_marker(path: Path) -> dict | None:
+def _read_marker(path: Path) -> JsonObject | None:
     try:
-        return json.loads(path.read_text())
+        marker: JsonObject | None = json.loads(path.read_text())
+        return marker
     except (OSError, ValueError):
         return None
 

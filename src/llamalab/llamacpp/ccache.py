@@ -98,7 +98,9 @@ def parse_stats(text: str) -> dict[str, int]:
 
 
 def delta(before: Mapping[str, int], after: Mapping[str, int]) -> Counts:
-    d = lambda k: max(0, after.get(k, 0) - before.get(k, 0))
+    def d(k: str) -> int:
+        return max(0, after.get(k, 0) - before.get(k, 0))
+
     return Counts(hits=d("direct_cache_hit") + d("preprocessed_cache_hit"), misses=d("cache_miss"))
 
 

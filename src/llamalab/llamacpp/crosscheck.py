@@ -11,58 +11,32 @@ import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import proc
-
-# llama-server flag → (llama-bench flag, value to use when the server flag takes no value)
-_MAP: dict[str, tuple[str, str | None]] = {
-    "-fa": ("-fa", None), "--flash-attn": ("-fa", None),
-    "-ngl": ("-ngl", None), "--n-gpu-layers": ("-ngl", None), "--gpu-layers": ("-ngl", None),
-    "-ctk": ("-ctk", None), "--cache-type-k": ("-ctk", None),
-    "-ctv": ("-ctv", None), "--cache-type-v": ("-ctv", None),
-    "-sm": ("-sm", None), "--split-mode": ("-sm", None),
-    "-ub": ("-ub", None), "--ubatch-size": ("-ub", None),
-    "-b": ("-b", None), "--batch-size": ("-b", None),
-    "-t": ("-t", None), "--threads": ("-t", None),
-    "-mg": ("-mg", None), "--main-gpu": ("-mg", None),
-    "-ts": ("-ts", None), "--tensor-split": ("-ts", None),
-    "-ot": ("-ot", None), "--override-tensor": ("-ot", None),
-    "--rpc": ("-rpc", None),
-    "--no-op-offload": ("-nopo", "1"),
-    "-nkvo": ("-nkvo", "1"), "--no-kv-offload": ("-nkvo", "1"),
-}
-# server-only flags that do not change the speed of one stream (or that llama-bench sets itself)
-_IGNORED_WITH_VALUE = {"-np", "--parallel", "-c", "--ctx-size", "-fitt", "--fit-target", "-fit", "--fit",
-                       "--host", "--port", "-lv", "--verbosity", "-fitc", "--fit-ctx", "-cram", "--cache-ram",
-                       "--slot-save-path"}
-_IGNORED_FLAGS = {"-kvu", "--kv-unified", "--metrics", "--no-warmup", "-no-kvu", "--no-kv-unified"}
+from . import flags
 
 
 def bench_args(server_args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(llama-bench arguments, server arguments that have no llama-bench equivalent)."""
+    """(llama-bench arguments, server arguments that have no llama-bench equivalent): each server flag by its
+    `flags` entry (any spelling, `=value` forms included), its llama-bench flag where it has one; server-only flags
+    that do not change one stream's speed, or that llama-bench sets itself, left out."""
     out: list[str] = []
     untranslated: list[str] = []
     i = 0
     args = list(server_args)
     while i < len(args):
         a = args[i]
-        if a in _MAP:
-            flag, fixed = _MAP[a]
-            if fixed is not None:
-                out += [flag, fixed]
-                i += 1
-            else:
-                out += [flag, args[i + 1] if i + 1 < len(args) else ""]
-                i += 2
-            continue
-        if a in _IGNORED_WITH_VALUE:
-            i += 2
-            continue
-        if a in _IGNORED_FLAGS:
+        f = flags.flag(a)
+        if f is None or not (f.bench or f.bench_skip):
+            untranslated.append(a)
             i += 1
             continue
-        untranslated.append(a)
-        i += 1
+        inline = "=" in a
+        val = a.partition("=")[2] if inline else (args[i + 1] if i + 1 < len(args) else "")
+        i += 1 if inline or not f.takes_value else 2
+        if f.bench:
+            out += [f.bench, f.bench_value if f.bench_value is not None else val]
     return out, untranslated
 
 
@@ -74,7 +48,7 @@ def bench_argv(binary: Path, model: Path, server_args: Sequence[str], *, prompt:
     return [base + ["-p", str(prompt), "-n", "0"], base + ["-p", "0", "-n", str(gen), "-d", str(prompt)]], untranslated
 
 
-def parse_bench_json(text: str) -> list[dict]:
+def parse_bench_json(text: str) -> list[dict[str, Any]]:
     """llama-bench `-o json` output (a JSON list, possibly after log lines) → its test records."""
     start = text.find("[")
     end = text.rfind("]")
@@ -87,7 +61,7 @@ def parse_bench_json(text: str) -> list[dict]:
     return [d for d in data if isinstance(d, dict)]
 
 
-def compare(bench: list[dict], trials: list[dict]) -> dict:
+def compare(bench: list[dict[str, Any]], trials: list[dict[str, Any]]) -> dict[str, Any]:
     """llama-bench's averages against llamalab's single-stream medians, and client wall vs server timings."""
     pp = next((b for b in bench if b.get("n_prompt", 0) > 0 and b.get("n_gen", 0) == 0), None)
     tg = next((b for b in bench if b.get("n_gen", 0) > 0), None)
@@ -100,7 +74,7 @@ def compare(bench: list[dict], trials: list[dict]) -> dict:
             if r.get("wall_s") and r.get("prompt_ms") is not None and r.get("predicted_ms") is not None:
                 server_s = (r["prompt_ms"] + r["predicted_ms"]) / 1000.0
                 overheads.append((r["wall_s"] - server_s, server_s))
-    res: dict = {"bench": bench}
+    res: dict[str, Any] = {"bench": bench}
     if pp and ins:
         res["input_tps"] = _pair(statistics.median(ins), pp.get("avg_ts"), pp.get("stddev_ts"))
     if tg and outs:
@@ -111,7 +85,7 @@ def compare(bench: list[dict], trials: list[dict]) -> dict:
     return res
 
 
-def _pair(llamalab: float, bench: float | None, bench_sd: float | None) -> dict:
+def _pair(llamalab: float, bench: float | None, bench_sd: float | None) -> dict[str, Any]:
     d = {"llamalab": round(llamalab, 2), "llama_bench": None if bench is None else round(bench, 2),
          "llama_bench_stddev": None if bench_sd is None else round(bench_sd, 2)}
     if bench:
@@ -119,9 +93,9 @@ def _pair(llamalab: float, bench: float | None, bench_sd: float | None) -> dict:
     return d
 
 
-def run_bench(argvs: list[list[str]], log_path: Path, env: dict[str, str]) -> tuple[list[dict], str | None]:
+def run_bench(argvs: list[list[str]], log_path: Path, env: dict[str, str]) -> tuple[list[dict[str, Any]], str | None]:
     """Run llama-bench; returns its records and an error message (None when it worked)."""
-    records: list[dict] = []
+    records: list[dict[str, Any]] = []
     for argv in argvs:
         rc, out = proc.capture(argv, timeout_s=1800, env=env)
         with open(log_path, "a") as f:
@@ -132,7 +106,7 @@ def run_bench(argvs: list[list[str]], log_path: Path, env: dict[str, str]) -> tu
     return records, None
 
 
-def sentences(result: dict) -> list[str]:
+def sentences(result: dict[str, Any]) -> list[str]:
     lines = []
     for key, what in (("input_tps", "prompt t/s"), ("output_tps", "generation t/s")):
         if key in result and result[key].get("llama_bench") is not None:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import proc
+from ..records import JsonObject
 
 N_CTX = 256  # tokens per chunk
 CHUNKS = 8  # chunks: 8 × 128 scored positions = 1,024 token positions (a 262k-vocabulary base file: 0.5 GB)
@@ -40,7 +41,7 @@ class Kld:
     ppl_ratio: float | None  # perplexity against the base's
     positions: int  # token positions scored
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 

@@ -41,6 +41,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 KINDS = ("model", "kv", "rs", "compute", "output", "input")
 MIB = 1024 * 1024
@@ -110,7 +111,8 @@ class Ledger:
     pp_enabled_line: bool = False
     pp_retry: bool = False
     compute_alloc_failed: bool = False
-    alloc_failures: list[dict] = field(default_factory=list)  # {"buffer": name, "mib": size} per failed allocation
+    # {"buffer": name, "mib": size} per failed allocation
+    alloc_failures: list[dict[str, Any]] = field(default_factory=list)
     context_failed: bool = False
     graph_nodes: int | None = None  # prompt-processing graph where pp and tg differ
     graph_splits: int | None = None
@@ -144,7 +146,8 @@ class Ledger:
     mmproj_compute: dict[str, float] = field(default_factory=dict)  # clip (multimodal projector) compute buffers
     lora: dict[str, float] = field(default_factory=dict)
     build: str | None = None
-    meta: dict | None = None  # -sm tensor: the printed Meta() buffers and how they were attributed (see split_meta)
+    # -sm tensor: the printed Meta() buffers and how they were attributed (see split_meta)
+    meta: dict[str, Any] | None = None
     pp_dropped_reason: str | None = None  # the allocation that failed before llama.cpp retried without the pipeline
     wrapper: str | None = None  # "ollama" where the lines came from ollama's records or its server log
     failure: str | None = None  # failure_reason() of the same lines
@@ -155,13 +158,13 @@ class Ledger:
         vals = [b.compute_mib for b in self.host.values() if b.compute_mib is not None]
         return round(sum(vals), 2) if vals else None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Plain JSON: every field, with `devices`/`host` as {name: {model_mib, kv_mib, compute_mib, output_mib,
         rs_mib, input_mib, total_mib}} (MiB as printed, 2 decimals; null where the log had no such line). Under
         `-sm tensor` `devices` holds the Meta() buffers attributed to the devices they span; `meta` keeps what
         llama.cpp printed and how it was attributed."""
 
-        def bufs(d: dict[str, Buffers]) -> dict:
+        def bufs(d: dict[str, Buffers]) -> dict[str, Any]:
             return {k: {**{a: getattr(v, a) for a in ("model_mib", "kv_mib", "compute_mib", "output_mib", "rs_mib",
                                                       "input_mib")},
                         "total_mib": v.total()} for k, v in d.items()}
@@ -292,7 +295,7 @@ def logfmt(line: str) -> dict[str, str] | None:
     unquoted; None for any other line."""
     if not line.startswith("time=") or " msg=" not in line:
         return None
-    pairs = {}
+    pairs: dict[str, str] = {}
     for m in _LOGFMT_PAIR.finditer(line):
         if len(pairs) >= 64:
             break
@@ -320,14 +323,15 @@ def _ollama_lines(rec: dict[str, str]) -> Iterable[str]:
         yield clean(m)
 
 
-def _lines(raw_lines: Iterable, seen: dict | None = None) -> Iterable[str]:
+def _lines(raw_lines: Iterable[object], seen: dict[str, bool] | None = None) -> Iterable[str]:
     """Cleaned lines: CR splits a line, JSONL records (`--log-jsonl`) are unwrapped to their message, journald
     prefixes are dropped, and ollama's `time=… level=… msg="…"` records give their message (and memory
     summaries, see _ollama_lines)."""
     for raw in raw_lines:
         text = raw if isinstance(raw, str) else (raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray)
                                                   else str(raw))
-        parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if ("\n" in text or "\r" in text) else (text,)
+        parts = (text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if ("\n" in text or "\r" in text)
+                 else (text,))
         for part in parts:
             if "{" in part:
                 s = _no_ansi(part).strip()
@@ -360,8 +364,8 @@ def _lines(raw_lines: Iterable, seen: dict | None = None) -> Iterable[str]:
 # Every pattern here runs in time linear in the line: no two unbounded quantifiers can trade characters (an optional
 # group between two runs of blanks takes the second run inside it: `(?:\(x\)\s*)?`, never `(?:\(x\))?\s*`), runs
 # that follow a keyword cannot contain the keyword, and what could be long is bounded ({0,256}).
-# tests/test_parse_bounds.py times every prefix of every keyword padded to just under MAX_LINE with each run. Where a pattern
-# would need to look back from a keyword (buffer names, table rows), plain string operations do it.
+# tests/llamacpp/test_parse_bounds.py times every prefix of every keyword padded to just under MAX_LINE with each
+# run. Where a pattern would need to look back from a keyword (buffer names, table rows), plain string operations do it.
 NUM = r"(\d+(?:\.\d+)?)"
 _BUF_TAIL = re.compile(r"buffer size\s*=\s*(\d+(?:\.\d+)?)\s*MiB")
 _BUF_KINDS = {"model", "KV", "RS", "compute", "output", "input", "LoRA"}
@@ -386,8 +390,8 @@ _GRAPH_NODES = re.compile(r"graph nodes\s*=\s*(\d+)(?:\s*\(with bs=\d+\)\s*,\s*(
 # characters (a line with 8,000 blanks after `graph splits` took 60 s per MB of log)
 _GRAPH_SPLITS = re.compile(r"graph splits\s*(?:\(measure\)\s*)?[=:]\s*(\d+)(?:\s*\(with bs=\d+\)\s*,\s*(\d+))?")
 _CTX_FN = r"(?:llama_context|llama_new_context_with_model|llama_init_from_model)"
-_CTX_KEY = re.compile(_CTX_FN + r"\s*:\s+(n_ctx|n_ctx_per_seq|n_ctx_seq|n_seq_max|n_batch|n_ubatch|flash_attn|kv_unified)"
-                      r"\s*=\s*(\S+)")
+_CTX_KEY = re.compile(_CTX_FN + r"\s*:\s+(n_ctx|n_ctx_per_seq|n_ctx_seq|n_seq_max|n_batch|n_ubatch|flash_attn"
+                      r"|kv_unified)\s*=\s*(\S+)")
 _FA_AUTO = re.compile(r"Flash Attention was auto, set to (enabled|disabled)")
 _METADATA = ("llama_model_loader: - ", "print_info:", "llm_load_print_meta:")
 _META = re.compile(r"(?:print_info|llm_load_print_meta)\s*:\s+(n_embd|n_layer|n_ctx_train)\s*=\s*(\d+)\s*$")
@@ -402,6 +406,7 @@ _SEQS = re.compile(r"(?<!\d)(\d+)\s*(?:/\s*(\d+))?\s+seqs")
 _KV_SIZE = re.compile(r"\bkv_size\s*=\s*(\d+)")
 _KV_TYPES = re.compile(r"type_k\s*=\s*'(\w{1,32})'\s*,\s*type_v\s*=\s*'(\w{1,32})'")
 _KV_NLAYER = re.compile(r"n_layer\s*=\s*(\d+)")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ISWA = re.compile(r"creating\s+(non-SWA|SWA)\s+KV cache")
 FIT_REDUCED = re.compile(r"context size reduced from (\d+) to (\d+)")
 _FIT_START = re.compile(r"fitting params to (?:device|free) memory|getting device memory data|params_fit_impl")
@@ -496,7 +501,7 @@ def breakdown_row(line: str) -> tuple[str, str] | None:
     return (name, body[k + 1:]) if name else None
 
 
-def _kv_sum_match(line: str) -> re.Match | None:
+def _kv_sum_match(line: str) -> re.Match[str] | None:
     """The first `size = X MiB [(…)], PAIRS` whose `size` starts the line or follows a blank or `:`."""
     pos = 0
     for _ in range(32):
@@ -508,6 +513,51 @@ def _kv_sum_match(line: str) -> re.Match | None:
             return m
         pos = i + 1
     return None
+
+
+def numbers(text: str) -> list[float]:
+    """The numbers in a breakdown row's text, in order (`-?N[.N]`)."""
+    return [float(x) for x in _NUMBER.findall(text)]
+
+
+def kv_cache_size(line: str) -> tuple[str, float, int | None, int | None] | None:
+    """(kind, MiB, cells, layers) of a KV or recurrent-state summary `size = X MiB (N cells, L layers, …), K (…): …`
+    (kind `kv` or `rs` by its first pair; cells and layers None where the line has none)."""
+    m = _kv_sum_match(line) if "size" in line else None
+    pairs = _PAIR.findall(m.group("pairs")) if m else []
+    if not m or not pairs:
+        return None
+    first = pairs[0][0].upper()
+    kind = "rs" if first.startswith(("R", "S")) and not first.startswith("K") else "kv"
+    inner = m.group("inner") or ""
+    cells, layers = _CELLS.search(inner), _LAYERS.search(inner)
+    return (kind, float(m.group(1)), int(cells.group(1)) if cells else None,
+            int(layers.group(1)) if layers else None)
+
+
+def context_value(line: str) -> tuple[str, str] | None:
+    """(key, value as printed) of a context's `llama_context: KEY = VALUE` line (n_ctx, n_ctx_per_seq, n_ctx_seq,
+    n_seq_max, n_batch, n_ubatch, flash_attn, kv_unified)."""
+    m = _CTX_KEY.search(line)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def model_shape(line: str) -> tuple[str, int] | None:
+    """(n_embd | n_layer | n_ctx_train, value) of the model's `print_info: KEY = N` line."""
+    m = _META.search(line) if ("print_info" in line or "llm_load_print_meta" in line) else None
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def sched_copies(line: str) -> int | None:
+    """N of the scheduler's `sched copies = N`."""
+    m = _SCHED_COPIES.search(line) if "sched copies" in line else None
+    return int(m.group(1)) if m else None
+
+
+def graph_splits(line: str) -> int | None:
+    """S of `graph[ (pp bs=…, tg bs=…)]: nodes = N[ / M], splits = S[ / T]` (the prompt graph's splits)."""
+    m = _GRAPH_NEW.search(line) if "graph" in line else None
+    return int(m.group(5)) if m else None
 
 
 def device_line(line: str) -> tuple[str, str, int, int] | None:
@@ -588,7 +638,7 @@ class _State:
         return any(c.started for c in self.ctxs)
 
 
-def parse(lines: Iterable, *, tensor_split: Sequence[float] | None = None) -> Ledger:
+def parse(lines: Iterable[object], *, tensor_split: Sequence[float] | None = None) -> Ledger:
     """Parse llama.cpp / llama-server log lines into a Ledger. Never raises.
 
     `tensor_split` is the `-ts` the server ran with, where the caller knows it (the log does not print it): under
@@ -596,7 +646,7 @@ def parse(lines: Iterable, *, tensor_split: Sequence[float] | None = None) -> Le
     led = Ledger()
     st = _State(led=led)
     failure: tuple[str, str] | None = None  # the likeliest failure since the last context finished
-    seen: dict = {}
+    seen: dict[str, bool] = {}
     try:
         for line in _lines(lines, seen):
             if not line:
@@ -687,8 +737,9 @@ def _line(st: _State, line: str, low: str) -> None:
     _fit_line(st, line)
 
 
-def _structure_line(st: _State, line: str, low: str) -> bool:
-    """ollama records, breakdown tables, echoed metadata, the fit's start and printed arguments, draft models and `-sm tensor`'s Meta() device."""
+def _structure_line(st: _State, line: str, low: str) -> bool:  # noqa: C901 - a flat dispatch over line kinds
+    """ollama records, breakdown tables, echoed metadata, the fit's start and printed arguments, draft models and
+    `-sm tensor`'s Meta() device."""
     led = st.led
     if line.startswith(OLLAMA_RECORD):
         _ollama_record(st, line)
@@ -793,7 +844,8 @@ def _context_line(st: _State, line: str) -> bool:
 
 
 def _pipeline_line(st: _State, line: str, low: str) -> bool:
-    """Pipeline parallelism (enabled, retried without), allocation failures, graph nodes and splits, scheduler copies."""
+    """Pipeline parallelism (enabled, retried without), allocation failures, graph nodes and splits, scheduler
+    copies."""
     if "pipeline parallelism enabled" in line and (m := _PP.search(line)):
         c = st.ctx()
         c.scalars["pp_enabled_line"] = True
@@ -815,7 +867,7 @@ def _pipeline_line(st: _State, line: str, low: str) -> bool:
             st.ctx().scalars["compute_alloc_failed"] = True
         if m := _ALLOC_BUF.search(line):
             failures = st.ctx().scalars.setdefault("alloc_failures", [])
-            if len(failures) < MAX_TABLE_ROWS:
+            if isinstance(failures, list) and len(failures) < MAX_TABLE_ROWS:
                 failures.append({"buffer": m.group(1), "mib": round(int(m.group(2)) / MIB, 2)})
     if (("fail" in line or "load model" in line or "loading model" in line) and _CTX_FAIL.search(line)
             and st.ctxs and not retry):
@@ -824,23 +876,7 @@ def _pipeline_line(st: _State, line: str, low: str) -> bool:
             c.failed = True
             c.pass_open = False
     if "graph" in line:
-        if m := _GRAPH_NEW.search(line):
-            c = st.ctx()
-            c.scalars["graph_nodes"], c.scalars["graph_splits"] = int(m.group(3)), int(m.group(5))
-            c.scalars["graph_nodes_tg"] = int(m.group(4)) if m.group(4) else int(m.group(3))
-            c.scalars["graph_splits_tg"] = int(m.group(6)) if m.group(6) else int(m.group(5))
-            c.ended, c.pass_open = True, False
-        else:
-            if m := _GRAPH_NODES.search(line):
-                c = st.ctx()
-                c.scalars["graph_nodes"] = int(m.group(1))
-                c.scalars["graph_nodes_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
-                c.pass_open = False
-            if m := _GRAPH_SPLITS.search(line):
-                c = st.ctx()
-                c.scalars["graph_splits"] = int(m.group(1))
-                c.scalars["graph_splits_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
-                c.ended, c.pass_open = True, False
+        _graph_line(st, line)
     if "sched copies" in line and (m := _SCHED_COPIES.search(line)):
         c = st.ctx()
         c.scalars["sched_copies"] = int(m.group(1))
@@ -850,6 +886,28 @@ def _pipeline_line(st: _State, line: str, low: str) -> bool:
     elif st.ctxs and st.ctx().draft and st.ctx().ended and "graph" in line:
         st.draft_mode = False
     return False
+
+
+def _graph_line(st: _State, line: str) -> None:
+    """Graph nodes and splits, in either form (`graph: nodes = N, splits = S`; `graph nodes = N`, `graph splits = S`):
+    the splits end the context's reserve pass."""
+    if m := _GRAPH_NEW.search(line):
+        c = st.ctx()
+        c.scalars["graph_nodes"], c.scalars["graph_splits"] = int(m.group(3)), int(m.group(5))
+        c.scalars["graph_nodes_tg"] = int(m.group(4)) if m.group(4) else int(m.group(3))
+        c.scalars["graph_splits_tg"] = int(m.group(6)) if m.group(6) else int(m.group(5))
+        c.ended, c.pass_open = True, False
+        return
+    if m := _GRAPH_NODES.search(line):
+        c = st.ctx()
+        c.scalars["graph_nodes"] = int(m.group(1))
+        c.scalars["graph_nodes_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+        c.pass_open = False
+    if m := _GRAPH_SPLITS.search(line):
+        c = st.ctx()
+        c.scalars["graph_splits"] = int(m.group(1))
+        c.scalars["graph_splits_tg"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+        c.ended, c.pass_open = True, False
 
 
 def _fit_line(st: _State, line: str) -> None:
@@ -937,7 +995,8 @@ def _add_buffer(st: _State, line: str, name: str, kind: str, mib: float) -> None
         c.started = True
         # a real load prints each compute buffer once (ggml-alloc skips a buffer type shared by two backends),
         # so a name repeated in one pass is another buffer: summed. A --fit dry run prints per backend: max.
-        c.compute[name] = max(c.compute.get(name, 0.0), mib) if st.fit_phase else round(c.compute.get(name, 0.0) + mib, 2)
+        c.compute[name] = (max(c.compute.get(name, 0.0), mib) if st.fit_phase
+                           else round(c.compute.get(name, 0.0) + mib, 2))
         return
     c = st.ctx_for_context_line()
     if kind in ("kv", "rs"):
@@ -955,7 +1014,7 @@ def _add_buffer(st: _State, line: str, name: str, kind: str, mib: float) -> None
         c.output[name] = round(c.output.get(name, 0.0) + mib, 2)
 
 
-def _kv_summary(st: _State, line: str, m: re.Match) -> bool:
+def _kv_summary(st: _State, line: str, m: re.Match[str]) -> bool:
     pairs = _PAIR.findall(m.group("pairs"))
     if not pairs:
         return False
@@ -991,7 +1050,7 @@ def _kv_summary(st: _State, line: str, m: re.Match) -> bool:
 
 
 def _breakdown_row(name: str, rest: str) -> BreakdownRow:
-    nums = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", rest)]
+    nums = numbers(rest)
     row = BreakdownRow(name=name.strip())
     if len(nums) >= 7:
         row.total, row.free, row.self_, row.model, row.context, row.compute, row.unaccounted = nums[:7]
@@ -1002,14 +1061,8 @@ def _breakdown_row(name: str, rest: str) -> BreakdownRow:
 
 def _finish(st: _State) -> None:
     led = st.led
-    mains = [c for c in st.ctxs if not c.draft and (c.started or c.scalars)]
+    main = _main_context(st)
     drafts = [c for c in st.ctxs if c.draft and (c.started or c.scalars)]
-    # the last context; a last one cut off before any buffer line (a truncated paste) leaves the one before
-    main = mains[-1] if mains else None
-    with_buffers = [c for c in mains if c.kv or c.rs or c.output or c.compute]
-    if main is not None and with_buffers and main is not with_buffers[-1] and not (main.kv or main.output
-                                                                                   or main.compute or main.rs):
-        main = with_buffers[-1]
 
     def table(name: str) -> Buffers:
         return (led.host if is_host(name) else led.devices).setdefault(name, Buffers())
@@ -1034,10 +1087,29 @@ def _finish(st: _State) -> None:
     led.pp_enabled_line = bool(sc.get("pp_enabled_line"))
     led.pp_retry = bool(sc.get("pp_retry"))
     if led.pp_retry:
-        led.pp_dropped_reason = sc.get("pp_dropped_reason") or "the compute buffers did not fit"
+        led.pp_dropped_reason = str(sc.get("pp_dropped_reason") or "the compute buffers did not fit")
     led.compute_alloc_failed = bool(sc.get("compute_alloc_failed"))
-    led.alloc_failures = list(sc.get("alloc_failures", []))
+    failures = sc.get("alloc_failures")
+    led.alloc_failures = list(failures) if isinstance(failures, list) else []
     led.context_failed = main.failed and not main.ended
+    _finish_caches(led, main)
+    led.n_copies = led.sched_copies if led.sched_copies is not None else led.pp_enabled_copies
+    led.pipeline_parallel = _pp_state(led)
+
+
+def _main_context(st: _State) -> _Ctx | None:
+    """The last main context; a last one cut off before any buffer line (a truncated paste) leaves the one before."""
+    mains = [c for c in st.ctxs if not c.draft and (c.started or c.scalars)]
+    main = mains[-1] if mains else None
+    with_buffers = [c for c in mains if c.kv or c.rs or c.output or c.compute]
+    if main is not None and with_buffers and main is not with_buffers[-1] and not (main.kv or main.output
+                                                                                   or main.compute or main.rs):
+        main = with_buffers[-1]
+    return main
+
+
+def _finish_caches(led: Ledger, main: _Ctx) -> None:
+    """The main context's KV and recurrent caches; `led.kv` the one that sets the context (not SWA, most cells)."""
     led.kv_caches = [s for s in main.summaries if s.kind == "kv"]
     led.rs_caches = [s for s in main.summaries if s.kind == "rs"]
     if main.kv_size and not led.kv_caches:  # kv_size printed, summary cut off
@@ -1050,8 +1122,6 @@ def _finish(st: _State) -> None:
             s.buffers = dict(main.kv)
     if led.kv_caches:
         led.kv = max(led.kv_caches, key=lambda s: (s.swa is not True, s.total_cells or 0, s.size_mib or 0))
-    led.n_copies = led.sched_copies if led.sched_copies is not None else led.pp_enabled_copies
-    led.pipeline_parallel = _pp_state(led)
 
 
 def _pp_state(led: Ledger) -> bool | None:
@@ -1117,8 +1187,8 @@ def split_meta(led: Ledger, members: Sequence[str], tensor_split: Sequence[float
     metas = [n for n in led.devices if is_meta(n)]
     if not metas:
         return
-    record: dict = {"printed": {}, "devices": [], "shares": [], "shares_from": None, "kv_total_mib": None,
-                    "exact": [], "estimated": [], "attributed": False, "note": ""}
+    record: dict[str, Any] = {"printed": {}, "devices": [], "shares": [], "shares_from": None, "kv_total_mib": None,
+                              "exact": [], "estimated": [], "attributed": False, "note": ""}
     led.meta = record
     for name in metas:
         b = led.devices[name]
@@ -1135,46 +1205,53 @@ def split_meta(led: Ledger, members: Sequence[str], tensor_split: Sequence[float
     top = max(range(len(devs)), key=lambda i: shares[i])
     printed = Buffers()
     for name in metas:
-        b = led.devices.pop(name)
-        for k in KINDS:
-            v = getattr(b, f"{k}_mib")
-            if v is not None:
-                printed.add(k, v)
+        _add_buffers(printed, led.devices.pop(name))
     per: dict[str, Buffers] = {d: Buffers() for d in devs}
-    exact, estimated = [], []
+    exact: list[str] = []
+    estimated: list[str] = []
     for k in KINDS:
         v = getattr(printed, f"{k}_mib")
-        if v is None:
-            continue
-        if k in EXACT_ON_EVERY_DEVICE:
-            for d in devs:
-                per[d].add(k, v)
-            exact.append(k)
-            continue
-        total = _cache_total(led, metas, k) if k in ("kv", "rs") else None
-        if total is not None and total + 0.01 >= v and len(devs) > 1:
-            rest = [i for i in range(len(devs)) if i != top]
-            rest_share = sum(shares[i] for i in rest)
-            for i, d in enumerate(devs):
-                got = v if i == top else (total - v) * (shares[i] / rest_share if rest_share else 0.0)
-                per[d].add(k, round(got, 2))
-            if k == "kv":
+        if v is not None:
+            total = _cache_total(led, metas, k) if k in ("kv", "rs") else None
+            how = _attribute_kind(per, k, v, total, shares, top)
+            if how == "split" and k == "kv" and total is not None:
                 record["kv_total_mib"] = round(total, 2)
-            (exact if len(devs) == 2 else estimated).append(k)
-        else:
-            for i, d in enumerate(devs):
-                per[d].add(k, round(v * shares[i] / shares[top], 2))
-            (exact if len(devs) == 1 else estimated).append(k)
+            (exact if how == "exact" or (how == "split" and len(devs) == 2) or (how == "share" and len(devs) == 1)
+             else estimated).append(k)
     for d, b in per.items():
-        target = led.devices.setdefault(d, Buffers())
-        for k in KINDS:
-            v = getattr(b, f"{k}_mib")
-            if v is not None:
-                target.add(k, v)
+        _add_buffers(led.devices.setdefault(d, Buffers()), b)
     for cache in (*led.kv_caches, *led.rs_caches):
         _split_cache_buffers(cache, metas, devs, shares, top)
     record["exact"], record["estimated"], record["attributed"] = exact, estimated, True
     record["note"] = meta_note(record)
+
+
+def _add_buffers(target: Buffers, b: Buffers) -> None:
+    for k in KINDS:
+        v = getattr(b, f"{k}_mib")
+        if v is not None:
+            target.add(k, v)
+
+
+def _attribute_kind(per: dict[str, Buffers], kind: str, printed: float, total: float | None, shares: list[float],
+                    top: int) -> str:
+    """One kind of the Meta() buffers' printed MiB attributed to the devices in `per` (in order), by split_meta's
+    rules; how: `exact` (the same on every device), `split` (the cache's whole size known: the top share holds the
+    printed part, the others share the rest) or `share` (printed × share / the top share)."""
+    devs = list(per)
+    if kind in EXACT_ON_EVERY_DEVICE:
+        for d in devs:
+            per[d].add(kind, printed)
+        return "exact"
+    if total is not None and total + 0.01 >= printed and len(devs) > 1:
+        rest_share = sum(shares[i] for i in range(len(devs)) if i != top)
+        for i, d in enumerate(devs):
+            got = printed if i == top else (total - printed) * (shares[i] / rest_share if rest_share else 0.0)
+            per[d].add(kind, round(got, 2))
+        return "split"
+    for i, d in enumerate(devs):
+        per[d].add(kind, round(printed * shares[i] / shares[top], 2))
+    return "share"
 
 
 def _cache_total(led: Ledger, metas: list[str], kind: str) -> float | None:
@@ -1200,7 +1277,7 @@ def _split_cache_buffers(cache: KvSummary, metas: list[str], devs: list[str], sh
         cache.buffers[d] = round(cache.buffers.get(d, 0.0) + got, 2)
 
 
-def meta_note(record: dict | None) -> str:
+def meta_note(record: dict[str, Any] | None) -> str:
     """One sentence on how a -sm tensor ledger's per-device figures were made, and what the log cannot tell."""
     if not record:
         return ""
@@ -1242,7 +1319,7 @@ def pp_label(pipeline_parallel: bool | None, copies: int | None, enabled_line: b
     return "unknown"
 
 
-def pp_label_of(ledger: dict) -> str:
+def pp_label_of(ledger: dict[str, Any]) -> str:
     """`pp_label` of a stored ledger (Ledger.to_json): the copies as printed in either form (`sched copies = N`,
     else the old `(n_copies=N)`)."""
     copies = ledger.get("sched_copies")
@@ -1254,7 +1331,7 @@ def pp_label_of(ledger: dict) -> str:
 
 # ---------------------------------------------------------------- failures
 
-def _has(pattern: str):
+def _has(pattern: str) -> Callable[[str], re.Match[str] | None]:
     return re.compile(pattern).search
 
 
@@ -1263,7 +1340,7 @@ def _oom(low: str) -> bool:
     if _OOM_WORDS.search(low):
         return True
     m = _ALLOC_CALL.search(low)
-    return bool(m) and "fail" in low[m.end():]
+    return m is not None and "fail" in low[m.end():]
 
 
 def _rpc_unreachable(low: str) -> bool:
@@ -1325,7 +1402,7 @@ def _failure_text(found: tuple[str, str] | None) -> str | None:
     return f"{reason} ({detail})" if detail else reason
 
 
-def failure_reason(lines: Iterable) -> str | None:
+def failure_reason(lines: Iterable[object]) -> str | None:
     """The most likely reason a llama-server run failed, from its log (None if the log shows none)."""
     found: tuple[str, str] | None = None
     try:
@@ -1354,23 +1431,25 @@ def without_endpoint(name: str) -> str:
 _NAME = re.compile(r"^(?P<base>[^\[\s(]+)\s*(?:[\[(](?P<inner>[^\])]*)[\])])?")
 
 
-def _natural(s: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
+def _natural(s: str) -> list[tuple[int, str]]:
+    """A natural sort key: `RPC10` after `RPC9` (numbers by value; text and numbers alternate, so a position holds
+    the same kind in every key)."""
+    return [(int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", s)]
 
 
-def device_totals(ledger: dict) -> list[float]:
+def device_totals(ledger: dict[str, Any]) -> list[float]:
     """Each device's allocated MiB (every buffer kind) in llama.cpp's device order (`device_names`), from a stored
     ledger."""
     devs = ledger.get("devices") or {}
     return [float((devs.get(n) or {}).get("total_mib") or 0.0) for n in device_names(ledger)]
 
 
-def device_names(ledger: dict) -> list[str]:
+def device_names(ledger: dict[str, Any]) -> list[str]:
     """The ledger's device buffer names in llama.cpp's device order. Ledgers stored by older llamalab versions have
     sorted keys, so the order is taken from the memory breakdown table where it lists the devices
     (`RPC1 (127.0.0.1:50052)`, `CUDA0 (NVIDIA …)`; an rpc device matches by its endpoint, since every local
-    rpc-server's device prints as RPC0[host:port]); names it does not list go by their number, then their stored order (the
-    log's order in current ledgers)."""
+    rpc-server's device prints as RPC0[host:port]); names it does not list go by their number, then their stored
+    order (the log's order in current ledgers)."""
     names = list(ledger.get("devices", {}))
     rows = [r.get("name") or "" for r in (ledger.get("breakdown_final") or ledger.get("breakdown_projected") or [])]
     if not rows:  # a log read before its exit-time table (a server still running): the device lines' order

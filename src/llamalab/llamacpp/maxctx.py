@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..records import JsonObject
 from . import argv
 
 STEP = 256  # llama.cpp pads the context to multiples of 256
@@ -35,11 +36,11 @@ def within_budgets(device_totals: Sequence[float], budgets_mib: Sequence[int] | 
 
 @dataclass
 class Search:
-    steps: list[dict] = field(default_factory=list)
+    steps: list[JsonObject] = field(default_factory=list)
     max_loaded: int | None = None
 
 
-def search(lo: int, hi: int, probe: Callable[[int], dict], *, max_probes: int = 6) -> Search:
+def search(lo: int, hi: int, probe: Callable[[int], JsonObject], *, max_probes: int = 6) -> Search:
     """Largest n in [lo, hi] (multiples of STEP) for which `probe(n)["loaded"]` is true, assuming that loading is
     monotonic in n. `lo` is probed first (the fitted context: is it verified?), then `hi`, then bisection, at most
     `max_probes` loads in all. Where even `lo` fails, the search continues below it."""
@@ -59,6 +60,7 @@ def search(lo: int, hi: int, probe: Callable[[int], dict], *, max_probes: int = 
         if run(hi):
             return res
         bad = hi
+    hi_: int | None
     if good is None:
         good_floor = STEP
         bad_ceiling = lo
@@ -210,7 +212,7 @@ def _predict(cache: dict[int, tuple[float, ...]], lim: tuple[float, ...], good: 
     return int(max(best, 0))
 
 
-def within_text(d: dict) -> str:
+def within_text(d: JsonObject) -> str:
     """A stored search's answer in words (a `run.budgetfit.Limit` as a dict): "24,832 tokens", "does not fit at any
     context (RPC1 is 11.8 MiB over at 256 tokens)", or why it is unknown."""
     if d.get("n_ctx"):

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ledger import Ledger
+from ..records import JsonObject
+from .ledger import KvSummary, Ledger
 
 MIB = 1024 * 1024
 DEFAULT_UBATCH = 512
@@ -46,7 +47,7 @@ DEFAULT_UBATCH = 512
 
 # ---------------------------------------------------------------- KV per token
 
-def scaling_caches(led: Ledger) -> list:
+def scaling_caches(led: Ledger) -> list[KvSummary]:
     """The KV caches whose size grows with the context: all but sliding-window ones (or, unlabelled, the largest)."""
     caches = [c for c in led.kv_caches if c.total_cells]
     if not caches:
@@ -56,7 +57,7 @@ def scaling_caches(led: Ledger) -> list:
         return labelled
     if any(c.swa for c in caches):
         return [c for c in caches if not c.swa]
-    most = max(c.total_cells for c in caches)
+    most = max(c.total_cells or 0 for c in caches)  # every one has cells (above)
     return [c for c in caches if c.total_cells == most]
 
 
@@ -64,7 +65,7 @@ def kv_cells(led: Ledger) -> int | None:
     """Cells (tokens of context) of the KV cache that scales with the context; n_ctx where no summary says."""
     caches = scaling_caches(led)
     if caches:
-        return max(c.total_cells for c in caches)
+        return max(c.total_cells or 0 for c in caches)  # every one has cells (`scaling_caches`)
     return led.n_ctx
 
 
@@ -76,8 +77,10 @@ def kv_bytes_per_token(led: Ledger) -> dict[str, float]:
     out: dict[str, float] = {}
     caches = scaling_caches(led)
     for c in caches:
+        cells = c.total_cells
+        assert cells  # `scaling_caches` keeps only caches with cells
         for name, mib in c.buffers.items():
-            out[name] = out.get(name, 0.0) + mib * MIB / c.total_cells
+            out[name] = out.get(name, 0.0) + mib * MIB / cells
     if out:
         return out
     cells = kv_cells(led)
@@ -150,7 +153,7 @@ class OneCopySaving:
     capped: bool = False  # the token figures were cut to n_ctx_train − n_ctx
     at_limit: bool = False  # the log's context is already the model's whole context: no tokens to gain
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {"n_copies": self.n_copies, "per_device_mib": self.per_device, "low_mib": self.low,
                 "high_mib": self.high, "host_mib": self.host_mib, "tokens": self.tokens,
                 "tokens_low": self.tokens_low, "tokens_high": self.tokens_high, "method": self.method,
@@ -209,7 +212,8 @@ def one_copy_saving(led: Ledger) -> OneCopySaving | None:
     capped = False
     if room is not None:  # memory freed past the model's training context buys no tokens
         capped = any(t is not None and t > room for t in (tokens, tokens_low, tokens_high))
-        tokens, tokens_low, tokens_high = (None if t is None else min(t, room) for t in (tokens, tokens_low, tokens_high))
+        tokens, tokens_low, tokens_high = (None if t is None else min(t, room)
+                                           for t in (tokens, tokens_low, tokens_high))
         basis += f" Capped at the model's training context (n_ctx_train {led.n_ctx_train:,})."
     return OneCopySaving(
         n_copies=n, per_device=dict(point), low=low, high=high, host_mib=host_mib,
@@ -228,7 +232,7 @@ def room_to_grow(led: Ledger) -> int | None:
 
 # ---------------------------------------------------------------- stored form
 
-def ledger_record(led: Ledger) -> dict:
+def ledger_record(led: Ledger) -> JsonObject:
     """What the results database keeps of a ledger: `Ledger.to_json()` plus the memory figures derived from it
     (KV bytes per token per buffer, and the one-copy saving estimate), so that reports built from the database
     alone can turn MiB into tokens of context."""

@@ -173,8 +173,8 @@ class RepoModel:
 
     @property
     def size(self) -> int | None:
-        sizes = [f.size for f in self.files]
-        return None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[misc]
+        sizes = [f.size for f in self.files if f.size is not None]
+        return None if len(sizes) < len(self.files) else sum(sizes)
 
     @property
     def split(self) -> bool:

@@ -15,10 +15,14 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from ..errors import ModelError
+
+if TYPE_CHECKING:
+    import gguf
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ QUANT: dict[str, tuple[str, int, int, tuple[int, int | None]]] = {
 }
 
 
-def _layout(shape: "ModelShape", shp: tuple[int, ...], dt: type) -> tuple[str, int]:
+def _layout(shape: ModelShape, shp: tuple[int, ...], dt: type) -> tuple[str, int]:
     """(ggml type of a tensor, its bytes): f16 matrices (2-D, and the experts' 3-D stacks) take the shape's wtype
     where their rows divide into blocks."""
     n = int(np.prod(shp))
@@ -305,8 +309,41 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.part")  # two processes writing one model never share a file
+    w = gguf.GGUFWriter(str(tmp), shape.arch)
+    _add_metadata(w, shape)
+    specs = _tensors(shape)
+    layouts = [_layout(shape, shp, dt) for _, shp, dt in specs]
+    for (name, shp, dt), (gtype, nbytes) in zip(specs, layouts, strict=True):
+        w.add_tensor_info(name, shp, np.dtype(dt), nbytes, raw_dtype=gguf.GGMLQuantizationType[gtype])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    assert w.fout is not None  # written by write_header_to_file
+    fout = w.fout[0]
+    align = w.data_alignment
+    pools = _Pools.make(shape)
+    pos = fout.tell()
+    pos += (-pos) % align
+    if data:
+        fout.write(b"\0" * ((-fout.tell()) % align))
+    for idx, ((name, shp, dt), (gtype, nbytes)) in enumerate(zip(specs, layouts, strict=True)):
+        if data:
+            _write_tensor(fout, pools, idx, name, shp, dt, gtype, nbytes)
+            fout.write(b"\0" * ((-nbytes) % align))
+        pos += nbytes + (-nbytes) % align
+    fout.flush()
+    if not data:
+        fout.truncate(pos)
+    w.close()
+    os.replace(tmp, path)
+    return path
+
+
+def _add_metadata(w: gguf.GGUFWriter, shape: ModelShape) -> None:
+    """The model's key-value metadata: its shape, the hybrid's and the experts' keys, the file type, the vocab."""
+    import gguf
+
     arch = shape.arch
-    w = gguf.GGUFWriter(str(tmp), arch)
     w.add_name(f"llamalab synthetic {shape.name}")
     w.add_context_length(shape.n_ctx_train)
     w.add_embedding_length(shape.n_embd)
@@ -350,70 +387,61 @@ def write_synthetic(shape: ModelShape, path: Path, *, data: bool = True) -> Path
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    specs = _tensors(shape)
-    layouts = [_layout(shape, shp, dt) for _, shp, dt in specs]
-    for (name, shp, dt), (gtype, nbytes) in zip(specs, layouts):
-        w.add_tensor_info(name, shp, np.dtype(dt), nbytes, raw_dtype=gguf.GGMLQuantizationType[gtype])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    fout = w.fout[0]
-    align = w.data_alignment
-    rng = np.random.default_rng(shape.seed)
-    pool16 = (rng.standard_normal(POOL) * 0.02).astype(np.float16).tobytes()
-    pool16 = pool16 + pool16  # so any offset has POOL values after it
-    pool32 = (rng.standard_normal(POOL) * 0.02).astype(np.float32).tobytes()
-    blocks = b""
-    if shape.wtype in QUANT:  # valid blocks: small fixed scales, random quants (no NaN/inf scale from random bits)
-        _, per, size, (d_at, dmin_at) = QUANT[shape.wtype]
-        raw = rng.integers(0, 256, size=(POOL // per, size), dtype=np.uint8)
-        raw[:, d_at:d_at + 2] = np.frombuffer(np.float16(0.0005).tobytes(), np.uint8)
-        if dmin_at is not None:
-            raw[:, dmin_at:dmin_at + 2] = np.frombuffer(np.float16(0.0).tobytes(), np.uint8)
-        blocks = raw.tobytes() * 2
-    pos = fout.tell()
-    pos += (-pos) % align
-    if data:
-        fout.write(b"\0" * ((-fout.tell()) % align))
-    for idx, ((name, shp, dt), (gtype, nbytes)) in enumerate(zip(specs, layouts)):
-        if data:
-            if gtype not in ("F16", "F32"):
-                size = QUANT[shape.wtype][2]
-                offset = (idx * 7919 % (len(blocks) // 2 // size)) * size
-                left = nbytes
-                while left:
-                    n = min(left, len(blocks) // 2 // size * size)
-                    fout.write(blocks[offset:offset + n])
-                    left -= n
-            elif dt is np.float32:
-                n = int(np.prod(shp))
-                if name.endswith("ssm_a"):  # A = −exp(A_log) < 0: a decaying state, as in a trained model
-                    fout.write(np.full(n, -1.0, dtype=np.float32).tobytes())
-                elif name.endswith(".bias"):
-                    fout.write(np.zeros(n, dtype=np.float32).tobytes())
-                elif len(shp) > 1:  # the convolution's kernel, the router
-                    left = nbytes
-                    while left:
-                        n = min(left, POOL * 4)
-                        fout.write(pool32[:n])
-                        left -= n
-                else:  # norms
-                    fout.write(np.ones(n, dtype=np.float32).tobytes())
-            else:
-                offset = (idx * 7919 % POOL) * 2
-                left = nbytes
-                while left:
-                    n = min(left, POOL * 2)
-                    fout.write(pool16[offset:offset + n])
-                    left -= n
-            fout.write(b"\0" * ((-nbytes) % align))
-        pos += nbytes + (-nbytes) % align
-    fout.flush()
-    if not data:
-        fout.truncate(pos)
-    w.close()
-    os.replace(tmp, path)
-    return path
+
+
+@dataclass(frozen=True)
+class _Pools:
+    """The seeded bytes every tensor's data is tiled from (so an 8B shape is written at disk speed)."""
+
+    f16: bytes  # POOL f16 values, twice: any offset has POOL values after it
+    f32: bytes  # POOL f32 values
+    blocks: bytes  # valid quantized blocks of the shape's weight type, twice (empty for f16)
+    block_size: int  # bytes per quantized block (0 for f16)
+
+    @staticmethod
+    def make(shape: ModelShape) -> _Pools:
+        rng = np.random.default_rng(shape.seed)
+        pool16 = (rng.standard_normal(POOL) * 0.02).astype(np.float16).tobytes()
+        pool32 = (rng.standard_normal(POOL) * 0.02).astype(np.float32).tobytes()
+        blocks, size = b"", 0
+        if shape.wtype in QUANT:  # valid blocks: small fixed scales, random quants (no NaN/inf scale from random bits)
+            _, per, size, (d_at, dmin_at) = QUANT[shape.wtype]
+            raw = rng.integers(0, 256, size=(POOL // per, size), dtype=np.uint8)
+            raw[:, d_at:d_at + 2] = np.frombuffer(np.float16(0.0005).tobytes(), np.uint8)
+            if dmin_at is not None:
+                raw[:, dmin_at:dmin_at + 2] = np.frombuffer(np.float16(0.0).tobytes(), np.uint8)
+            blocks = raw.tobytes() * 2
+        return _Pools(f16=pool16 + pool16, f32=pool32, blocks=blocks, block_size=size)
+
+
+def _tile(fout: BinaryIO, pool: bytes, offset: int, nbytes: int, step: int) -> None:
+    """`nbytes` of `pool` from `offset` on, `step` bytes at a time."""
+    left = nbytes
+    while left:
+        n = min(left, step)
+        fout.write(pool[offset:offset + n])
+        left -= n
+
+
+def _write_tensor(fout: BinaryIO, pools: _Pools, idx: int, name: str, shp: tuple[int, ...], dt: type, gtype: str,
+                  nbytes: int) -> None:
+    """One tensor's data: quantized blocks, f16 weights from the pool, or f32 norms, biases, A and kernels."""
+    if gtype not in ("F16", "F32"):
+        size = pools.block_size
+        per_pool = len(pools.blocks) // 2 // size
+        _tile(fout, pools.blocks, (idx * 7919 % per_pool) * size, nbytes, per_pool * size)
+    elif dt is np.float32:
+        n = int(np.prod(shp))
+        if name.endswith("ssm_a"):  # A = −exp(A_log) < 0: a decaying state, as in a trained model
+            fout.write(np.full(n, -1.0, dtype=np.float32).tobytes())
+        elif name.endswith(".bias"):
+            fout.write(np.zeros(n, dtype=np.float32).tobytes())
+        elif len(shp) > 1:  # the convolution's kernel, the router
+            _tile(fout, pools.f32, 0, nbytes, POOL * 4)
+        else:  # norms
+            fout.write(np.ones(n, dtype=np.float32).tobytes())
+    else:
+        _tile(fout, pools.f16, (idx * 7919 % POOL) * 2, nbytes, POOL * 2)
 
 
 def synthetic(shape: ModelShape, home: Path, *, data: bool = True) -> Path:
@@ -449,7 +477,7 @@ class ModelInfo:
     def head_dim(self) -> int | None:
         return self.n_embd // self.n_head if self.n_embd and self.n_head else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["path"] = str(self.path)
         return d
@@ -493,6 +521,7 @@ def read_info(path: Path) -> ModelInfo:
     size = path.stat().st_size
     end = hdr.layout.data_offset + max((off + n for _, off, n in hdr.tensors), default=0)
     split_count = hdr.kv.get("split.count")
+    splits = split_count if isinstance(split_count, int) and split_count else 1
     if end > size:
         raise ModelError(
             f"{path} is truncated: its tensors need {end:,} bytes but the file has {size:,}.",
@@ -500,34 +529,23 @@ def read_info(path: Path) -> ModelInfo:
                 "a file only, use `llamalab plan --model` or `llamalab stub`.")
     arch = hdr.kv.get("general.architecture") or "unknown"
 
-    def a(key: str):
+    def a(key: str) -> int | None:
+        """An integer of the architecture's keys; a per-layer list (head_count_kv of some models) as its largest."""
         v = hdr.kv.get(f"{arch}.{key}")
-        return None if isinstance(v, standin.ArrayInfo) else v
+        if isinstance(v, list):
+            v = max((x for x in v if isinstance(x, int)), default=None)
+        return v if isinstance(v, int) else None
 
     n_vocab = a("vocab_size")
     if n_vocab is None:
         toks = hdr.kv.get("tokenizer.ggml.tokens")
-        n_vocab = len(toks) if toks is not None else None
-    head_kv = a("attention.head_count_kv")
+        n_vocab = len(toks) if isinstance(toks, standin.ArrayInfo | list) else None
     name = hdr.kv.get("general.name")
     return ModelInfo(
         path=path.resolve(), size_bytes=size, architecture=str(arch), name=name if isinstance(name, str) else None,
         n_layer=a("block_count"), n_embd=a("embedding_length"), n_head=a("attention.head_count"),
-        n_head_kv=head_kv if not isinstance(head_kv, list) else max(head_kv),
+        n_head_kv=a("attention.head_count_kv"),
         n_ctx_train=a("context_length"), n_vocab=n_vocab, n_tensors=len(hdr.tensors),
-        fingerprint=fingerprint(path), splits=int(split_count) if split_count else 1,
+        fingerprint=fingerprint(path), splits=splits,
         n_expert=a("expert_count") or None,
     )
-
-
-def _field(reader, key: str):
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    try:
-        v = f.contents()
-    except Exception:
-        return None
-    if isinstance(v, (bytes, bytearray)):
-        return v.decode("utf-8", "replace")
-    return v

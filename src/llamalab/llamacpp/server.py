@@ -64,7 +64,8 @@ def check_flags(binary: Path, args: Sequence[str], env: Mapping[str, str] | None
 
 _SIGNALS = {
     signal.SIGKILL: "killed, possibly out of memory (the kernel's OOM killer sends SIGKILL)",
-    signal.SIGILL: "illegal instruction: the CPU refused an instruction — code built for another CPU, or a fault in a CPU kernel",
+    signal.SIGILL: "illegal instruction: the CPU refused an instruction — code built for another CPU, or a fault in a "
+                   "CPU kernel",
     signal.SIGSEGV: "segmentation fault: llama.cpp crashed",
     signal.SIGBUS: "bus error: a memory-mapped file shrank, or memory could not be mapped",
     signal.SIGFPE: "arithmetic exception: llama.cpp crashed",
@@ -152,10 +153,11 @@ def launch(
 ) -> Iterator[Server]:
     """Start llama-server, wait until /health says ok, yield it, and stop its process group on exit."""
     if not Path(binary).is_file():
-        raise LaunchError(f"llama-server not found at {binary}", tip="rebuild with `llamalab build`, or check --server-bin.")
+        raise LaunchError(f"llama-server not found at {binary}",
+                          tip="rebuild with `llamalab build`, or check --server-bin.")
     fixed_port = port is not None
     for attempt in range(3):
-        use_port = port if fixed_port else net.free_port(host)
+        use_port = port if port is not None else net.free_port(host)  # fixed_port: port is not None
         argv = server_argv(binary, model, host=host, port=use_port, args=args)
         child = proc.spawn(argv, log_path=log_path, env=env)
         server = Server(url=net.url(host, use_port), child=child, log_path=log_path, argv=argv, env=dict(env or {}))
@@ -189,7 +191,8 @@ def _wait_ready(server: Server, timeout_s: float) -> None:
                 raise LaunchError(
                     f"llama-server did not start: {death_reason(server.child.returncode, lines)}. "
                     f"Log: {server.log_path}\nLast lines:\n{tail}",
-                    tip="the log's last lines name the cause; an unknown flag or an out-of-memory error is the usual one.",
+                    tip="the log's last lines name the cause; an unknown flag or an out-of-memory error is the usual "
+                        "one.",
                 )
             try:
                 r = client.get(server.url + "/health")

@@ -9,6 +9,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -19,7 +20,11 @@ import httpx
 from .. import proc
 from ..errors import SourceError
 from ..paths import locked
+from ..records import JsonObject
 from .sourceref import SourceRef
+
+# where progress lines go (`print`, or a test's list.append)
+Log = Callable[[str], object]
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,7 @@ class Source:
             out["LLAMA_BUILD_COMMIT"] = self.commit[:7]
         return out
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {
             "path": str(self.path),
             "origin": self.origin,
@@ -129,7 +134,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def pinned(home: Path, *, pin: Pin = PINNED, log=print, transport: httpx.BaseTransport | None = None) -> Source:
+def pinned(home: Path, *, pin: Pin = PINNED, log: Log = print, transport: httpx.BaseTransport | None = None) -> Source:
     """The pinned llama.cpp tree under `home/src`, fetched and extracted on first use (`transport`: how HTTP
     requests reach the index; the network unless a test gives an in-process one)."""
     dest = home / "src" / pin.dest_name
@@ -168,7 +173,7 @@ class _Links(HTMLParser):
         super().__init__()
         self.hrefs: list[str] = []
 
-    def handle_starttag(self, tag, attrs) -> None:
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
             self.hrefs += [v for k, v in attrs if k == "href" and v]
 
@@ -182,7 +187,7 @@ def sdist_url(page: str, content_type: str, page_url: str, filename: str) -> str
             return None
         for f in files if isinstance(files, list) else []:
             if isinstance(f, dict) and f.get("filename") == filename and isinstance(f.get("url"), str):
-                return urljoin(page_url, f["url"])
+                return urljoin(page_url, str(f["url"]))  # a str (checked above)
         return None
     links = _Links()
     links.feed(page)
@@ -193,7 +198,7 @@ def sdist_url(page: str, content_type: str, page_url: str, filename: str) -> str
     return None
 
 
-def _download(folder: Path, pin: Pin, *, log=print, index: str | None = None,
+def _download(folder: Path, pin: Pin, *, log: Log = print, index: str | None = None,
               transport: httpx.BaseTransport | None = None) -> Path:
     """The pinned sdist, fetched as a file (no build hook of it runs, nothing else is installed) and kept only if its
     sha256 is the pinned one. A cached copy is checked the same way and fetched again if it differs."""
@@ -349,7 +354,7 @@ def pin_for(ref: SourceRef, pins: tuple[Pin, ...] = PINS) -> Pin:
                           "or dir:PATH for a folder.")
 
 
-def resolve(ref: SourceRef, home: Path, *, checkout: Path | None = None, log=print) -> Source:
+def resolve(ref: SourceRef, home: Path, *, checkout: Path | None = None, log: Log = print) -> Source:
     """The source tree a ref names, fetched or unpacked on first use: a pinned release (sha256-checked), a commit of
     `checkout` (exported with `git archive`, the checkout itself untouched), or a folder."""
     if ref.kind in ("build", "pypi"):
@@ -386,7 +391,7 @@ def build_number_of(repo: Path, commit: str) -> int | None:
     return int(out.strip()) if rc == 0 and out.strip().isdigit() else None
 
 
-def from_git(repo: Path, rev: str, home: Path, *, log=print) -> Source:
+def from_git(repo: Path, rev: str, home: Path, *, log: Log = print) -> Source:
     """Commit `rev` of the checkout at `repo`, exported once to `home/src/git-<hash>` with `git archive` (read from
     the repository's objects: its work tree, index and refs are left as they are) and unpacked like a release."""
     repo = repo.expanduser().resolve()
@@ -400,7 +405,7 @@ def from_git(repo: Path, rev: str, home: Path, *, log=print) -> Source:
     return _from_marker(dest)
 
 
-def _export(repo: Path, sha: str, rev: str, dest: Path, log) -> None:
+def _export(repo: Path, sha: str, rev: str, dest: Path, log: Log) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     log(f"exporting llama.cpp {sha[:9]} ({rev}) from {repo} …")
     tmp = Path(tempfile.mkdtemp(prefix=".git-export-", dir=dest.parent))

@@ -21,9 +21,10 @@ import os
 import re
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from ..errors import ModelError, OutputError
 from ..write import atomic_write
@@ -75,11 +76,19 @@ class Layout:
         return self.data_offset + self.data_size
 
 
-class _Reader:
+class Source(Protocol):
+    """What `Reader` reads from: a file opened for binary reading, or rangeio's remote file."""
+
+    def read(self, n: int, /) -> bytes: ...
+
+    def seek(self, offset: int, whence: int = ..., /) -> int: ...
+
+
+class Reader:
     """Reads a header from a file object, `avail` bytes long, in small pieces: what it skips (token lists, score
     arrays) is seeked over, never held in memory."""
 
-    def __init__(self, f: BinaryIO, avail: int):
+    def __init__(self, f: Source, avail: int):
         self.f, self.avail, self.pos = f, avail, 0
         self._expect = getattr(f, "expect", None)  # a remote file's read-ahead hint (rangeio); files have none
 
@@ -107,8 +116,16 @@ class _Reader:
         self.f.seek(n, os.SEEK_CUR)
         self.pos += n
 
-    def u(self, fmt: str):
-        return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt)))[0]
+    def u(self, fmt: str) -> int:
+        """An unsigned or signed integer of struct format `fmt`."""
+        v = self.scalar(fmt)
+        assert isinstance(v, int), fmt  # an integer format gives an int
+        return v
+
+    def scalar(self, fmt: str) -> int | float | bool:
+        """One value of struct format `fmt` (an integer, a float or a bool)."""
+        v: int | float | bool = struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt)))[0]
+        return v
 
     def length(self, what: str, limit: int) -> int:
         n = self.u("Q")
@@ -137,9 +154,12 @@ class ArrayInfo:
         return self.length
 
 
-def _value(r: _Reader, vtype: int, key: str):
+Value = int | float | bool | bytes | list[int | float | bool] | ArrayInfo  # a header value as read
+
+
+def _value(r: Reader, vtype: int, key: str) -> Value:
     if vtype in _SCALARS:
-        return r.u(_SCALARS[vtype])
+        return r.scalar(_SCALARS[vtype])
     if vtype == 8:
         return r.string()
     if vtype == 9:
@@ -201,10 +221,10 @@ def layout(head: bytes) -> Layout:
 def header(head: bytes) -> Header:
     """Metadata, tensor table and layout of a GGUF file from its first bytes. Pure; fast on 150k-token
     vocabularies (token lists are counted, not read into Python objects)."""
-    return _header(_Reader(io.BytesIO(head), len(head)))
+    return parse_header(Reader(io.BytesIO(head), len(head)))
 
 
-def _header(r: _Reader) -> Header:
+def parse_header(r: Reader) -> Header:
     """What `header` says, read as llama.cpp's gguf.cpp reads it, with its checks: a damaged or hostile header is
     a ModelError, never a crash, a hang or a large allocation."""
     if r.take(4) != MAGIC:
@@ -229,7 +249,8 @@ def _header(r: _Reader) -> Header:
     alignment = kv.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
         raise _damaged(f"general.alignment is {alignment!r}, not a power of 2")
-    split_count = kv.get("split.count") if isinstance(kv.get("split.count"), int) else 1
+    count = kv.get("split.count")
+    split_count = count if isinstance(count, int) else 1
     tensors = []
     names: set[str] = set()
     expected = 0  # llama.cpp wants each tensor right after the one before, padded to the alignment
@@ -311,7 +332,7 @@ def read_layout(path: Path) -> Layout:
 def read_header(path: Path) -> Header:
     """The header of a GGUF file, read in small pieces: memory holds what the header says, never the file."""
     with open_file(path) as f:
-        return _header(_Reader(f, os.fstat(f.fileno()).st_size))
+        return parse_header(Reader(f, os.fstat(f.fileno()).st_size))
 
 
 def split_parts(path: Path) -> list[Path]:
@@ -340,7 +361,11 @@ def is_complete(path: Path) -> bool:
     return path.stat().st_size >= read_layout(path).file_size
 
 
-def _copy_head(src: BinaryIO, n: int, dest: BinaryIO | None = None, digest=None) -> None:
+class _Digest(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+
+def _copy_head(src: BinaryIO, n: int, dest: BinaryIO | None = None, digest: _Digest | None = None) -> None:
     """The first n bytes of src (fewer where it ends in the padding after its header) into dest and/or a hash,
     1 MiB at a time."""
     src.seek(0)
@@ -363,7 +388,7 @@ def write(src: Path, dest: Path) -> Path:
                          "are not supported.", tip="merge it first with llama-gguf-split --merge, then copy its head.")
     src, dest = Path(src), Path(dest)
 
-    def fill(out) -> None:
+    def fill(out: BinaryIO) -> None:
         with open_file(src) as f:
             _copy_head(f, lay.data_offset, out)
 
@@ -375,10 +400,10 @@ def write_head(head: bytes, file_size: int, dest: Path) -> Path:
     return _sparse(Path(dest), file_size, lambda out: out.write(head))
 
 
-def _sparse(dest: Path, file_size: int, fill, reads: list[Path] | None = None) -> Path:
+def _sparse(dest: Path, file_size: int, fill: Callable[[BinaryIO], object], reads: list[Path] | None = None) -> Path:
     """`dest` atomically (write.atomic_write): what `fill(out)` writes, then a hole up to `file_size` bytes."""
 
-    def whole(out) -> None:
+    def whole(out: BinaryIO) -> None:
         fill(out)
         out.truncate(file_size)
 
@@ -388,8 +413,8 @@ def _sparse(dest: Path, file_size: int, fill, reads: list[Path] | None = None) -
         cause = e.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.EFBIG:
             raise ModelError(f"the stand-in would be {file_size:,} bytes, more than the file system at {dest.parent} "
-                             "allows in one file.", tip="write it to another file system (ext4, xfs), e.g. -o /tmp/x.gguf.") \
-                from None
+                             "allows in one file.",
+                             tip="write it to another file system (ext4, xfs), e.g. -o /tmp/x.gguf.") from None
         raise
     return dest
 

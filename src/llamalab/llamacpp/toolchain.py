@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .. import proc
+from ..records import JsonObject
 
 _TRIPLETS = {"x86_64": "x86_64-linux-gnu", "amd64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu",
              "arm64": "aarch64-linux-gnu"}
@@ -56,10 +57,11 @@ def vulkan_defines(home: Path, env: Mapping[str, str] | None = None) -> dict[str
     return vulkan_defines_for(prefix) if vulkan_prefix_complete(prefix) else {}
 
 
-def vulkan_prefix_info(prefix: Path) -> dict | None:
+def vulkan_prefix_info(prefix: Path) -> JsonObject | None:
     """What `scripts/vulkan-toolchain.sh` recorded about a prefix (header version, packages), or None."""
     try:
-        return json.loads((prefix / "toolchain.json").read_text())
+        info: JsonObject | None = json.loads((prefix / "toolchain.json").read_text())
+        return info
     except (OSError, ValueError):
         return None
 

@@ -20,9 +20,11 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
-from . import budget
 from .. import proc
+from ..records import JsonObject
+from . import budget
 
 MAX_DEVICES = 16  # GGML_VK_MAX_DEVICES
 VISIBLE = "GGML_VK_VISIBLE_DEVICES"
@@ -43,7 +45,7 @@ class PhysicalDevice:
         """A CPU implementation (lavapipe/llvmpipe, SwiftShader): a Vulkan device, but not a GPU."""
         return is_software(self.description)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {"index": self.index, "description": self.description, "total_mib": self.total_mib,
                 "free_mib": self.free_mib, "software": self.software}
 
@@ -154,7 +156,8 @@ class VkInfoDevice:
         size = sum(h.size for h in heaps) / 2**20
         if any(h.budget is None for h in heaps) or not heaps:
             return size, None
-        used = sum(max(0, h.size - h.budget) for h in heaps if h.budget <= h.size) / 2**20  # type: ignore[operator]
+        budgets = [(h.size, h.budget) for h in heaps if h.budget is not None]  # every heap has one here
+        used = sum(max(0, size - b) for size, b in budgets if b <= size) / 2**20
         return size, used
 
 
@@ -164,12 +167,27 @@ _HEAP = re.compile(r"^\s*memoryHeaps\[(\d+)\]:")
 _NUM = re.compile(r"^\s*(size|budget|usage)\s*=\s*(\d+)")
 
 
+class _RawHeap(TypedDict):
+    """A `memoryHeaps[i]` block of a full report, as read: its figures (size, budget, usage) and flags."""
+    index: int
+    nums: dict[str, int]
+    flags: list[str]
+
+
+class _RawGpu(TypedDict):
+    """A `GPUn:` block, as read: its `key = value` lines (the first of each key), heaps and PCI address parts."""
+    gpu: int
+    kv: dict[str, str]
+    heaps: list[_RawHeap]
+    pci: dict[str, int]
+
+
 def parse_vulkaninfo(text: str) -> list[VkInfoDevice]:
     """GPUs from `vulkaninfo` (full text) or `vulkaninfo --summary`: names, types, vendor, driver, PCI bus and,
     in the full report, each memory heap with its budget and usage (VK_EXT_memory_budget)."""
-    devices: list[dict] = []
-    cur: dict | None = None
-    heap: dict | None = None
+    devices: list[_RawGpu] = []
+    cur: _RawGpu | None = None
+    heap: _RawHeap | None = None
     pci: dict[str, int] = {}
     for raw in text.splitlines():
         line = raw.rstrip()
@@ -181,39 +199,16 @@ def parse_vulkaninfo(text: str) -> list[VkInfoDevice]:
         if cur is None:
             continue
         if m := _HEAP.match(line):
-            heap = {"index": int(m.group(1)), "flags": []}
+            heap = {"index": int(m.group(1)), "nums": {}, "flags": []}
             cur["heaps"].append(heap)
             continue
         if heap is not None:
-            if m := _NUM.match(line):
-                heap[m.group(1)] = int(m.group(2))
+            taken, heap = _heap_line(heap, line)
+            if taken:
                 continue
-            if "MEMORY_HEAP_" in line:
-                heap["flags"].append(line.strip())
-                continue
-            if line.strip().startswith("memoryTypes"):
-                heap = None
         if m := _KV.match(line):
-            key, val = m.group(1), m.group(2)
-            if key in ("pciDomain", "pciBus", "pciDevice", "pciFunction"):
-                try:
-                    pci[key] = int(val.split()[0], 0)
-                    cur["pci"] = dict(pci)
-                except ValueError:
-                    pass
-            elif key not in cur["kv"]:
-                cur["kv"][key] = val
-    out = []
-    for d in devices:
-        kv = d["kv"]
-        p = d["pci"]
-        bus = (f"{p['pciDomain']:04x}:{p['pciBus']:02x}:{p['pciDevice']:02x}.{p['pciFunction']:x}"
-               if len(p) == 4 else None)
-        heaps = tuple(Heap(index=h["index"], size=h.get("size", 0), budget=h.get("budget"), usage=h.get("usage"),
-                           device_local=any("DEVICE_LOCAL" in f for f in h["flags"])) for h in d["heaps"])
-        out.append(VkInfoDevice(gpu=d["gpu"], name=kv.get("deviceName", "?"), device_type=kv.get("deviceType", "?"),
-                                heaps=heaps, vendor_id=kv.get("vendorID"), driver=kv.get("driverName"),
-                                pci_bus=bus))
+            _key_value(cur, pci, m.group(1), m.group(2))
+    out = [_device(d) for d in devices]
     # a summary and a full report of the same GPU merge by gpu number; keep the richest
     merged: dict[int, VkInfoDevice] = {}
     for d in out:
@@ -223,7 +218,45 @@ def parse_vulkaninfo(text: str) -> list[VkInfoDevice]:
     return [merged[k] for k in sorted(merged)]
 
 
-def vulkaninfo(run: Callable[[list[str]], tuple[int, str]] | None = None, which: Callable[[str], str | None] | None = None,
+def _heap_line(heap: _RawHeap, line: str) -> tuple[bool, _RawHeap | None]:
+    """A line inside a heap's block: (whether it was the heap's, the heap still being read: None at `memoryTypes`)."""
+    if m := _NUM.match(line):
+        heap["nums"][m.group(1)] = int(m.group(2))
+        return True, heap
+    if "MEMORY_HEAP_" in line:
+        heap["flags"].append(line.strip())
+        return True, heap
+    if line.strip().startswith("memoryTypes"):
+        return False, None
+    return False, heap
+
+
+def _key_value(cur: _RawGpu, pci: dict[str, int], key: str, val: str) -> None:
+    """A `key = value` line of a GPU's block; the PCI address parts are kept across blocks (`pci`)."""
+    if key in ("pciDomain", "pciBus", "pciDevice", "pciFunction"):
+        try:
+            pci[key] = int(val.split()[0], 0)
+            cur["pci"] = dict(pci)
+        except ValueError:
+            pass
+    elif key not in cur["kv"]:
+        cur["kv"][key] = val
+
+
+def _device(d: _RawGpu) -> VkInfoDevice:
+    kv = d["kv"]
+    p = d["pci"]
+    bus = (f"{p['pciDomain']:04x}:{p['pciBus']:02x}:{p['pciDevice']:02x}.{p['pciFunction']:x}"
+           if len(p) == 4 else None)
+    heaps = tuple(Heap(index=h["index"], size=h["nums"].get("size", 0), budget=h["nums"].get("budget"),
+                       usage=h["nums"].get("usage"), device_local=any("DEVICE_LOCAL" in f for f in h["flags"]))
+                  for h in d["heaps"])
+    return VkInfoDevice(gpu=d["gpu"], name=kv.get("deviceName", "?"), device_type=kv.get("deviceType", "?"),
+                        heaps=heaps, vendor_id=kv.get("vendorID"), driver=kv.get("driverName"), pci_bus=bus)
+
+
+def vulkaninfo(run: Callable[[list[str]], tuple[int, str]] | None = None,
+               which: Callable[[str], str | None] | None = None,
                env: dict[str, str] | None = None, summary: bool = False) -> list[VkInfoDevice] | None:
     """Run vulkaninfo (None where it is missing or fails)."""
     import shutil

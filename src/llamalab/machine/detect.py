@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import gpu
 from .. import proc
-from ..llamacpp import toolchain, vulkan as vk
+from ..llamacpp import toolchain
+from ..llamacpp import vulkan as vk
+from . import gpu
 
 VULKAN_MIN_HEADER = 275  # VK_EXT_layer_settings, used by llama.cpp b11312 without a version guard
 PCI_VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
@@ -43,7 +44,8 @@ class Facts:
 def auto_backend(f: Facts, remotes: bool = False) -> tuple[str, str]:
     """(backend, the reason in words) for `devices.backend = "auto"`."""
     if f.nvidia_gpus and (f.nvcc or not (f.vulkan_gpus and f.vulkan_buildable)):
-        return "cuda", f"{f.nvidia_gpus} NVIDIA GPU(s)" + ("" if f.nvcc else " (no nvcc: the CUDA build will say what to install)")
+        return "cuda", f"{f.nvidia_gpus} NVIDIA GPU(s)" + ("" if f.nvcc else
+                                                           " (no nvcc: the CUDA build will say what to install)")
     if f.vulkan_gpus and f.vulkan_buildable:
         why = "" if not f.nvidia_gpus else " (NVIDIA GPU without a CUDA toolkit)"
         return "vulkan", f"Vulkan GPU(s): {', '.join(f.vulkan_gpus)}{why}"
@@ -52,7 +54,8 @@ def auto_backend(f: Facts, remotes: bool = False) -> tuple[str, str]:
     unused = ""
     if f.vulkan_gpus and not f.vulkan_buildable:
         unused = (f"; Vulkan GPU(s) {', '.join(f.vulkan_gpus)} found, but llama.cpp's Vulkan backend cannot be built "
-                  f"here ({f.vulkan_why_not or 'no toolchain'}): run scripts/vulkan-toolchain.sh or see `llamalab doctor`")
+                  f"here ({f.vulkan_why_not or 'no toolchain'}): run scripts/vulkan-toolchain.sh or see "
+                  "`llamalab doctor`")
     if remotes:
         return "rpc", "no local GPU llamalab can use; the study's remote rpc-servers are the devices" + unused
     return "cpu-rpc", "no GPU llamalab can build for: local rpc-servers on the CPU act as devices" + unused
@@ -120,7 +123,7 @@ def vulkan_toolchain(home: Path, env: Mapping[str, str], which: Callable[[str], 
 
 
 def facts(home: Path, env: Mapping[str, str] | None = None, *, which: Callable[[str], str | None] = shutil.which,
-          nvidia: Callable[[], list] = gpu.probe, run: Callable[[list[str]], tuple[int, str]] | None = None,
+          nvidia: Callable[[], list[gpu.Gpu]] = gpu.probe, run: Callable[[list[str]], tuple[int, str]] | None = None,
           read: Callable[[str], str | None] = _read, listdir: Callable[[str], list[str]] | None = None,
           exists: Callable[[str], bool] = os.path.exists) -> Facts:
     env = dict(os.environ if env is None else env)

@@ -15,10 +15,20 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from ..llamacpp import build, toolchain, vulkan as vk
-from . import detect, gpu
 from .. import paths, proc
+from ..llamacpp import build, toolchain
+from ..llamacpp import vulkan as vk
+from ..records import JsonObject
+from . import detect, gpu
+
+
+class _Add(Protocol):
+    """`backends`' `add`: one backend's status from what it lacks here."""
+
+    def __call__(self, name: str, extra: list[str], extra_fix: Mapping[str, Sequence[str]], runnable: bool,
+                 run_detail: str, note: str = "") -> None: ...
 
 # ---------------------------------------------------------------- facts the checks rely on
 
@@ -117,7 +127,8 @@ RECIPES: dict[str, Recipe] = {
                                  "gfx1030 RX 6800/6900, gfx1100 RX 7900, gfx1201 RX 9070, gfx90a MI210/250, "
                                  "gfx942 MI300)" for f in ("debian", "fedora", "arch")}),
     "cuda-arch": Recipe(steps={f: "export LLAMALAB_CUDA_ARCH=90  (the GPU you will run on: 86 RTX 30xx/A10, "
-                                  "89 RTX 40xx/L4/L40, 90 H100/H200, 120 RTX 50xx)" for f in ("debian", "fedora", "arch")}),
+                                  "89 RTX 40xx/L4/L40, 90 H100/H200, 120 RTX 50xx)"
+                               for f in ("debian", "fedora", "arch")}),
 }
 
 
@@ -204,7 +215,7 @@ class Report:
     backends: list[BackendStatus]
     study_backend: str  # what `devices.backend = "auto"` resolves to here
     study_backend_reason: str = ""
-    vulkan_devices: list[dict] = field(default_factory=list)  # vulkaninfo: name, type, memory budget
+    vulkan_devices: list[JsonObject] = field(default_factory=list)  # vulkaninfo: name, type, memory budget
     amd_gpus: list[str] = field(default_factory=list)
 
     def tool(self, key: str) -> Finding:
@@ -213,7 +224,7 @@ class Report:
     def backend(self, name: str) -> BackendStatus:
         return next(b for b in self.backends if b.name == name)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {
             "os": {**asdict(self.os), "family_name": FAMILY_NAMES.get(self.os.family or "", None)},
             "machine": self.machine,
@@ -418,7 +429,8 @@ def _vulkan_prefix(p: Probe) -> list[Finding] | None:
         Finding("vulkan-headers", "Vulkan headers", "ok", f"VK_HEADER_VERSION {ver} ({where})", version=str(ver),
                 path=f"{d['Vulkan_INCLUDE_DIR']}/vulkan/vulkan_core.h"),
         Finding("glslc", "glslc", "ok" if rc == 0 else "missing",
-                f"{_first_line(text)} ({glslc})" if rc == 0 else f"{glslc} does not run: rerun scripts/vulkan-toolchain.sh",
+                f"{_first_line(text)} ({glslc})" if rc == 0
+                else f"{glslc} does not run: rerun scripts/vulkan-toolchain.sh",
                 path=glslc, fix={} if rc == 0 else {f: [_TOOLCHAIN_SCRIPT] for f in FAMILIES}),
         Finding("spirv-headers", "SPIRV-Headers", "ok", f"{d['Vulkan_INCLUDE_DIR']}/spirv/unified1/spirv.hpp ({where})",
                 path=f"{d['Vulkan_INCLUDE_DIR']}/spirv/unified1/spirv.hpp"),
@@ -509,7 +521,8 @@ def _rocm(p: Probe, amd: list[str]) -> list[Finding]:
         out.append(Finding("rocm", "ROCm (HIP)", "info", "hipcc not found (only for AMD GPUs: the rocm backend)"))
     smi = p.which("rocm-smi")
     if smi:
-        out.append(Finding("rocm-smi", "rocm-smi", "ok", f"found ({smi}): the memory cross-check on AMD GPUs", path=smi))
+        out.append(Finding("rocm-smi", "rocm-smi", "ok", f"found ({smi}): the memory cross-check on AMD GPUs",
+                           path=smi))
     else:
         out.append(Finding("rocm-smi", "rocm-smi", "missing" if amd else "info",
                            "not found: " + ("the memory cross-check on AMD GPUs needs it" if amd
@@ -553,8 +566,9 @@ def examine(p: Probe | None = None) -> Report:
     cc = _compiler(p, "cc", "C compiler", "CC", ("cc", "gcc", "clang"))
     cxx = _compiler(p, "cxx", "C++ compiler", "CXX", ("c++", "g++", "clang++"))
     ninja, make = _build_tool(p)
-    ccache = _tool(p, "ccache", "ccache", ["ccache"], missing_detail="not found (optional: compiles each llama.cpp file "
-                   "once across variants, versions and bisect commits)", recipe="ccache")
+    ccache = _tool(p, "ccache", "ccache", ["ccache"],
+                   missing_detail="not found (optional: compiles each llama.cpp file once across variants, versions "
+                   "and bisect commits)", recipe="ccache")
     git = _tool(p, "git", "git", ["git"], missing_detail="not found (optional: records the commit of a "
                 "--llama-cpp checkout)", recipe="git")
     pkgconf = _tool(p, "pkg-config", "pkg-config", ["pkg-config", "pkgconf"], missing_detail="not found (optional: "
@@ -673,10 +687,10 @@ def _backends(p: Probe, tools: list[Finding], gpus: list[gpu.Gpu], osinfo: OsInf
     return _rest(p, by, bad, out, add, vk_devices or [], amd or [])
 
 
-def _rest(p: Probe, by: dict[str, Finding], bad: set[str], out: list[BackendStatus], add,
+def _rest(p: Probe, by: dict[str, Finding], bad: set[str], out: list[BackendStatus], add: _Add,
           vk_devices: list[vk.VkInfoDevice], amd: list[str]) -> list[BackendStatus]:
     # vulkan: headers new enough, glslc, SPIRV-Headers; devices from vulkaninfo.
-    missing_vk = [k for k in ("vulkan-headers", "glslc", "spirv-headers") if k in bad]
+    missing_vk: list[str] = [k for k in ("vulkan-headers", "glslc", "spirv-headers") if k in bad]
     real = [d for d in vk_devices if not d.software]
     soft = [d for d in vk_devices if d.software]
     if real:
@@ -685,8 +699,9 @@ def _rest(p: Probe, by: dict[str, Finding], bad: set[str], out: list[BackendStat
                       + ("; a 2-device study lists one GPU twice (GGML_VK_VISIBLE_DEVICES=0,0 with -dev "
                          "Vulkan0,Vulkan1)" if len(real) == 1 else ""))
     elif soft:
-        run_detail = (f"runs here on {soft[0].name}, Mesa's CPU implementation of Vulkan (lavapipe), with devices.backend = "
-                      "\"vulkan\" (auto never picks it): a correctness and memory check, not a speed one")
+        run_detail = (f"runs here on {soft[0].name}, Mesa's CPU implementation of Vulkan (lavapipe), with "
+                      "devices.backend = \"vulkan\" (auto never picks it): a correctness and memory check, not a speed "
+                      "one")
     elif p.which("vulkaninfo"):
         run_detail = "cannot run here: vulkaninfo finds no Vulkan device (install a GPU driver, or Mesa's lavapipe)"
     else:
@@ -724,9 +739,10 @@ def _fix_lines(fix: Mapping[str, Sequence[str]], family: str | None, indent: str
                ) -> list[str]:
     """The detected OS's lines first ("run:"), then (with `others`) each other OS's."""
     lines: list[str] = []
-    order = ([family] if family in fix else []) + [f for f in FAMILIES if f in fix and f != family]
-    if not others and family in fix:
-        order = [family]
+    known = family if family is not None and family in fix else None
+    order = ([known] if known is not None else []) + [f for f in FAMILIES if f in fix and f != family]
+    if not others and known is not None:
+        order = [known]
     for fam in order:
         label = "run: " if fam == family else f"{FAMILY_NAMES[fam]}: "
         for i, cmd in enumerate(fix[fam]):
@@ -741,7 +757,7 @@ def render(rep: Report) -> str:
     out = [f"llamalab doctor — {rep.os.name}, {rep.machine} ({where})", "", "Tools"]
     width = max(len(t.title) for t in rep.tools)
     indent = " " * (2 + 8 + 1 + width + 2)
-    previous: dict | None = None
+    previous: dict[str, list[str]] | None = None
     for t in rep.tools:
         out.append(f"  {_MARK[t.status]:<8} {t.title:<{width}}  {t.detail}")
         if t.status in ("missing", "old") and t.fix:

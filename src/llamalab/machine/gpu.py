@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from types import ModuleType
 
 from .. import proc
+from ..records import JsonObject
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,7 @@ class Gpu:
     uuid: str | None = None
     compute_capability: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -29,7 +32,7 @@ def probe() -> list[Gpu]:
 
 
 @contextmanager
-def _session():
+def _session() -> Iterator[ModuleType | None]:
     """pynvml, initialised, or None where nvidia-ml-py or the driver is missing; shut down afterwards."""
     try:
         import pynvml
@@ -47,7 +50,7 @@ def _session():
             pass
 
 
-def _text(v) -> str:
+def _text(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
@@ -62,7 +65,8 @@ def _nvml() -> list[Gpu] | None:
                 h = nv.nvmlDeviceGetHandleByIndex(i)
                 mem = nv.nvmlDeviceGetMemoryInfo(h)
                 try:
-                    cc = "%d.%d" % nv.nvmlDeviceGetCudaComputeCapability(h)
+                    major, minor = nv.nvmlDeviceGetCudaComputeCapability(h)
+                    cc = f"{major:d}.{minor:d}"
                 except Exception:
                     cc = None
                 try:
@@ -77,7 +81,8 @@ def _nvml() -> list[Gpu] | None:
 
 
 def _smi() -> list[Gpu]:
-    rc, out = proc.capture(["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,driver_version,uuid,compute_cap",
+    rc, out = proc.capture(["nvidia-smi",
+                            "--query-gpu=index,name,memory.total,memory.used,driver_version,uuid,compute_cap",
                             "--format=csv,noheader,nounits"], timeout_s=20)
     if rc != 0:
         return []

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import proc
+from ..records import JsonObject
 
 MIB = 2**20
 
@@ -39,7 +40,7 @@ def _card_index(key: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _num(v) -> float | None:
+def _num(v: object) -> float | None:
     try:
         return float(str(v).strip())
     except (TypeError, ValueError):
@@ -49,7 +50,7 @@ def _num(v) -> float | None:
 def parse_meminfo(text: str) -> list[CardMemory]:
     """`rocm-smi --showmeminfo vram` in its JSON, CSV or plain-text form (optionally with --showproductname)."""
     text = text.strip()
-    rows: dict[int, dict] = {}
+    rows: dict[int, JsonObject] = {}  # card → its fields (from JSON, CSV or text lines)
     start = text.find("{")
     if start >= 0:
         try:

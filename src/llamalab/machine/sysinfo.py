@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import __version__, proc
+from ..records import JsonObject
 from . import gpu
 
 
@@ -43,7 +44,7 @@ def gpu_tools() -> dict[str, str]:
     return out
 
 
-def collect(llama_cpp: dict | None = None) -> dict:
+def collect(llama_cpp: JsonObject | None = None) -> JsonObject:
     gpus = gpu.probe()
     info = {
         "cpu": cpu_model(),

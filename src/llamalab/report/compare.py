@@ -8,15 +8,13 @@ Pure: takes two RunData, returns a dict and text.
 
 from __future__ import annotations
 
-
-from ..store import jsoncol
 from ..run import stats
 from . import speed, tables
 from .data import RunData, compute_by_label, host_compute
 
 
 def _model(d: RunData) -> dict:
-    return jsoncol.decode(d.run.get("model_json")) or {}
+    return d.model
 
 
 def _llama(d: RunData) -> dict:
@@ -35,7 +33,7 @@ def _side(d: RunData) -> dict:
 
 def _keys(d: RunData) -> list[tuple[str, str]]:
     """The configurations a run measured (a ledger or trials), in study order."""
-    order = tables._order(d)
+    order = tables.config_order(d)
     seen = {(c["build"], c["setting"]) for c in d.configs if c["status"] == "ok" and c.get("ledger")}
     seen |= {(t["build"], t["setting"]) for t in d.trials}
     return sorted(seen, key=lambda k: (order.get(k, 1 << 30), k))

@@ -16,9 +16,8 @@ not hidden.
 
 from __future__ import annotations
 
-
-from ..store import jsoncol
 from ..llamacpp import maxctx, memory
+from . import records
 from .data import RunData, compute_by_label, device_labels, device_names
 from .verdict import study_builds, study_settings
 
@@ -30,12 +29,11 @@ def _kv_by_label(ledger: dict) -> dict[str, float]:
 
 
 def _budgets(config: dict) -> list[int] | None:
-    dev = jsoncol.decode(config.get("devices_json")) or {}
-    emu = dev.get("emulation") or {}
-    return emu.get("budgets_mib")
+    return records.emulation(config).get("budgets_mib")
 
 
-def _config(data: RunData, build: str, setting: str) -> dict | None:
+def config_of(data: RunData, build: str, setting: str) -> dict | None:
+    """The last configuration of build × setting that loaded and has a ledger (None: none did)."""
     for c in reversed(data.configs):
         if c["build"] == build and c["setting"] == setting and c["status"] == "ok" and c.get("ledger"):
             return c
@@ -67,7 +65,7 @@ def predicted_delta_tokens(base: dict, cand: dict) -> int | None:
     if set(bc) != set(cc):
         return None  # another device set (e.g. -sm none puts everything on one device): no like-for-like figure
     kv = _kv_by_label(base)
-    freed = {d: bc[d] - cc[d] for d in bc if bc.get(d) is not None and cc.get(d) is not None}
+    freed = {d: b - c for d, b in bc.items() if b is not None and (c := cc.get(d)) is not None}
     if not freed or not kv:
         return None
     if all(v >= 0 for v in freed.values()):
@@ -87,7 +85,7 @@ def _budget_fits(data: RunData) -> dict[tuple[str, str], dict]:
     `verified` (the verifying load's verdict, None where none was made)."""
     out = {}
     for r in data.tables.get("budget_fits", []):
-        doc = jsoncol.decode(r.get("result_json"))
+        doc = r.get("result")
         if isinstance(doc, dict):
             out[(r["build"], r["setting"])] = {**doc, "verified": None if r.get("verified") is None
                                                else bool(r["verified"])}
@@ -138,7 +136,7 @@ def credited(fitted: int | None, over: list[str], fit: dict | None, searched_set
 def _first_probe_reason(chk: dict | None) -> str | None:
     """Why the verifying reload did not count as loaded: the server did not start, or it started and its buffers
     went over a budget (then it did load, just not within what the emulated cards hold)."""
-    steps = jsoncol.decode((chk or {}).get("steps_json"))
+    steps = (chk or {}).get("steps")
     if not isinstance(steps, list) or not steps or not isinstance(steps[0], dict) or steps[0].get("loaded"):
         return None
     return steps[0].get("reason") or None
@@ -151,16 +149,17 @@ def rows(data: RunData) -> list[dict]:
     checks = _checks(data)
     fits = _budget_fits(data)
     for setting in study_settings(data):
-        builds = [b for b in study_builds(data) if _config(data, b, setting)]
+        cfgs = {b: c for b in study_builds(data) if (c := config_of(data, b, setting))}
+        builds = [b for b in study_builds(data) if b in cfgs]
         if not builds:
             continue
-        base_cfg = _config(data, builds[0], setting)
+        base_cfg = cfgs[builds[0]]
         base = base_cfg["ledger"]
         searched = any(k[1] == setting for k in fits)
-        base_ctx, _ = credited(base.get("n_ctx"), _over_budget(base, _budgets(base_cfg)), fits.get((builds[0], setting)),
-                               searched)
+        base_ctx, _ = credited(base.get("n_ctx"), _over_budget(base, _budgets(base_cfg)),
+                               fits.get((builds[0], setting)), searched)
         for b in builds:
-            cfg = _config(data, b, setting)
+            cfg = cfgs[b]
             led = cfg["ledger"]
             fitted = led.get("n_ctx")
             budgets = _budgets(cfg)
@@ -219,8 +218,21 @@ def _fit_text(r: dict) -> str:
 
 
 def sentences(data: RunData) -> list[str]:
-    out = []
+    """The context sentences of a report: each build's context against its setting's baseline, what the baselines
+    themselves say (over budget, at the model's limit), llama.cpp's failed fits, and the verifying loads."""
     all_rows = rows(data)
+    out = _delta_sentences(all_rows)
+    out += _baseline_sentences(all_rows)
+    out += _fit_failed_sentences(all_rows)
+    out += _verify_sentences(all_rows)
+    out += _within_verify_sentences(all_rows)
+    return out
+
+
+def _delta_sentences(all_rows: list[dict]) -> list[str]:
+    """Per build other than its setting's baseline: the context it holds against the baseline's, and the
+    prediction from its compute buffers (or why the difference is unknown)."""
+    out = []
     for r in all_rows:
         if r["build"] == r["baseline"]:
             continue
@@ -232,20 +244,32 @@ def sentences(data: RunData) -> list[str]:
                 out.append(f"{r['setting']}: {r['build']}'s context against {r['baseline']} is unknown — {who}'s "
                            f"context within the budgets is not known: {why}.")
             continue
-        pred = r["predicted_delta_tokens"]
-        base_ctx = r["n_ctx"] - r["measured_delta_tokens"]
-        pct = f" ({100 * r['measured_delta_tokens'] / base_ctx:+.0f}%)" if base_ctx else ""
-        s = (f"{r['setting']}: {r['build']} holds {r['n_ctx']:,} tokens{limit_text(r)}{_fit_text(r)} vs "
-             f"{base_ctx:,} for {r['baseline']}{limit_text(base_row)}{_fit_text(base_row)}: "
-             f"{r['measured_delta_tokens']:+,} tokens{pct}")
-        if r["over_budget"] and r.get("budget_fit") is not None:
-            s += (f" — at llama.cpp's fitted context it is over budget ({'; '.join(r['over_budget'])}), which would "
-                  "not load on such cards")
-        if pred is not None:
-            s += f"; predicted from its compute buffers and KV bytes per token: {pred:+,}"
-            if r["predicted_capped_at_model_limit"]:
-                s += " (capped at the model's limit)"
-        out.append(s + ".")
+        out.append(_delta_sentence(r, base_row))
+    return out
+
+
+def _delta_sentence(r: dict, base_row: dict) -> str:
+    """One measured context difference from the baseline, with its prediction where there is one."""
+    pred = r["predicted_delta_tokens"]
+    base_ctx = r["n_ctx"] - r["measured_delta_tokens"]
+    pct = f" ({100 * r['measured_delta_tokens'] / base_ctx:+.0f}%)" if base_ctx else ""
+    s = (f"{r['setting']}: {r['build']} holds {r['n_ctx']:,} tokens{limit_text(r)}{_fit_text(r)} vs "
+         f"{base_ctx:,} for {r['baseline']}{limit_text(base_row)}{_fit_text(base_row)}: "
+         f"{r['measured_delta_tokens']:+,} tokens{pct}")
+    if r["over_budget"] and r.get("budget_fit") is not None:
+        s += (f" — at llama.cpp's fitted context it is over budget ({'; '.join(r['over_budget'])}), which would "
+              "not load on such cards")
+    if pred is not None:
+        s += f"; predicted from its compute buffers and KV bytes per token: {pred:+,}"
+        if r["predicted_capped_at_model_limit"]:
+            s += " (capped at the model's limit)"
+    return s + "."
+
+
+def _baseline_sentences(all_rows: list[dict]) -> list[str]:
+    """What the baselines say by themselves: over budget at llama.cpp's fitted context, or already at the model's
+    whole context."""
+    out = []
     for r in all_rows:
         if r["build"] == r["baseline"] and r["over_budget"] and r.get("budget_fit") is not None:
             out.append(f"{r['setting']}: {r['build']} at llama.cpp's fitted context ({r['fitted_n_ctx']:,} tokens) is "
@@ -257,30 +281,49 @@ def sentences(data: RunData) -> list[str]:
     for r in at_limit:
         out.append(f"{r['setting']}: {r['baseline']} already runs the model's whole context ({r['n_ctx']:,} "
                    "tokens = n_ctx_train): no build can give more context here, whatever memory it frees.")
+    return out
+
+
+def _fit_failed_sentences(all_rows: list[dict]) -> list[str]:
+    """One sentence where llama.cpp's memory fit reported failure in any configuration (none where it did not)."""
     failed = [r for r in all_rows if r.get("fit_status") == "failed"]
-    if failed:
-        out.append(f"llama.cpp's memory fit reported failure in {len(failed)} of {len(all_rows)} configuration(s) "
-                   "(\"failed to fit params to free device memory\"): where it reduced the context it had done so "
-                   "for the total memory, then stopped before placing layers per device (it does not move layers "
-                   "when -ngl is given); each fitted context is the one it reduced to"
-                   + ("; the contexts above are llamalab's search for the largest within every device's budget "
-                      "(dry runs at fixed contexts, llama.cpp's own figures)" if any(r.get("budget_fit") for r in
-                                                                                      all_rows)
-                      else ", and the per-device budget check above is llamalab's") + ".")
-    for r in rows(data):
-        if r["verified"] is not None:
-            why = r.get("verify_reason") or ""
-            if r["verified"]:
-                verdict = "loads again with fit off"
-            elif why.startswith("over budget"):
-                verdict = f"loads again with fit off but NOT within the budgets ({why})"
-            else:
-                verdict = "did NOT load again with fit off" + (f" ({why})" if why else "")
-            s = f"{r['setting']}: {r['build']}'s fitted context of {r['fitted_n_ctx']:,} tokens {verdict}"
-            if r["max_loaded_n_ctx"]:
-                s += (f"; the largest that loads{' within the budgets' if r['budgets_mib'] else ''} is "
-                      f"{r['max_loaded_n_ctx']:,} (fit keeps a safety margin)")
-            out.append(s + ".")
+    if not failed:
+        return []
+    return [f"llama.cpp's memory fit reported failure in {len(failed)} of {len(all_rows)} configuration(s) "
+            "(\"failed to fit params to free device memory\"): where it reduced the context it had done so "
+            "for the total memory, then stopped before placing layers per device (it does not move layers "
+            "when -ngl is given); each fitted context is the one it reduced to"
+            + ("; the contexts above are llamalab's search for the largest within every device's budget "
+               "(dry runs at fixed contexts, llama.cpp's own figures)" if any(r.get("budget_fit") for r in all_rows)
+               else ", and the per-device budget check above is llamalab's") + "."]
+
+
+def _verify_sentences(all_rows: list[dict]) -> list[str]:
+    """Per configuration whose fitted context was loaded again with fit off: whether it loaded (within the
+    budgets), and the largest context that did."""
+    out = []
+    for r in all_rows:
+        if r["verified"] is None:
+            continue
+        why = r.get("verify_reason") or ""
+        if r["verified"]:
+            verdict = "loads again with fit off"
+        elif why.startswith("over budget"):
+            verdict = f"loads again with fit off but NOT within the budgets ({why})"
+        else:
+            verdict = "did NOT load again with fit off" + (f" ({why})" if why else "")
+        s = f"{r['setting']}: {r['build']}'s fitted context of {r['fitted_n_ctx']:,} tokens {verdict}"
+        if r["max_loaded_n_ctx"]:
+            s += (f"; the largest that loads{' within the budgets' if r['budgets_mib'] else ''} is "
+                  f"{r['max_loaded_n_ctx']:,} (fit keeps a safety margin)")
+        out.append(s + ".")
+    return out
+
+
+def _within_verify_sentences(all_rows: list[dict]) -> list[str]:
+    """Per configuration whose context within the budgets (found by dry runs) was loaded for real: whether it
+    loaded within every budget, and the lower context used where it did not."""
+    out = []
     for r in all_rows:
         step = (r.get("budget_fit") or {}).get("verify")
         if not step:

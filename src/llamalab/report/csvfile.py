@@ -205,3 +205,8 @@ def parse_other_tables(text: str) -> dict[str, list[dict]]:
              if not row["config_id"]]
     tree = unflatten(pairs) if pairs else {}
     return {name: rows if isinstance(rows, list) else [] for name, rows in tree.items()}
+
+
+def configs_pieces(data: RunData) -> list[str]:
+    """`configs_csv` as pieces (the CSV format's companion file, `formats.REGISTRY`)."""
+    return [configs_csv(data)]

@@ -5,30 +5,34 @@ from __future__ import annotations
 import json
 import sys
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
-from ..store import jsoncol
 from ..errors import StoreError
 from ..llamacpp.ledger import device_names, without_endpoint
+from ..store import jsoncol
 from ..store.db import Store
+from . import records
+from .records import BuildRecord, ConfigRecord, RunRecord, TrialRecord
 
 
 @dataclass
 class RunData:
-    run: dict
-    builds: list[dict]
-    configs: list[dict]
-    trials: list[dict]
+    run: RunRecord
+    builds: list[BuildRecord]
+    configs: list[ConfigRecord]  # each with its `ledger` (None where none was stored)
+    trials: list[TrialRecord]
     system: dict | None = None
     study_toml: str = ""
     extra: dict = field(default_factory=dict)
-    tables: dict = field(default_factory=dict)  # the run's stored rows as Store.dump_run gives them, but trials
+    # the run's stored rows by table, each `x_json` column decoded under `x` (`records.readable`), but trials
+    tables: dict[str, list[dict]] = field(default_factory=dict)
     has_requests: bool = True  # False: each trial has its `figures` instead of its `requests` (see `load`)
     # with has_requests False: every stored trial row again, readable, requests and all, read from the database
     # one at a time (CSV and JSON print every request: they stream them)
-    stored_trials: Callable[[], Iterator[dict]] | None = None
+    stored_trials: Callable[[], Iterator[TrialRecord]] | None = None
     # what a report module computes from the run alone, kept by name so that each figure is computed once per report
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -57,9 +61,9 @@ class RunData:
     def build_label(self, name: str) -> str:
         return self.study_entry("builds", name).get("label") or name
 
-    def ok_configs(self) -> list[dict]:
+    def ok_configs(self) -> list[ConfigRecord]:
         """The last successful configuration row per (build, setting) — the one whose ledger describes it."""
-        out: dict[tuple[str, str], dict] = {}
+        out: dict[tuple[str, str], ConfigRecord] = {}
         for c in self.configs:
             if c["status"] == "ok" and c.get("ledger"):
                 out[(c["build"], c["setting"])] = c
@@ -68,11 +72,11 @@ class RunData:
     @cached_property
     def default_cell(self) -> tuple[int, int]:
         """The workload cell of trials that carry none (runs from before the grid, RunData made by hand)."""
-        from ..store.db import legacy_cell
+        from ..store.migrations import legacy_cell
 
         return legacy_cell(self.study_toml)
 
-    def cell(self, trial: dict) -> tuple[int, int]:
+    def cell(self, trial: Mapping[str, Any]) -> tuple[int, int]:
         """(prompt tokens, output tokens) each request of the trial asked for."""
         p, o = trial.get("cell_prompt_tokens"), trial.get("cell_output_tokens")
         d = self.default_cell
@@ -89,20 +93,25 @@ class RunData:
         v = (self.study.get("workload") or {}).get("output")
         return v if v in ("fixed", "natural") else "fixed"
 
+    @property
+    def model(self) -> dict:
+        """The run's model header figures (`runs.model_json`; {} where none were stored)."""
+        m = self.run.get("model")
+        return m if isinstance(m, dict) else {}
+
     def n_ctx_train(self, ledger: dict | None = None) -> int | None:
         """The model's training context: from a ledger (`print_info: n_ctx_train`), else the run's model header."""
         v = (ledger or {}).get("n_ctx_train")
         if not v:
-            model = jsoncol.decode(self.run.get("model_json")) or {}
-            v = model.get("n_ctx_train") if isinstance(model, dict) else None
+            model = self.model
+            v = model.get("n_ctx_train")
         return int(v) if v else None
 
     def server_argv(self, build: str, setting: str) -> list[str]:
         """The llama-server command the last successful configuration of (build, setting) ran ([] where unknown)."""
         for c in reversed(self.configs):
             if c["build"] == build and c["setting"] == setting and c["status"] == "ok":
-                argv = jsoncol.decode(c.get("server_argv_json"), [])
-                return [str(a) for a in argv] if isinstance(argv, list) else []
+                return records.server_argv(c)
         return []
 
     def ledger_for(self, build: str, setting: str) -> dict | None:
@@ -125,21 +134,23 @@ def load(store: Store, run_id: str | None = None, *, requests: bool = True) -> R
 
     from ..store import exchange, runrows
 
-    run = dict(store.run(run_id))
-    rid = run["id"]
+    rid = store.run(run_id)["id"]
     tables: dict[str, list[dict]] = {}
-    trials: list[dict] = []
+    trials: list[TrialRecord] = []
     collecting = gc.isenabled()
     gc.disable()  # the rows hold no cycles: a collection per 700 new objects would make the load quadratic-ish
     try:
-        for t, raw, row in exchange.stored_rows(store, rid):
+        for t, _raw, row in exchange.stored_rows(store, rid):  # each row checked, its JSON columns decoded once
             if t == "trials":
                 trials.append(_readable_trial(row, requests))
             else:
-                tables.setdefault(t, []).append(raw)
-        return RunData(run=run, builds=store.builds(rid), configs=store.configs(rid), trials=trials,
-                       system=store.system(rid), study_toml=run.get("study_toml") or "", tables=tables,
-                       has_requests=requests,
+                tables.setdefault(t, []).append(readable(row))
+        run: RunRecord = tables["runs"][0]  # type: ignore[assignment]
+        system = tables.get("system_info") or []
+        return RunData(run=run, builds=tables.get("builds", []),  # type: ignore[arg-type]
+                       configs=_configs(tables), trials=trials,
+                       system=system[0].get("info") if system else None, study_toml=run.get("study_toml") or "",
+                       tables=tables, has_requests=requests,
                        stored_trials=None if requests else lambda: _stored_trials(store, rid))
     except runrows.Invalid as e:
         problem = e.text
@@ -151,7 +162,19 @@ def load(store: Store, run_id: str | None = None, *, requests: bool = True) -> R
                          "good export of it into a new database (--db).")
 
 
-def _stored_trials(store: Store, rid: str) -> Iterator[dict]:
+def readable(row: Mapping[str, Any]) -> dict:
+    """A row whose `x_json` columns hold decoded values (`exchange.decode_row`) with each under the key `x`, in its
+    place: the one renaming every record takes."""
+    return {(k[:-len(jsoncol.SUFFIX)] if k.endswith(jsoncol.SUFFIX) else k): v for k, v in row.items()}
+
+
+def _configs(tables: dict[str, list[dict]]) -> list[ConfigRecord]:
+    """Each stored configuration with its ledger, in id order (what `Store.configs` reads)."""
+    ledgers = {r["config_id"]: r.get("ledger") for r in tables.get("ledgers", [])}
+    return [{**c, "ledger": ledgers.get(c["id"])} for c in tables.get("configs", [])]
+
+
+def _stored_trials(store: Store, rid: str) -> Iterator[TrialRecord]:
     from ..store import exchange, runrows
 
     for raw in store.rows("trials", rid):
@@ -184,7 +207,7 @@ def request_figures(requests: list[dict] | None) -> Figures:
     return Figures(ttfts, itls, agg)
 
 
-def figures(trial: dict) -> Figures:
+def figures(trial: TrialRecord) -> Figures:
     """A trial's `Figures`: kept by `load(requests=False)`, else made from its requests."""
     f = trial.get("figures")
     return f if isinstance(f, Figures) else request_figures(trial.get("requests"))
@@ -193,7 +216,7 @@ def figures(trial: dict) -> Figures:
 _SHARED = ("run_id", "build", "setting")  # the same few strings in every trial row: kept once
 
 
-def _readable_trial(row: dict, requests: bool = True) -> dict:
+def _readable_trial(row: dict, requests: bool = True) -> TrialRecord:
     """A trial row (JSON columns decoded) as reports read it: `requests_json` under `requests`, in its place (or
     its `figures` there, without `requests`)."""
     out = {}
@@ -205,7 +228,14 @@ def _readable_trial(row: dict, requests: bool = True) -> dict:
         elif k in _SHARED and isinstance(v, str):
             v = sys.intern(v)
         out[k] = v
-    return out
+    return out  # type: ignore[return-value]
+
+
+def file_id(data: RunData) -> str:
+    """The run's id checked for use in a file name (digits, hex and '-': `store.runids`)."""
+    from ..store import runids
+
+    return runids.check(data.id, "the run's id")
 
 
 def device_labels(names: list[str]) -> list[str]:

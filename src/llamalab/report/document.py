@@ -1,8 +1,9 @@
 """The JSON report: every stored figure of a run, nested the way people read it, plus what the renderers derive.
 
-Stored rows keep their column names, except that a `*_json` column appears decoded under its name without the
-suffix (`requests_json` → `requests`). Each configuration carries its `ledger` (the whole stored ledger) and its
-`buffers` rows. `tables_of` turns a report back into the stored rows, so a test can check nothing was lost.
+Stored rows keep their column names, except that a `*_json` column appears decoded (by `report.data`, once) under
+its name without the suffix (`requests_json` → `requests`). Each configuration carries its `ledger` (the whole
+stored ledger) and its `buffers` rows. `tables_of` turns a report back into the stored rows, so a test can check
+nothing was lost.
 Any other table of the run (`crosschecks`, …) appears top-level under its name, one readable row per stored row.
 Derived parts: `rows` (the seed table, every concurrency level), `throughput`, `comparisons`, `memory`, `context`
 (fitted context per configuration, predicted vs measured difference), `decision_table` (per setting: the rows by
@@ -13,10 +14,11 @@ that does not apply to the rig, once, with llama.cpp's or llamalab's reason) and
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
-from ..store import jsoncol
 from . import context, grid, recommend, speed, summary, tables, verdict, versions
+from . import data as rdata
 from .data import RunData, dumps
 
 FORMAT = "llamalab-report"
@@ -24,9 +26,10 @@ VERSION = 1
 SUFFIX = "_json"
 
 
-def readable(row: dict) -> dict:
-    """A stored row with `x_json` text decoded under the key `x`."""
-    return jsoncol.columns(row)
+def readable(row: Mapping[str, Any]) -> dict:
+    """A copy of a row of `RunData.tables` as the report shows it: each `x_json` column decoded under the key `x`
+    (`report.data` decoded them; a row still named `x_json` keeps its value under `x`)."""
+    return rdata.readable(row)
 
 
 def stored(row: dict, columns: list[str]) -> dict:
@@ -70,7 +73,7 @@ def configs_of(data: RunData) -> list[dict]:
     return configs
 
 
-def trials_of(data: RunData) -> Iterable[dict]:
+def trials_of(data: RunData) -> Iterable[Mapping[str, Any]]:
     """Every stored trial row, readable (`requests` decoded), in their order: `RunData.trials`, or, for a run loaded
     with only its requests' figures, the rows read again from the store one at a time (`RunData.stored_trials`)."""
     if data.tables and "trials" in data.tables:  # a RunData made by hand from a dump

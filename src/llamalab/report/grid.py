@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..run import stats
 from . import speed
 from .data import RunData
-from .summary import _study_cmake
+from .summary import study_cmake_of
 from .verdict import study_builds, study_settings, weights_moved
 
 GAIN_METRICS = ("aggregate_input_tps", "aggregate_output_tps")
@@ -33,15 +33,16 @@ class Pair:
 def pair(data: RunData, setting: str | None = None) -> Pair | None:
     """The pipeline build and its no-pipeline twin in a setting (default: the first setting that has both)."""
     for s in ([setting] if setting else study_settings(data)):
-        builds = [b for b in study_builds(data) if data.ledger_for(b, s)]
+        ledgers = {b: led for b in study_builds(data) if (led := data.ledger_for(b, s))}
+        builds = [b for b in study_builds(data) if b in ledgers]
         if not builds:
             continue
-        base = data.ledger_for(builds[0], s)
+        base = ledgers[builds[0]]
         if not (base.get("sched_copies") or 0) > 1:
             continue
-        twins = [b for b in builds[1:] if (data.ledger_for(b, s).get("sched_copies") or 1) == 1
-                 and not weights_moved(base, data.ledger_for(b, s))]
-        twins.sort(key=lambda b: (str(_study_cmake(data, b).get("GGML_SCHED_MAX_COPIES")) != "1",
+        twins = [b for b in builds[1:] if (ledgers[b].get("sched_copies") or 1) == 1
+                 and not weights_moved(base, ledgers[b])]
+        twins.sort(key=lambda b: (str(study_cmake_of(data, b).get("GGML_SCHED_MAX_COPIES")) != "1",
                                   builds.index(b)))
         if twins:
             return Pair(s, builds[0], twins[0], int(base["sched_copies"]))
@@ -115,35 +116,7 @@ def crossover(data: RunData, rows: list[dict] | None = None, p: Pair | None = No
         s = f"{who} never pays measurably on this rig: in none of the {len(cells)} cells ({span}) is aggregate " \
             "prompt or output t/s faster beyond the threshold with an interval that excludes 1"
     else:
-        # per level, the shortest prompt from which every longer measured prompt pays
-        starts: dict[int, int | None] = {}
-        for lv in levels:
-            here = sorted(pr for pr, l2 in cells if l2 == lv)
-            start = None
-            for pr in reversed(here):
-                if (pr, lv) in pays:
-                    start = pr
-                else:
-                    break
-            starts[lv] = start
-        groups: list[tuple[int, list[int]]] = []
-        for lv in levels:
-            st = starts[lv]
-            if st is None:
-                continue
-            if groups and groups[-1][0] == st and levels.index(groups[-1][1][-1]) == levels.index(lv) - 1:
-                groups[-1][1].append(lv)
-            else:
-                groups.append((st, [lv]))
-        covered = {(pr, lv) for lv in levels if starts[lv] is not None for pr, l2 in cells
-                   if l2 == lv and pr >= starts[lv]}
-        what = sorted({WORDS[r["metric"]] for r in rows if r["verdict"] == "faster"})
-        parts = [f"from {st:,}-token prompts at {_levels_text(lvs)}" for st, lvs in groups]
-        s = f"{who} pays on this rig (aggregate {' and '.join(what)} t/s faster) " + "; ".join(parts) \
-            if parts else f"{who} pays on this rig only in scattered cells"
-        stray = sorted(pays - covered)
-        if stray:
-            s += ("; also at " if parts else ": ") + ", ".join(f"{pr:,} tokens × {lv}" for pr, lv in stray)
+        s = _pays_text(who, rows, cells, pays)
         rest = set(cells) - pays - costs - unlike - untested
         if rest:
             s += "; elsewhere it makes no measurable difference"
@@ -159,10 +132,58 @@ def crossover(data: RunData, rows: list[dict] | None = None, p: Pair | None = No
     return s + "."
 
 
+def _pays_text(who: str, rows: list[dict], cells: list[tuple[int, int]], pays: set[tuple[int, int]]) -> str:
+    """Where pipeline parallelism pays, for a grid where it pays somewhere: the prompt length from which it pays at
+    each run of levels, then the cells where it pays outside those."""
+    levels = sorted({lv for _, lv in cells})
+    starts = _pay_starts(levels, cells, pays)
+    groups = _level_groups(levels, starts)
+    covered = {(pr, lv) for lv in levels if (st := starts[lv]) is not None for pr, l2 in cells
+               if l2 == lv and pr >= st}
+    what = sorted({WORDS[r["metric"]] for r in rows if r["verdict"] == "faster"})
+    parts = [f"from {st:,}-token prompts at {_levels_text(lvs)}" for st, lvs in groups]
+    s = f"{who} pays on this rig (aggregate {' and '.join(what)} t/s faster) " + "; ".join(parts) \
+        if parts else f"{who} pays on this rig only in scattered cells"
+    stray = sorted(pays - covered)
+    if stray:
+        s += ("; also at " if parts else ": ") + ", ".join(f"{pr:,} tokens × {lv}" for pr, lv in stray)
+    return s
+
+
+def _pay_starts(levels: list[int], cells: list[tuple[int, int]], pays: set[tuple[int, int]]) -> dict[int, int | None]:
+    """Per level, the shortest prompt from which every longer measured prompt pays (None: the longest does not)."""
+    starts: dict[int, int | None] = {}
+    for lv in levels:
+        here = sorted(pr for pr, l2 in cells if l2 == lv)
+        start = None
+        for pr in reversed(here):
+            if (pr, lv) in pays:
+                start = pr
+            else:
+                break
+        starts[lv] = start
+    return starts
+
+
+def _level_groups(levels: list[int], starts: dict[int, int | None]) -> list[tuple[int, list[int]]]:
+    """Adjacent levels that pay from the same prompt length, as (that length, the levels)."""
+    groups: list[tuple[int, list[int]]] = []
+    for lv in levels:
+        st = starts[lv]
+        if st is None:
+            continue
+        if groups and groups[-1][0] == st and levels.index(groups[-1][1][-1]) == levels.index(lv) - 1:
+            groups[-1][1].append(lv)
+        else:
+            groups.append((st, [lv]))
+    return groups
+
+
 def _skipped(data: RunData, p: Pair) -> str:
     for c in data.configs:
-        if c["build"] == p.pp and c["setting"] == p.setting and c.get("reason") and "not run" in c["reason"]:
-            return "; ".join(x.strip() for x in c["reason"].split(";") if "not run" in x)
+        reason = c.get("reason") or ""
+        if c["build"] == p.pp and c["setting"] == p.setting and "not run" in reason:
+            return "; ".join(x.strip() for x in reason.split(";") if "not run" in x)
     return ""
 
 

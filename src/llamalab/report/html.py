@@ -1,4 +1,5 @@
-"""A self-contained HTML report: one file, inline CSS, plots as data: URIs, no script, no network.
+"""A self-contained HTML report: one file, inline CSS, plots as data: URIs, no script, no network. A serialiser of
+`model.Report`.
 
 Everything shown that came from a log, a study file, the machine or the user passes through `esc` (html.escape),
 and a Content-Security-Policy forbids scripts and any fetch outright, so a hostile build label or log line can
@@ -10,9 +11,10 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Iterator
 
 from ..safetext import plain
-from . import context, grid, plots, recommend, speed, summary, tables, tune, versions
+from . import model, plots
 from .data import RunData
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -42,7 +44,7 @@ pre { background: #f5f6f8; border: 1px solid var(--line); padding: 8px; overflow
 .note { color: var(--muted); font-size: 12px; }
 table.words td { white-space: normal; max-width: 28em; vertical-align: top; }
 td.good { color: #1d7a35; font-weight: 600; } td.bad { color: #b3261e; font-weight: 600; } td.same { color: var(--muted); }
-"""
+"""  # noqa: E501 (the page's bytes: one rule a line)
 
 CAPTIONS = {
     "compute": "Compute buffer per device and on the host, per configuration (MiB, from llama.cpp's log).",
@@ -52,9 +54,9 @@ CAPTIONS = {
                   "aggregate output t/s at K requests), bars span min–max over trials; the square is llama.cpp's "
                   "default, the star the pick, the grey line the measured front, hollow markers stopped after one "
                   "trial; ticks on the context axis are stage one's verified front (dry runs).",
-    "pp_gain": "Pipeline-parallel gain per workload cell: the pipeline build's aggregate prompt and output t/s over the "
-               "same build without pipeline parallelism (above 1: it pays), ratio of medians with its 95% bootstrap "
-               "interval; full colour where the verdict is pays or costs, pale where there is no measurable "
+    "pp_gain": "Pipeline-parallel gain per workload cell: the pipeline build's aggregate prompt and output t/s over "
+               "the same build without pipeline parallelism (above 1: it pays), ratio of medians with its 95% "
+               "bootstrap interval; full colour where the verdict is pays or costs, pale where there is no measurable "
                "difference.",
 }
 
@@ -76,6 +78,95 @@ def prose(v: object) -> str:
     return "".join(out) + esc(text[at:])
 
 
+NAME = "html"
+
+# the sections the page shows, in its order
+ORDER = ("title", "tune", "recommendation", "decision", "system", "results", "verdict", "throughput", "pp_gain",
+         "versions", "trust", "plots", "builds", "not_measured", "not_applicable", "reproduce", "study", "footer")
+
+
+def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
+    """The page. `images`: {"compute": png bytes, …}; drawn from the run when not given."""
+    if images is None:
+        images = {name: plots.to_bytes(fig, "png") for name, fig in plots.figures(data).items()}
+    return write(model.build(data, figures=list(images)), images)
+
+
+def pieces(data: RunData) -> Iterator[str]:
+    """The format's text in pieces (`formats.REGISTRY`): one, made when first asked for."""
+    yield render(data)
+
+
+def write(report: model.Report, images: dict[str, bytes]) -> str:
+    title = spans(report.title)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<meta name="referrer" content="no-referrer">',
+        f"<title>{title}</title>",
+        f"<style>{CSS}</style></head><body>",
+    ]
+    for section in report.sections(ORDER):
+        for block in section.for_format(NAME):
+            parts += block_parts(block, images)
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def spans(text: model.Text) -> str:
+    """Text as HTML: llamalab's own words as they are, everything else escaped, code spans as <code>."""
+    out, bold = [], False
+    for s in text:
+        if s.bold != bold:
+            out.append("<b>" if s.bold else "</b>")
+            bold = s.bold
+        if s.kind == "lit":
+            out.append(str(s.value))
+        elif s.kind == "prose":
+            out.append(prose(s.value))
+        elif s.kind == "code":
+            out.append(f"<code>{esc(s.value)}</code>")
+        else:
+            out.append(esc(s.value))
+    return "".join(out) + ("</b>" if bold else "")
+
+
+_PARA = {"": "<p>", "rec": '<p class="rec">', "note": '<p class="note">', "sub": '<p class="sub">'}
+
+
+def block_parts(b: model.Block, images: dict[str, bytes]) -> list[str]:
+    """A block as parts of the page (joined by newlines)."""
+    if isinstance(b, model.Heading):
+        return [f"<h{b.level}>{spans(b.text)}</h{b.level}>"]
+    if isinstance(b, model.Para):
+        return [f"{_PARA[b.style]}{spans(b.text)}</p>"]
+    if isinstance(b, model.Items):
+        ul = '<ul class="verdict">' if b.style == "verdict" else "<ul>"
+        return [ul + "".join(f"<li>{spans(t)}</li>" for t in b.items) + "</ul>"]
+    if isinstance(b, model.Table):
+        return [_any_table(b)]
+    if isinstance(b, model.Fields):
+        return ['<dl class="sys">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in b.pairs) + "</dl>"]
+    if isinstance(b, model.Code):
+        return [f"<pre>{esc(b.text)}</pre>"]
+    if isinstance(b, model.Figure):
+        return [_img(b.name, images[b.name])]
+    if isinstance(b, model.Details):
+        inner = [p for x in b.blocks for p in block_parts(x, images)]
+        return [f"<details><summary>{b.summary}</summary>", *inner, "</details>"]
+    return []
+
+
+def _any_table(b: model.Table) -> str:
+    if b.style == "words":
+        return _wrapped_table(b.head, b.body)
+    if b.style == "speed":
+        return _speed_table(b)
+    return _table(b.head, b.body, b.text_cols)
+
+
 def _table(head: list[str], body: list[list[str]], text_cols: int = 2) -> str:
     cls = lambda i: ' class="t"' if i < text_cols else ""  # noqa: E731
     out = ['<div class="scroll"><table>', "<thead><tr>"]
@@ -87,54 +178,17 @@ def _table(head: list[str], body: list[list[str]], text_cols: int = 2) -> str:
     return "\n".join(out)
 
 
-def _throughput(data: RunData) -> str:
-    rows = speed.throughput_table(data)
-    if not rows:
-        return ""
-    f = tables._fmt
-    head = ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials", "Aggregate output t/s (median)",
-            "min", "max", "Aggregate prompt t/s", "Output t/s", "Input t/s", "TTFT p50 (ms)", "TTFT p90 (ms)",
-            "ITL p50 (ms)", "ITL p90 (ms)"]
-    body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
-             f(r["aggregate_output_tps"]), f(r["aggregate_output_tps_min"]), f(r["aggregate_output_tps_max"]),
-             f(r["aggregate_input_tps"]), f(r["output_tps"]), f(r["input_tps"]), f(r["ttft_ms_p50"]),
-             f(r["ttft_ms_p90"]), f(r["itl_ms_p50"]), f(r["itl_ms_p90"])]
-            for r in rows]
-    return _table(head, body)
-
-
-def _speed_table(comparisons: list[dict]) -> str:
-    labels = {m.name: m.label for m in speed.METRICS}
-    f = tables._fmt
-    out = ['<div class="scroll"><table class="speed">', "<thead><tr>"]
-    head = ["Setting", "Candidate vs baseline", "Metric", "Prompt tokens", "Parallel requests", "Baseline",
-            "Candidate", "Ratio", "Interval", "Verdict"]
+def _speed_table(b: model.Table) -> str:
+    """The comparisons: text in the first three columns and the verdict, each verdict coloured by its tone."""
     t = ' class="t"'
-    out += [f"<th{t if i < 3 or i == 9 else ''}>{esc(h)}</th>" for i, h in enumerate(head)]
+    out = ['<div class="scroll"><table class="speed">', "<thead><tr>"]
+    out += [f"<th{t if i < 3 or i == len(b.head) - 1 else ''}>{esc(h)}</th>" for i, h in enumerate(b.head)]
     out.append("</tr></thead><tbody>")
-    for c in comparisons:
-        ci = f"[{c['ci_low']:.2f}, {c['ci_high']:.2f}]" if c["ci_low"] is not None else "no interval"
-        verdict = c["verdict"] + (f" ({c['reason']})" if c.get("reason") else "")
-        cls = {"faster": "good", "slower": "bad"}.get(c["verdict"], "same")
-        cells = [c["setting"], f"{c['candidate']} vs {c['baseline']}", labels.get(c["metric"], c["metric"]),
-                 f(c.get("prompt_tokens")), f(c["concurrency"]), f(c["baseline_median"]), f(c["candidate_median"]),
-                 f"{c['ratio']:.2f}×", ci]
-        out.append("<tr>" + "".join(f"<td{t if i < 3 else ''}>{esc(x)}</td>" for i, x in enumerate(cells))
-                   + f'<td class="t {cls}">{esc(verdict)}</td></tr>')
+    for row, tone in zip(b.body, b.tones):
+        out.append("<tr>" + "".join(f"<td{t if i < 3 else ''}>{esc(x)}</td>" for i, x in enumerate(row[:-1]))
+                   + f'<td class="t {tone}">{esc(row[-1])}</td></tr>')
     out.append("</tbody></table></div>")
     return "\n".join(out)
-
-
-def _decision(data: RunData) -> list[str]:
-    """The decision table of every setting, right under the recommendation it is the source of."""
-    settings = [s for s in recommend.study_settings(data) if recommend.decision_table(data, s)]
-    out = ["<h2>Decision by use</h2>"] if settings else []
-    for s in settings:
-        if len(settings) > 1:
-            out.append(f"<h3>{esc(s)}</h3>")
-        head, body = recommend.table_cells(recommend.decision_table(data, s))
-        out.append(_wrapped_table(head, body))
-    return out
 
 
 def _wrapped_table(head: list[str], body: list[list[str]]) -> str:
@@ -148,123 +202,7 @@ def _wrapped_table(head: list[str], body: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def _pp_gain(data: RunData, images: dict[str, bytes]) -> list[str]:
-    p = grid.pair(data)
-    rows = grid.gains(data, p) if p else []
-    if not rows:
-        return []
-    out = ["<h2>Where pipeline parallelism pays</h2>", f'<p class="rec">{prose(grid.crossover(data, rows, p))}</p>']
-    if "pp_gain" in images:
-        out.append(_img("pp_gain", images["pp_gain"]))
-    out.append(_table(*grid.table(rows), text_cols=1))
-    return out
-
-
-def _tune(data: RunData, images: dict[str, bytes]) -> list[str]:
-    """A tune run's section: the pick and its command, the plot of the front, the front measured, the stages."""
-    v = tune.view(data)
-    if v is None:
-        return []
-    out = ["<h2>Tune: the front, measured</h2>", f'<p class="rec"><b>Pick.</b> {prose(v.pick_sentence)}</p>',
-           f"<pre>{esc(v.command)}</pre>",
-           f'<p class="note">llama.cpp\'s default, measured the same way: <code>{esc(v.default_command)}</code></p>']
-    if "tune_front" in images:
-        out.append(_img("tune_front", images["tune_front"]))
-    out.append(_table(*tune.front_table(v)))
-    out.append("<ul>" + "".join(f"<li>{prose(s)}</li>" for s in v.stage_lines) + "</ul>")
-    out.append("<details><summary>Every stage-one candidate</summary>")
-    out.append(_wrapped_table(*tune.candidates_table(v)))
-    out.append("</details>")
-    return out
-
-
 def _img(name: str, png: bytes) -> str:
     uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
     return (f'<figure><img id="plot-{esc(name)}" src="{uri}" alt="{esc(CAPTIONS.get(name, name))}">'
             f"<figcaption>{esc(CAPTIONS.get(name, name))}</figcaption></figure>")
-
-
-def render(data: RunData, images: dict[str, bytes] | None = None) -> str:
-    """The page. `images`: {"compute": png bytes, …}; drawn from the run when not given."""
-    if images is None:
-        images = {name: plots.to_bytes(fig, "png") for name, fig in plots.figures(data).items()}
-    r = data.run
-    level = min((int(t["concurrency"]) for t in data.trials), default=1)
-    head, body = tables.table_cells(tables.rows(data, level))
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<meta name="referrer" content="no-referrer">',
-        f"<title>llamalab: {esc(r['study'])} — run {esc(r['id'])}</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<h1>llamalab: {esc(r['study'])} — run {esc(r['id'])}</h1>",
-        f'<p class="sub">{esc(r["status"])}, started {esc(r.get("started"))} on {esc(r.get("host"))}</p>',
-        *(_tune(data, images) or [f'<p class="rec"><b>Recommendation.</b> {prose(recommend.recommendation(data))}'
-                                  "</p>", *_decision(data)]),
-        "<h2>System</h2>",
-        '<dl class="sys">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in summary.system_items(data))
-        + "</dl>",
-        f"<h2>Results{' (single stream)' if level == 1 else f' at {level} parallel requests'}</h2>",
-        _table(head, body) if body else '<p class="note">No trial was stored for this run.</p>',
-        '<p class="note">Compute buffers are llama.cpp\'s own <code>compute buffer size</code> lines (MiB); context '
-        "is the <code>n_ctx</code> the server ran with; copies is the log's <code>sched copies</code>."
-        + (" " + esc(context.WITHIN_NOTE) if context.searched(data) else "") + "</p>",
-    ]
-    verdict_mem = summary.memory_lines(data) + context.sentences(data)
-    comparisons = speed.comparisons(data)
-    parts.append("<h2>Verdict</h2>")
-    if verdict_mem:
-        parts.append('<ul class="verdict">' + "".join(f"<li>{prose(s)}</li>" for s in verdict_mem) + "</ul>")
-    if comparisons:
-        parts.append(_speed_table(comparisons))
-        parts.append(f'<p class="note">Speed: candidate / baseline, ratio of medians over trials with a '
-                     f"{comparisons[0]['confidence']:.0%} bootstrap interval; a verdict needs the ratio beyond the "
-                     f"threshold ({speed.threshold_of(data):.0%}) and an interval that excludes 1.</p>")
-    if not verdict_mem and not comparisons:
-        parts.append('<p class="note">Only one configuration was measured: nothing to compare.</p>')
-    thr = _throughput(data)
-    if thr:
-        parts += ["<h2>Throughput by concurrency</h2>", thr]
-    parts += _pp_gain(data, images)
-    if versions.applies(data):
-        vrows = versions.rows(data)
-        parts += ["<h2>Versions</h2>", _table(*versions.table(vrows), text_cols=5)]
-        lines = versions.sentences(vrows)
-        if lines:
-            parts.append('<ul class="verdict">' + "".join(f"<li>{prose(s)}</li>" for s in lines) + "</ul>")
-    trust = summary.noise_lines(data) + summary.fidelity_lines(data)
-    if trust:
-        parts += ["<h2>How far to trust the figures</h2>",
-                  "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in trust) + "</ul>"]
-    others = {k: v for k, v in images.items() if k not in ("pp_gain", "tune_front")}
-    if others:
-        parts.append("<h2>Plots</h2>")
-        parts += [_img(name, png) for name, png in others.items()]
-    builds = summary.build_items(data)
-    if builds:
-        parts.append("<h2>Builds</h2>")
-        parts.append(_table(["Build", "Label", "Status", "CMake options", "llama.cpp", "Build time"],
-                            [[b["name"], b["label"], b["status"], b["cmake"], b["source"], b["build"]]
-                             for b in builds], text_cols=6))
-        parts += [f'<p class="note">{esc(n)}</p>' for n in summary.binary_notes(data)]
-    missing = summary.not_measured(data)
-    if missing:
-        parts += ["<h2>Not measured</h2>", "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in missing) + "</ul>"]
-    inapplicable = summary.not_applicable_lines(data)
-    if inapplicable:
-        parts += ["<h2>Not applicable on this rig</h2>",
-                  "<ul>" + "".join(f"<li>{prose(s)}</li>" for s in inapplicable) + "</ul>"]
-    rep = summary.reproduce(data)
-    if rep:
-        parts.append("<h2>How each configuration was run</h2>")
-        for x in rep:
-            parts.append(f"<p><b>{esc(x['build'])} × {esc(x['setting'])}</b> — CMake: <code>{esc(x['cmake'])}</code>"
-                         + (f"; environment: <code>{esc(x['env'])}</code>" if x["env"] else "") + "</p>")
-            parts.append(f"<pre>llama-server -m MODEL {esc(x['server'])}</pre>")
-    if data.study_toml:
-        parts += ["<h2>Study file</h2>", f"<pre>{esc(data.study_toml)}</pre>"]
-    parts.append(f'<p class="note">Made by llamalab from the results database; run {esc(r["id"])}.</p>')
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"

@@ -98,7 +98,8 @@ def pp_line(led: Ledger) -> str:
         return f"Pipeline parallelism: {state}, {how}{extra}"
     if led.pp_enabled_line:
         return "Pipeline parallelism: on, copies not printed (llama.cpp's default is 4)"
-    return "Pipeline parallelism: unknown (the log prints neither \"pipeline parallelism enabled\" nor \"sched copies\")"
+    return ("Pipeline parallelism: unknown (the log prints neither \"pipeline parallelism enabled\" nor "
+            "\"sched copies\")")
 
 
 def context_lines(led: Ledger) -> list[str]:
@@ -193,46 +194,64 @@ def render(led: Ledger, width: int = 110) -> str:
     # markup off: buffer names and failure lines come from the log (`[devices]`, `[/]` print as written)
     con = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False, soft_wrap=False,
                   markup=False, emoji=False)
-    if led.build:
-        con.print(f"llama.cpp {led.build}")
-    if led.failure and led.pp_retry and not led.context_failed:
-        con.print(f"An allocation failed, and llama.cpp retried without pipeline parallelism: {led.failure}")
-    elif led.failure:
-        con.print(f"This run failed: {led.failure}")
-    if led.devices or led.host:
-        con.print(buffer_table(led))
-    else:
-        con.print("No buffer lines found. llama.cpp prints them at verbosity 4 (-lv 4); paste the log from the "
-                  "start of the model load.")
-    for line in meta_lines(led):
-        con.print(line)
-    if led.wrapper == "ollama":
-        con.print("Read from an ollama log: llama.cpp's lines (raw, or relayed in ollama's `msg=` records) and, where "
-                  "ollama's own engine ran, its memory summaries (`model weights`, `kv cache`, `compute graph`), which "
-                  "print sizes to 0.1 MiB/GiB.")
-    if led.draft:
-        con.print("Includes a draft model (speculative decoding): its buffers are added to the same devices.")
-    if led.mmproj_compute:
-        con.print("Multimodal projector compute (not in the table): "
-                  + ", ".join(f"{k} {_mib(v)} MiB" for k, v in led.mmproj_compute.items()))
-    if led.lora:
-        con.print("LoRA adapters (not in the table): " + ", ".join(f"{k} {_mib(v)} MiB" for k, v in led.lora.items()))
-    con.print(pp_line(led))
-    for f in led.alloc_failures:
-        con.print(f"Allocation failed: {f['buffer']} buffer of {_mib(f['mib'])} MiB")
-    if led.context_failed:
-        con.print("The context was not created (see the failure above).")
-    for line in context_lines(led):
-        con.print(line)
-    for line in saving_lines(led):
-        con.print(line)
-    if led.breakdown_final:
-        con.print(_breakdown(led.breakdown_final, "llama.cpp's memory breakdown at exit (MiB)"))
-    if led.breakdown_projected:
-        con.print(_breakdown(led.breakdown_projected, "projected by --fit with the initial parameters (MiB)"))
-    if led.n_loads > 1:
-        con.print(f"The log holds {led.n_loads} model loads; this is the last one.")
+    for item in [*_opening(led), *_also_read(led), pp_line(led), *_allocation_lines(led), *context_lines(led),
+                 *saving_lines(led), *_closing(led)]:
+        con.print(item)
     return plain(buf.getvalue())
+
+
+def _opening(led: Ledger) -> list[str | Table]:
+    """The report's start: the build, the failure, the buffer table (or why there is none) and the Meta() lines."""
+    out: list[str | Table] = []
+    if led.build:
+        out.append(f"llama.cpp {led.build}")
+    if led.failure and led.pp_retry and not led.context_failed:
+        out.append(f"An allocation failed, and llama.cpp retried without pipeline parallelism: {led.failure}")
+    elif led.failure:
+        out.append(f"This run failed: {led.failure}")
+    if led.devices or led.host:
+        out.append(buffer_table(led))
+    else:
+        out.append("No buffer lines found. llama.cpp prints them at verbosity 4 (-lv 4); paste the log from the "
+                   "start of the model load.")
+    return out + meta_lines(led)
+
+
+def _also_read(led: Ledger) -> list[str]:
+    """What else the log held beside the table: an ollama log, a draft model, a multimodal projector, LoRAs."""
+    out = []
+    if led.wrapper == "ollama":
+        out.append("Read from an ollama log: llama.cpp's lines (raw, or relayed in ollama's `msg=` records) and, where "
+                   "ollama's own engine ran, its memory summaries (`model weights`, `kv cache`, `compute graph`), "
+                   "which print sizes to 0.1 MiB/GiB.")
+    if led.draft:
+        out.append("Includes a draft model (speculative decoding): its buffers are added to the same devices.")
+    if led.mmproj_compute:
+        out.append("Multimodal projector compute (not in the table): "
+                   + ", ".join(f"{k} {_mib(v)} MiB" for k, v in led.mmproj_compute.items()))
+    if led.lora:
+        out.append("LoRA adapters (not in the table): " + ", ".join(f"{k} {_mib(v)} MiB" for k, v in led.lora.items()))
+    return out
+
+
+def _allocation_lines(led: Ledger) -> list[str]:
+    """Each buffer allocation that failed, and whether the context was created."""
+    out = [f"Allocation failed: {f['buffer']} buffer of {_mib(f['mib'])} MiB" for f in led.alloc_failures]
+    if led.context_failed:
+        out.append("The context was not created (see the failure above).")
+    return out
+
+
+def _closing(led: Ledger) -> list[str | Table]:
+    """llama.cpp's memory breakdowns (at exit, and --fit's projection), and how many loads the log holds."""
+    out: list[str | Table] = []
+    if led.breakdown_final:
+        out.append(_breakdown(led.breakdown_final, "llama.cpp's memory breakdown at exit (MiB)"))
+    if led.breakdown_projected:
+        out.append(_breakdown(led.breakdown_projected, "projected by --fit with the initial parameters (MiB)"))
+    if led.n_loads > 1:
+        out.append(f"The log holds {led.n_loads} model loads; this is the last one.")
+    return out
 
 
 def _breakdown(rows, title: str) -> Table:

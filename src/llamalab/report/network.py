@@ -5,17 +5,16 @@ Pure: takes RunData, returns rows, dicts and text.
 
 from __future__ import annotations
 
-
-from ..store import jsoncol
 from ..rig import remote
 from ..run import stats
 from . import compare, speed, tables
 from .data import RunData
+from .records import ConfigRecord
 
 
-def _remotes_of(config: dict) -> dict[str, dict]:
+def _remotes_of(config: ConfigRecord) -> dict[str, dict]:
     """key (RPC0[host:port]) → the stored RemoteDevice of one configuration (configs.devices_json)."""
-    dev = jsoncol.decode(config.get("devices_json")) or {}
+    dev = config.get("devices") or {}
     return {r["key"]: r for r in dev.get("remotes") or [] if r.get("key")}
 
 

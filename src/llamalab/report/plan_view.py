@@ -3,9 +3,11 @@ and the notes, from the records `run.plan` makes (`Plan`, `ConfigPlan`)."""
 
 from __future__ import annotations
 
+from rich.text import Text as RichText
+
 from ..llamacpp import ledger, maxctx
 from ..llamacpp.applicability import NOT_APPLICABLE
-from ..run.plan import BASIS_APPROX, Plan, input_copies_mib
+from ..run.plan import BASIS_APPROX, ConfigPlan, Plan, input_copies_mib
 from ..safetext import rich_text as Text  # never markup, no control sequences: names and reasons come from logs
 
 
@@ -29,11 +31,7 @@ def _table(plan: Plan):
 
     basis = plan.basis()
     approx = {k: v == BASIS_APPROX for k, v in basis.items()}
-    names: list[str] = []
-    for c in plan.configs:
-        for d in c.devices:
-            if d.name not in names:
-                names.append(d.name)
+    names = list(dict.fromkeys(d.name for c in plan.configs for d in c.devices))
     t = Table(title=Text(f"{plan.study}: memory plan (MiB) — dry runs on {plan.backend}, for {plan.target}"),
               show_lines=False)
     within = any(c.within for c in plan.configs)
@@ -53,28 +51,36 @@ def _table(plan: Plan):
         pp = ledger.pp_label(c.pipeline_parallel, c.sched_copies, c.pipeline_parallel)
         if c.copies_mismatch:
             pp += " !"
-        ctx = _mib(c.n_ctx, approx["n_ctx"]) if c.n_ctx is not None else "–"
+        shown = _mib(c.n_ctx, approx["n_ctx"]) if c.n_ctx is not None else "–"
+        ctx: str | RichText = shown
         if c.fit_ok is False:
-            ctx = Text(ctx.replace(",", "") + " (fit failed)", style="yellow")
+            ctx = Text(shown.replace(",", "") + " (fit failed)", style="yellow")
         elif c.ctx_reduced_from:
-            ctx += " (fit)"
-        cells = []
-        for n in names:
-            d = next((x for x in c.devices if x.name == n), None)
-            if d is None:
-                cells.append("")
-                continue
-            cell = f"{_mib(d.model_mib)} / {_mib(d.context_mib)} / {_mib(d.compute_mib, approx['compute'])}"
-            cells.append(Text(cell, style="red") if n in c.over_budget else cell)
-        h = c.host
-        cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx['compute'])}" if h else "")
-        for n in hosts:
-            h = next((x for x in c.host_buffers if x.name == n), None)
-            cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib)}" if h else "")
+            ctx = shown + " (fit)"
         w = [_within_cell((c.within or {}).get(k) or {}) for k in ("budget", "margin")] if within else []
         t.add_row(Text(c.build), Text(c.setting), pp, ctx if not isinstance(ctx, str) else ctx.replace(",", ""), *w,
-                  *cells)
+                  *_buffer_cells(c, names, hosts, approx["compute"]))
     return t
+
+
+def _buffer_cells(c: ConfigPlan, names: list[str], hosts: list[str], approx_compute: bool) -> list:
+    """A configuration's "model / ctx / compute" cells: each device (red where over its budget, empty where it has
+    none), the host, then each host buffer type."""
+    cells: list = []
+    for n in names:
+        d = next((x for x in c.devices if x.name == n), None)
+        if d is None:
+            cells.append("")
+            continue
+        cell = f"{_mib(d.model_mib)} / {_mib(d.context_mib)} / {_mib(d.compute_mib, approx_compute)}"
+        cells.append(Text(cell, style="red") if n in c.over_budget else cell)
+    h = c.host
+    cells.append(f"{_mib(h.model_mib)} / {_mib(h.context_mib)} / {_mib(h.compute_mib, approx_compute)}"
+                 if h else "")
+    for n in hosts:
+        hb = next((x for x in c.host_buffers if x.name == n), None)
+        cells.append(f"{_mib(hb.model_mib)} / {_mib(hb.context_mib)} / {_mib(hb.compute_mib)}" if hb else "")
+    return cells
 
 
 def _within_cell(lim: dict):
@@ -94,6 +100,25 @@ def _notes(plan: Plan) -> list:
         parts.append(Text(f"build {b} does not apply to this rig: {why}", style="yellow"))
     for b, why in plan.skipped.items():
         parts.append(Text(f"build {b} not planned: {why}", style="yellow"))
+    parts += _fit_failed_notes(plan)
+    for c in plan.configs:
+        if c.within:
+            parts.append(Text(f"{c.build} × {c.setting}: {maxctx.within_text(c.within['budget'])} within every "
+                              f"budget, {maxctx.within_text(c.within['margin'])} within every budget less the "
+                              f"margin (dry runs at fixed contexts; {c.within.get('why')})"))
+    parts += _budget_notes(plan)
+    for cc in plan.copies_costs:
+        devs = ", ".join(f"{n} {v:+,.2f}" for n, v in cc.devices_mib.items())
+        ctx = f"; context {cc.n_ctx_delta:+,} tokens with {cc.baseline}" if cc.n_ctx_delta else ""
+        at = f" at n_ctx {cc.at_n_ctx}" if cc.at_n_ctx else ""
+        parts.append(Text(f"• {cc.setting}: {cc.build}'s {cc.copies} scheduler copies cost {cc.total_mib:,.2f} MiB "
+                          f"of compute over {cc.baseline}{at} ({devs}; host {cc.host_mib:+,.2f}){ctx}"))
+    return parts + _basis_notes(plan)
+
+
+def _fit_failed_notes(plan: Plan) -> list:
+    """One note per distinct message of llama.cpp's failed fits, with how many configurations said it."""
+    parts: list = []
     failed = [c for c in plan.configs if c.status == "ok" and c.fit_ok is False]
     for msg in dict.fromkeys(c.fit_message or "no reason printed" for c in failed):
         these = [c for c in failed if (c.fit_message or "no reason printed") == msg]
@@ -104,11 +129,13 @@ def _notes(plan: Plan) -> list:
                "each device, so the n_ctx shown is the reduced one and a device may hold more than its budget "
                "(red cells); to let the fit place layers, leave -ngl out of the study's server args"
                if reduced else ": the server would run with the parameters as given"), style="yellow"))
-    for c in plan.configs:
-        if c.within:
-            parts.append(Text(f"{c.build} × {c.setting}: {maxctx.within_text(c.within['budget'])} within every "
-                              f"budget, {maxctx.within_text(c.within['margin'])} within every budget less the "
-                              f"margin (dry runs at fixed contexts; {c.within.get('why')})"))
+    return parts
+
+
+def _budget_notes(plan: Plan) -> list:
+    """Copies that differ from the expected, devices over their budget beyond the margin (would not load), then the
+    devices that keep less than their margin free."""
+    parts: list = []
     thin: dict[tuple[str, int], list[float]] = {}  # (device, margin) → MiB left free, per configuration
     for c in plan.configs:
         if c.copies_mismatch:
@@ -125,15 +152,16 @@ def _notes(plan: Plan) -> list:
         parts.append(Text(f"{n} keeps less than its {margin} MiB margin free in {len(left)} configuration(s) "
                           f"({min(left):,.0f}–{max(left):,.0f} MiB): llama.cpp's fit balances the total over the "
                           "devices, and a fixed -ngl keeps it from moving layers", style="yellow"))
-    for cc in plan.copies_costs:
-        devs = ", ".join(f"{n} {v:+,.2f}" for n, v in cc.devices_mib.items())
-        ctx = f"; context {cc.n_ctx_delta:+,} tokens with {cc.baseline}" if cc.n_ctx_delta else ""
-        at = f" at n_ctx {cc.at_n_ctx}" if cc.at_n_ctx else ""
-        parts.append(Text(f"• {cc.setting}: {cc.build}'s {cc.copies} scheduler copies cost {cc.total_mib:,.2f} MiB "
-                          f"of compute over {cc.baseline}{at} ({devs}; host {cc.host_mib:+,.2f}){ctx}"))
-    if plan.configs and plan.configs[0].budgets_mib:
+    return parts
+
+
+def _basis_notes(plan: Plan) -> list:
+    """The dim lines closing the notes: the budgets and -fitt, the compute slack of input copies, what the figures
+    are based on, the plan's own notes and the dry runs it took."""
+    parts: list = []
+    if plan.configs and (budgets := plan.configs[0].budgets_mib):
         c0 = plan.configs[0]
-        parts.append(Text(f"budgets {', '.join(f'{b:,} MiB' for b in c0.budgets_mib)} free per device, llama.cpp "
+        parts.append(Text(f"budgets {', '.join(f'{b:,} MiB' for b in budgets)} free per device, llama.cpp "
                           f"margin {', '.join(str(m) for m in c0.margins_mib or [])} MiB → -fitt "
                           f"{','.join(str(x) for x in c0.fit_targets_mib or [])} here", style="dim"))
     slack = max((input_copies_mib(c) or 0.0 for c in plan.configs if len(c.devices) > 1), default=0.0)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 
 import numpy as np
-
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
@@ -154,7 +153,7 @@ def throughput_figure(data: RunData) -> Figure | None:
 def pp_gain_figure(data: RunData) -> Figure | None:
     p = grid.pair(data)
     rows = grid.gains(data, p) if p else []
-    if not rows or len({(r["prompt_tokens"], r["output_tokens"], r["concurrency"]) for r in rows}) < 2:
+    if p is None or not rows or len({(r["prompt_tokens"], r["output_tokens"], r["concurrency"]) for r in rows}) < 2:
         return None
     levels = sorted({r["concurrency"] for r in rows})
     prompts = sorted({(r["prompt_tokens"], r["output_tokens"]) for r in rows})

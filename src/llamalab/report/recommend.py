@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ..run import stats
 from . import context, speed
 from .data import RunData
-from .summary import _study_cmake
+from .summary import study_cmake_of
 from .verdict import memory_comparisons, study_builds, study_settings
 
 SHORT, LONG, SERVING = "short", "long", "serving"
@@ -44,7 +44,7 @@ SAME_CONTEXT = 256  # --fit steps the context by 256 tokens: closer than that is
 def action(data: RunData, build: str) -> str:
     """What a user does to get this build's configuration: a CMake command or llama-server flags."""
     spec = data.study_entry("builds", build)
-    cmake = _study_cmake(data, build)
+    cmake = study_cmake_of(data, build)
     parts = []
     if cmake:
         defs = " ".join(f"-D{k}={'ON' if v is True else 'OFF' if v is False else v}" for k, v in cmake.items())
@@ -141,8 +141,27 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
            ) -> Assessment:
     """What `build` buys and costs against the setting's baseline, for one use."""
     a = Assessment(build)
+    _weigh_speed(a, scope, comps, many_outputs)
+    row = ctx.get((build, scope.setting))
+    base_row = ctx.get((row["baseline"], scope.setting)) if row else None
+    gain = (row or {}).get("measured_delta_tokens")
+    if row and gain is None:
+        why = row.get("context_unknown") or (base_row or {}).get("context_unknown")
+        if why:
+            whose = build if row.get("context_unknown") else row["baseline"]
+            a.context_unknown = f"{whose}'s context within the budgets is not known ({why})"
+    a.context_gain = gain or 0
+    mem = _memory(data, scope.setting, build)
+    if mem:
+        _weigh_memory(a, mem)
+    _weigh_context(a, scope, row, base_row, mem)
+    return a
+
+
+def _weigh_speed(a: Assessment, scope: Scope, comps: list[dict], many_outputs: bool) -> None:
+    """Sort the build's speed comparisons in the scope by verdict: bought, paid, not comparable, untested, same."""
     for c in comps:
-        if c["candidate"] != build or not scope.covers(c):
+        if c["candidate"] != a.build or not scope.covers(c):
             continue
         text = f"{_label(c, scope, many_outputs)} {ratio_text(c)}"
         if c["verdict"] == "faster":
@@ -155,30 +174,29 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
             a.untested.append(c)
         else:
             a.same.append(c)
-    row = ctx.get((build, scope.setting))
-    base_row = ctx.get((row["baseline"], scope.setting)) if row else None
-    gain = (row or {}).get("measured_delta_tokens")
-    if row and gain is None:
-        why = row.get("context_unknown") or (base_row or {}).get("context_unknown")
-        if why:
-            whose = build if row.get("context_unknown") else row["baseline"]
-            a.context_unknown = f"{whose}'s context within the budgets is not known ({why})"
-    gain = gain or 0
-    a.context_gain = gain
-    mem = _memory(data, scope.setting, build)
-    if mem:
-        a.freed_mib = -sum(v for v in mem["compute_delta_mib"].values() if v is not None)
-        if mem["weights_moved"] and mem["candidate_split_mode"] != mem["baseline_split_mode"]:
-            # a split mode's own placement: stated, but not the warning meant for an override that moves weights
-            a.notes.append(f"split mode {mem['candidate_split_mode']} places the weights otherwise "
-                           f"({mem['weights_moved_text']})")
-        elif mem["weights_moved"]:
-            a.moved = True
-            a.costs.append(Claim("weights", f"moves weights ({mem['weights_moved_text']}): not a no-op"))
-        grown = {d: v for d, v in mem["compute_delta_mib"].items() if v is not None and v > 1.0}
-        if grown:
-            a.costs.append(Claim("memory", "more compute buffer (" + ", ".join(
-                f"{d} {v:+,.2f} MiB" for d, v in grown.items()) + ")"))
+
+
+def _weigh_memory(a: Assessment, mem: dict) -> None:
+    """The compute the build frees, the weights it moves (a cost, or a note for a split mode's own placement) and
+    the compute buffer it grows (a cost)."""
+    a.freed_mib = -sum(v for v in mem["compute_delta_mib"].values() if v is not None)
+    if mem["weights_moved"] and mem["candidate_split_mode"] != mem["baseline_split_mode"]:
+        # a split mode's own placement: stated, but not the warning meant for an override that moves weights
+        a.notes.append(f"split mode {mem['candidate_split_mode']} places the weights otherwise "
+                       f"({mem['weights_moved_text']})")
+    elif mem["weights_moved"]:
+        a.moved = True
+        a.costs.append(Claim("weights", f"moves weights ({mem['weights_moved_text']}): not a no-op"))
+    grown = {d: v for d, v in mem["compute_delta_mib"].items() if v is not None and v > 1.0}
+    if grown:
+        a.costs.append(Claim("memory", "more compute buffer (" + ", ".join(
+            f"{d} {v:+,.2f} MiB" for d, v in grown.items()) + ")"))
+
+
+def _weigh_context(a: Assessment, scope: Scope, row: dict | None, base_row: dict | None, mem: dict | None) -> None:
+    """The context gained (bought where the use needs it), the context lost (a cost), or, with neither, the compute
+    freed without a context gain and why (a note)."""
+    gain = a.context_gain
     if gain > 0 and row and base_row:
         text = (f"+{gain:,} tokens of context ({base_row['n_ctx']:,} → {row['n_ctx']:,}{context.limit_text(row)}"
                 + (" within every budget" if row.get("budget_fit") else "") + ")")
@@ -197,20 +215,20 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
                and not (row or {}).get("fit_reduced_from") else "no more within every budget"
                if (row or {}).get("budget_fit") else "the fit gave no more context")
         a.notes.append(f"frees {a.freed_mib / n:,.0f} MiB of compute buffer per device but gains no context ({why})")
-    return a
 
 
 def _rank(a: Assessment, order: list[str], data: RunData) -> tuple:
     """Best first: nothing paid, most context, most speed bought, least speed paid, no weights moved, no rebuild."""
     return (bool(a.costs), -a.context_gain, -len(a.speed_buys), len(a.speed_costs), a.moved,
-            bool(_study_cmake(data, a.build)), order.index(a.build) if a.build in order else 1 << 30)
+            bool(study_cmake_of(data, a.build)), order.index(a.build) if a.build in order else 1 << 30)
 
 
 def _same_outcome(a: Assessment, b: Assessment) -> bool:
     """Two builds that buy and cost the same here (context within the fit's step, the same verdicts)."""
     def verdicts(x: Assessment) -> set:
-        return {(c.comparison["metric"], c.comparison["prompt_tokens"], c.comparison["output_tokens"], side)
-                for side, claims in (("buys", x.speed_buys), ("costs", x.speed_costs)) for c in claims}
+        return {(m["metric"], m["prompt_tokens"], m["output_tokens"], side)
+                for side, claims in (("buys", x.speed_buys), ("costs", x.speed_costs)) for c in claims
+                if (m := c.comparison) is not None}  # every speed claim carries its comparison
     return (abs(a.context_gain - b.context_gain) <= SAME_CONTEXT and not a.moved and not b.moved
             and verdicts(a) == verdicts(b) and bool(a.costs) == bool(b.costs))
 
@@ -314,52 +332,68 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
     for scope in _scopes(data, setting):
         assessed = [assess(data, scope, b, comps, ctx, many_outputs) for b in cands]
         eligible = sorted((a for a in assessed if a.buys), key=lambda a: _rank(a, order, data))
-        measured_any = bool(scope.cells)
         if eligible:
-            pick = eligible[0]
-            alts = [a.build for a in eligible[1:] if _same_outcome(a, pick)]
-            # lead with a build that needs no rebuild where one gives the same
-            runtime = [b for b in [pick.build, *alts] if not _study_cmake(data, b)]
-            if runtime and runtime[0] != pick.build:
-                alts = [pick.build, *[b for b in alts if b != runtime[0]]]
-                pick = next(a for a in assessed if a.build == runtime[0])
-            context_only = all(c.kind == "context" for c in pick.buys) and bool(pick.speed_costs)
-            notes = pick.notes + ([pick.unneeded_context] if pick.unneeded_context else [])
-            rows.append(Row(scope.use, scope.title, setting, pick.build, base, False, action(data, pick.build),
-                            pick.buys, pick.costs, pick.same, pick.unlike, notes,
-                            _measured(data, scope, pick.build, base), alts, None, context_only, measured_any,
-                            context_unknown=pick.context_unknown if CONTEXT_MATTERS[scope.use] else "",
-                            untested=pick.untested))
-            continue
-        # nothing buys anything here: keep the default, weighed against the best alternative
-        ref = sorted(assessed, key=lambda a: (a.moved, -a.context_gain, not a.context_unknown, -a.freed_mib,
-                                              bool(a.speed_costs),
-                                              bool(_study_cmake(data, a.build)), order.index(a.build)))
-        alt = ref[0] if ref else None
-        buys: list[Claim] = []
-        costs: list[Claim] = []
-        notes: list[str] = []
-        if alt is not None:
-            for c in alt.speed_costs:  # the alternative is slower: keeping the default keeps that speed
-                buys.append(Claim("speed", f"{c.label} ({alt.build}: {ratio_text(c.comparison)})", c.comparison,
-                                  c.label))
-            for c in alt.costs:  # a verb for each: "it needs more compute buffer …, has -512 tokens of context …"
-                verb = {"memory": "needs ", "context": "has "}.get(c.kind, "")
-                if c.kind in ("weights", "context", "memory"):
-                    notes.append(f"{alt.build} {verb}{c.text}")
-            if alt.context_gain > 0:
-                costs.append(Claim("context", f"{alt.context_gain:,} tokens of context less than {alt.build}"
-                                              + (" (short prompts do not need them)" if scope.use == SHORT else "")))
-            notes += [f"{alt.build} {n}" for n in alt.notes]
-        how = action(data, base)
-        rows.append(Row(scope.use, scope.title, setting, base, base, True,
-                        f"keep {base}" + ("" if how == "use llama.cpp's defaults" else f" ({how})"), buys, costs,
-                        alt.same if alt else [], alt.unlike if alt else [], notes,
-                        _measured(data, scope, alt.build if alt else base, base), [],
-                        alt.build if alt else None, False, measured_any, baseline_is(data, base),
-                        context_unknown=alt.context_unknown if alt and CONTEXT_MATTERS[scope.use] else "",
-                        untested=alt.untested if alt else []))
+            rows.append(_pick_row(data, scope, base, assessed, eligible))
+        else:
+            rows.append(_keep_default_row(data, scope, base, assessed, order))
     return rows
+
+
+def _pick_row(data: RunData, scope: Scope, base: str, assessed: list[Assessment], eligible: list[Assessment]
+              ) -> Row:
+    """The row of a use where some build buys something: the best of them (`eligible`, best first), led by one that
+    needs no rebuild where one gives the same, with the others that give the same as alternatives."""
+    pick = eligible[0]
+    alts = [a.build for a in eligible[1:] if _same_outcome(a, pick)]
+    # lead with a build that needs no rebuild where one gives the same
+    runtime = [b for b in [pick.build, *alts] if not study_cmake_of(data, b)]
+    if runtime and runtime[0] != pick.build:
+        alts = [pick.build, *[b for b in alts if b != runtime[0]]]
+        pick = next(a for a in assessed if a.build == runtime[0])
+    context_only = all(c.kind == "context" for c in pick.buys) and bool(pick.speed_costs)
+    notes = pick.notes + ([pick.unneeded_context] if pick.unneeded_context else [])
+    return Row(scope.use, scope.title, scope.setting, pick.build, base, False, action(data, pick.build),
+               pick.buys, pick.costs, pick.same, pick.unlike, notes,
+               _measured(data, scope, pick.build, base), alts, None, context_only, bool(scope.cells),
+               context_unknown=pick.context_unknown if CONTEXT_MATTERS[scope.use] else "",
+               untested=pick.untested)
+
+
+def _keep_default_row(data: RunData, scope: Scope, base: str, assessed: list[Assessment], order: list[str]) -> Row:
+    """The row of a use where nothing buys anything: keep the default, weighed against the best alternative."""
+    ref = sorted(assessed, key=lambda a: (a.moved, -a.context_gain, not a.context_unknown, -a.freed_mib,
+                                          bool(a.speed_costs),
+                                          bool(study_cmake_of(data, a.build)), order.index(a.build)))
+    alt = ref[0] if ref else None
+    buys, costs, notes = _kept(alt, scope) if alt is not None else ([], [], [])
+    how = action(data, base)
+    return Row(scope.use, scope.title, scope.setting, base, base, True,
+               f"keep {base}" + ("" if how == "use llama.cpp's defaults" else f" ({how})"), buys, costs,
+               alt.same if alt else [], alt.unlike if alt else [], notes,
+               _measured(data, scope, alt.build if alt else base, base), [],
+               alt.build if alt else None, False, bool(scope.cells), baseline_is(data, base),
+               context_unknown=alt.context_unknown if alt and CONTEXT_MATTERS[scope.use] else "",
+               untested=alt.untested if alt else [])
+
+
+def _kept(alt: Assessment, scope: Scope) -> tuple[list[Claim], list[Claim], list[str]]:
+    """What keeping the default buys (the speed the alternative loses), costs (the context it would gain) and
+    notes (the alternative's other costs and notes, each with a verb)."""
+    buys: list[Claim] = []
+    costs: list[Claim] = []
+    notes: list[str] = []
+    for c in alt.speed_costs:  # the alternative is slower: keeping the default keeps that speed
+        buys.append(Claim("speed", f"{c.label} ({alt.build}: {ratio_text(c.comparison)})", c.comparison,
+                          c.label))
+    for c in alt.costs:  # a verb for each: "it needs more compute buffer …, has -512 tokens of context …"
+        verb = {"memory": "needs ", "context": "has "}.get(c.kind, "")
+        if c.kind in ("weights", "context", "memory"):
+            notes.append(f"{alt.build} {verb}{c.text}")
+    if alt.context_gain > 0:
+        costs.append(Claim("context", f"{alt.context_gain:,} tokens of context less than {alt.build}"
+                                      + (" (short prompts do not need them)" if scope.use == SHORT else "")))
+    notes += [f"{alt.build} {n}" for n in alt.notes]
+    return buys, costs, notes
 
 
 # ---------------------------------------------------------------- the paragraph
@@ -389,38 +423,51 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
     if not r.measured_any:
         return f"{r.title}: {r.measured}."
     if r.keep_default:
-        s = f"{r.title}: keep {r.baseline} ({r.baseline_is})"
-        if r.versus is None:
-            return s + ": no other build was measured."
-        reasons = []
-        said_same = False
-        if r.buys:
-            reasons.append(f"it keeps {_join([c.text for c in r.buys])}, where {r.versus} is slower")
-        elif r.context_unknown:
-            what = [n.removeprefix(f"{r.versus} ") for n in r.notes]
-            if r.same:
-                what.append(_same_text(r.same).replace("no measurable", "makes no measurable", 1))
-                said_same = True
+        return _keep_sentence(r)
+    return _run_sentence(r, data, said)
+
+
+def _unlike_text(unlike: list[dict]) -> str:
+    """"not comparable: prompt t/s (foreign CPU load …)": each metric's comparison that had no verdict, once."""
+    return "not comparable: " + _join(list(dict.fromkeys(
+        f"{speed.metric(c['metric']).short} ({c['reason']})" for c in unlike)))
+
+
+def _keep_sentence(r: Row) -> str:
+    """A row that keeps the default, as a sentence: what keeping it keeps and costs against the alternative."""
+    s = f"{r.title}: keep {r.baseline} ({r.baseline_is})"
+    if r.versus is None:
+        return s + ": no other build was measured."
+    reasons = []
+    said_same = False
+    if r.buys:
+        reasons.append(f"it keeps {_join([c.text for c in r.buys])}, where {r.versus} is slower")
+    else:
+        what = [n.removeprefix(f"{r.versus} ") for n in r.notes]
+        if r.same:
+            what.append(_same_text(r.same).replace("no measurable", "makes no measurable", 1))
+            said_same = True
+        if r.context_unknown:
             reasons.append(f"{r.context_unknown}, so what {r.versus} buys here is not known"
                            + (f"; it {_join(what)}" if what else ""))
         else:
-            what = [n.removeprefix(f"{r.versus} ") for n in r.notes]
-            if r.same:
-                what.append(_same_text(r.same).replace("no measurable", "makes no measurable", 1))
-                said_same = True
             reasons.append(f"{r.versus} buys nothing measurable here" + (f": it {_join(what)}" if what else ""))
-        if r.costs:
-            reasons.append(f"keeping it costs {_join([c.text for c in r.costs])}")
-        if r.notes and r.buys:
-            reasons.append(_join(r.notes))
-        if r.same and not said_same:
-            reasons.append(f"{_same_text(r.same)} ({r.versus} vs {r.baseline})")
-        if r.untested:
-            reasons.append(f"{_untested_text(r.untested)} ({r.versus} vs {r.baseline})")
-        if r.unlike:
-            reasons.append("not comparable: " + _join(
-                list(dict.fromkeys(f"{speed.metric(c['metric']).short} ({c['reason']})" for c in r.unlike))))
-        return s + " — " + "; ".join(reasons) + "."
+    if r.costs:
+        reasons.append(f"keeping it costs {_join([c.text for c in r.costs])}")
+    if r.notes and r.buys:
+        reasons.append(_join(r.notes))
+    if r.same and not said_same:
+        reasons.append(f"{_same_text(r.same)} ({r.versus} vs {r.baseline})")
+    if r.untested:
+        reasons.append(f"{_untested_text(r.untested)} ({r.versus} vs {r.baseline})")
+    if r.unlike:
+        reasons.append(_unlike_text(r.unlike))
+    return s + " — " + "; ".join(reasons) + "."
+
+
+def _run_sentence(r: Row, data: RunData | None, said: set[str]) -> str:
+    """A row that picks a build, as a sentence: what it buys and costs, then the builds that give the same (named
+    with what a user does to get them the first time, where `data` is given)."""
     buys = _join([c.text for c in r.buys])
     costs = _join([c.text for c in r.costs])
     head = f"{r.title}: " + (f"if you need the context, {r.run}" if r.context_only else r.run)
@@ -433,8 +480,7 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
     if r.untested:
         s += f"; {_untested_text(r.untested)}"
     if r.unlike:
-        s += "; not comparable: " + _join(list(dict.fromkeys(
-            f"{speed.metric(c['metric']).short} ({c['reason']})" for c in r.unlike)))
+        s += "; " + _unlike_text(r.unlike)
     if r.context_only:
         s += f"; otherwise keep {r.baseline}"
     if r.alternatives:
@@ -482,7 +528,7 @@ def recommendation(data: RunData) -> str:
 
 
 def _pp_on(data: RunData, build: str, setting: str) -> bool | None:
-    cfg = context._config(data, build, setting)
+    cfg = context.config_of(data, build, setting)
     return (cfg or {}).get("ledger", {}).get("pipeline_parallel") if cfg else None
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from ..run import stats
 from .data import RunData, figures
+from .records import TrialRecord
 from .verdict import study_builds, study_settings
 
 DEFAULT_THRESHOLD = 0.02
@@ -51,21 +53,21 @@ def metric(name: str) -> Metric:
 
 # ---- per-trial values -------------------------------------------------------------------------------------------
 
-def _ttfts_ms(trial: dict) -> Sequence[float]:
+def _ttfts_ms(trial: TrialRecord) -> Sequence[float]:
     return figures(trial).ttfts_ms
 
 
-def _itls_ms(trial: dict) -> Sequence[float]:
+def _itls_ms(trial: TrialRecord) -> Sequence[float]:
     return figures(trial).itls_ms
 
 
-def aggregate_input_tps(trial: dict) -> float | None:
+def aggregate_input_tps(trial: TrialRecord) -> float | None:
     """Prompt tokens of all the level's requests per second until the last of them had its first token (all are
     sent together, so that is when every prompt had been processed)."""
     return figures(trial).aggregate_input_tps
 
 
-def trial_value(trial: dict, metric: str) -> float | None:
+def trial_value(trial: TrialRecord, metric: str) -> float | None:
     """One trial's sample of `metric`: the stored figure for throughputs (aggregate prompt t/s derived from the
     requests), the median over its requests (ms) for TTFT and over all its inter-token gaps for ITL. None when the
     trial has no such figure, or it is not positive (a ratio needs a positive baseline)."""
@@ -77,15 +79,15 @@ def trial_value(trial: dict, metric: str) -> float | None:
         v = aggregate_input_tps(trial)
         vals = [v] if v is not None else []
     elif metric in _BY_NAME:
-        v = trial.get(metric)
-        vals = [float(v)] if v is not None else []
+        stored = cast("float | None", trial.get(metric))  # a speed column, by _BY_NAME
+        vals = [float(stored)] if stored is not None else []
     else:
         raise KeyError(f"unknown speed metric {metric!r}; known: {', '.join(_BY_NAME)}")
     med = statistics.median(vals) if vals else None
     return med if med is not None and med > 0 else None
 
 
-def _usable(trial: dict) -> bool:
+def _usable(trial: TrialRecord) -> bool:
     return not trial.get("errors")
 
 
@@ -93,7 +95,7 @@ def _usable(trial: dict) -> bool:
 class Cell:
     """The trials of one build × setting × workload cell × concurrency level, in trial order."""
 
-    used: list[dict]
+    used: list[TrialRecord]
     excluded: int
 
     def samples(self, metric: str) -> tuple[list[float], list[int]]:
@@ -103,7 +105,7 @@ class Cell:
     @property
     def foreign_load(self) -> float | None:
         """Median CPU cores other processes used during these trials (None where not recorded)."""
-        vals = [float(t["foreign_load"]) for t in self.used if t.get("foreign_load") is not None]
+        vals = [float(x) for t in self.used if (x := t.get("foreign_load")) is not None]
         return round(statistics.median(vals), 2) if vals else None
 
 
@@ -111,7 +113,7 @@ Key = tuple[str, str, int, int, int]  # build, setting, prompt tokens, output to
 
 
 def cells(data: RunData) -> dict[Key, Cell]:
-    groups: dict[Key, list[dict]] = {}
+    groups: dict[Key, list[TrialRecord]] = {}
     for t in data.trials:
         p, o = data.cell(t)
         groups.setdefault((t["build"], t["setting"], p, o, int(t["concurrency"])), []).append(t)

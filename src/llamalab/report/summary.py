@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import shlex
 
-from ..store import jsoncol
 from ..llamacpp.applicability import NOT_APPLICABLE
-from . import speed, verdict
+from . import records, speed, verdict
 from .data import RunData
-
-
-_json = jsoncol.decode
+from .records import BuildRecord, ConfigRecord
 
 
 def model(data: RunData) -> dict:
-    return _json(data.run.get("model_json")) or {}
+    return data.model
 
 
 def system_items(data: RunData) -> list[tuple[str, str]]:
@@ -25,7 +22,7 @@ def system_items(data: RunData) -> list[tuple[str, str]]:
     r = data.run
     src = s.get("llama_cpp") or {}
     m = model(data)
-    opts = _json(r.get("options_json")) or {}
+    opts = r.get("options") or {}
     gpus = ", ".join(f"{g.get('name', '?')} ({g.get('total_mib') or 0:,} MiB)" for g in s.get("gpus") or []) or "none"
     items = [
         ("Run", f"{r['id']} — study {r['study']}, {r['status']}"),
@@ -46,7 +43,7 @@ def system_items(data: RunData) -> list[tuple[str, str]]:
     ]
     for b in src.get("binaries") or []:
         items.append(("Binaries", binary_line(b, [x["name"] for x in data.builds
-                                                   if (_json(x.get("binary_json")) or {}).get("dir") == b.get("dir")])))
+                                                   if (x.get("binary") or {}).get("dir") == b.get("dir")])))
     if s.get("loadavg"):
         items.append(("Load at start", ", ".join(f"{x:.2f}" for x in s["loadavg"])))
     return items
@@ -149,7 +146,7 @@ def split_rows(data: RunData) -> list[dict]:
     from .data import compute_by_label, device_labels, device_names, host_by_type, host_compute
 
     out = []
-    order = tables._order(data)
+    order = tables.config_order(data)
     for c in sorted(data.configs, key=lambda c: (order.get((c["build"], c["setting"]), 1 << 30), c["id"])):
         led = c.get("ledger") or {}
         if c.get("status") != "ok" or led.get("graph_splits") is None:
@@ -165,7 +162,7 @@ def split_rows(data: RunData) -> list[dict]:
 
 def split_table(data: RunData) -> tuple[list[str], list[list[str]]] | None:
     """The split_rows as a table (None where no ledger has graph splits)."""
-    from .tables import _fmt
+    from .tables import format_cell
 
     rows = split_rows(data)
     if not rows:
@@ -179,11 +176,12 @@ def split_table(data: RunData) -> tuple[list[str], list[list[str]]] | None:
     body = []
     for r in rows:
         splits = (f"{r['splits']} / {r['splits_tg']}" if r["splits_tg"] not in (None, r["splits"])
-                  else _fmt(r["splits"]))
-        body.append([r["build"], r["setting"], splits, _fmt(r["copies"]),
-                     *[_fmt(r["compute_mib"].get(d)) for d in devs], _fmt(r["compute_host_mib"]),
-                     *[_fmt(r["kv_mib"].get(d)) for d in devs], *[_fmt(r["host_mib"].get(h)) for h in hosts],
-                     *([_fmt(r["input_mib"])] if inputs else []), _fmt(r["n_ctx"])])
+                  else format_cell(r["splits"]))
+        body.append([r["build"], r["setting"], splits, format_cell(r["copies"]),
+                     *[format_cell(r["compute_mib"].get(d)) for d in devs], format_cell(r["compute_host_mib"]),
+                     *[format_cell(r["kv_mib"].get(d)) for d in devs],
+                     *[format_cell(r["host_mib"].get(h)) for h in hosts],
+                     *([format_cell(r["input_mib"])] if inputs else []), format_cell(r["n_ctx"])])
     return head, _once(body)
 
 
@@ -200,14 +198,14 @@ def key_speed_lines(data: RunData) -> list[str]:
             or (c["metric"] in ("aggregate_output_tps", "aggregate_input_tps") and c["concurrency"] > 1)]
 
 
-def _study_cmake(data: RunData, name: str) -> dict:
+def study_cmake_of(data: RunData, name: str) -> dict:
     return dict(data.study_entry("builds", name).get("cmake") or {})
 
 
-def cmake_flags(build: dict, study_cmake: dict | None = None) -> str:
+def cmake_flags(build: BuildRecord, study_cmake: dict | None = None) -> str:
     """The -D options a build added to llama.cpp's defaults ("(defaults)" when none). A build that was never made
     stored none: the study's own `cmake` table says what it would have been."""
-    opts = _json(build.get("options_json"))
+    opts = build.get("options")
     if opts is None:
         opts = study_cmake or {}
     if not opts:
@@ -221,10 +219,9 @@ def _cm(v) -> str:
     return str(v)
 
 
-def server_flags(config: dict) -> str:
+def server_flags(config: ConfigRecord) -> str:
     """llama-server's arguments for a configuration, without the binary and model paths."""
-    argv = _json(config.get("server_argv_json")) or []
-    args = list(argv[1:])
+    args = records.server_argv(config)[1:]
     if len(args) >= 2 and args[0] == "-m":
         args = args[2:]
     return shlex.join(str(a) for a in args)
@@ -235,9 +232,9 @@ def reproduce(data: RunData) -> list[dict]:
     builds = {b["name"]: b for b in data.builds}
     out = []
     for c in data.ok_configs():
-        env = _json(c.get("env_json")) or {}
+        env = c.get("env") or {}
         out.append({"build": c["build"], "setting": c["setting"],
-                    "cmake": cmake_flags(builds.get(c["build"], {}), _study_cmake(data, c["build"])),
+                    "cmake": cmake_flags(builds.get(c["build"], {}), study_cmake_of(data, c["build"])),
                     "server": server_flags(c),
                     "env": " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))})
     return _once(out)
@@ -260,16 +257,16 @@ def build_items(data: RunData) -> list[dict]:
     out = []
     for b in data.builds:
         secs = b.get("build_seconds")
-        given = _json(b.get("binary_json"))
+        given = b.get("binary")
         source = (f"{b['source_version']} ({(b.get('source_commit') or '?')[:9]})" if b.get("source_version")
                   else "–")
         if given:
             source += f" binaries in {given.get('dir', '?')}"
-        elif str(b.get("source_origin") or "").startswith("dir:"):
-            source += f" built from {b['source_origin'][4:]}"
+        elif (origin := str(b.get("source_origin") or "")).startswith("dir:"):
+            source += f" built from {origin[4:]}"
         out.append({"name": b["name"], "label": data.build_label(b["name"]), "status": b["status"],
                     "reason": b.get("reason"),
-                    "cmake": "(given binaries)" if given else cmake_flags(b, _study_cmake(data, b["name"])),
+                    "cmake": "(given binaries)" if given else cmake_flags(b, study_cmake_of(data, b["name"])),
                     "source": source,
                     "build": "given, not built" if given else ("reused" if b.get("reused") else
                                                                (f"{secs:,.0f} s" if secs else "–"))})
@@ -282,7 +279,7 @@ def binary_notes(data: RunData) -> list[str]:
     for b in data.builds:
         if b["status"] != "ok":
             continue
-        given = _json(b.get("binary_json"))
+        given = b.get("binary")
         key = (f"given binaries {given.get('version', '?')} ({(given.get('commit') or '?')[:9]}) in "
                f"{given.get('dir', '?')}" if given else
                f"a build of {b.get('source_version') or '?'} ({(b.get('source_commit') or '?')[:9]}) from "
@@ -302,13 +299,13 @@ def fidelity_lines(data: RunData) -> list[str]:
 
     out = []
     for row in data.tables.get("crosschecks", []):
-        result = _json(row.get("result_json")) or {}
+        result = row.get("result") or {}
         where = f"{row['build']} × {row['setting']}"
         out += [f"{where}: {line}" for line in crosscheck.sentences(result)]
         if row.get("error"):
             out.append(f"{where}: {row['error']}")
     for c in data.ok_configs():  # once per build × setting (interleaved repeats restart the server each time)
-        nv = _json(c.get("nvml_json"))
+        nv = c.get("nvml")
         if nv:
             for line in nvmlcheck.sentences(nv.get("after_workload") or nv.get("after_load") or []):
                 out.append(f"{c['build']} × {c['setting']}: {line}")
@@ -320,7 +317,7 @@ BUSY_CORES = 0.25  # other processes using more than this many cores during a tr
 
 def noise_lines(data: RunData) -> list[str]:
     """A warning when other processes used the CPU while trials ran (trials.foreign_load, in cores)."""
-    loads = [t.get("foreign_load") for t in data.trials if t.get("foreign_load") is not None]
+    loads = [x for t in data.trials if (x := t.get("foreign_load")) is not None]
     busy = [x for x in loads if x > BUSY_CORES]
     if not busy:
         return []

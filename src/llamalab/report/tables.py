@@ -34,12 +34,12 @@ def rows(data: RunData, concurrency: int = 1) -> list[dict]:
             "pipeline_parallel": led.get("pipeline_parallel"),
             "errors": t["errors"],
         })
-    order = _order(data)
+    order = config_order(data)
     out.sort(key=lambda r: (order.get((r["build"], r["setting"]), 1 << 30), r["trial"]))
     return out
 
 
-def _order(data: RunData) -> dict[tuple[str, str], int]:
+def config_order(data: RunData) -> dict[tuple[str, str], int]:
     """Study order of the configurations: the study file's builds × settings, then any the store holds that it
     does not name (or all of them, in stored order, when the study file cannot be read)."""
     from .verdict import study_builds, study_settings
@@ -82,18 +82,18 @@ def table_cells(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
     body = []
     for r in rows_:
         body.append([
-            r["build"], r["setting"], str(r["trial"]), _fmt(r["input_tokens"]), _fmt(r["input_tps"]),
-            _fmt(r["output_tokens"]), _fmt(r["output_tps"]),
-            *[_fmt(r["compute_mib"].get(d)) for d in devs],
-            _fmt(r["compute_host_mib"]), _fmt(r["n_ctx"]),
-            *([_fmt(r.get("within_budgets_n_ctx")) if r.get("within_budgets_n_ctx") else "unknown"] if within
+            r["build"], r["setting"], str(r["trial"]), format_cell(r["input_tokens"]), format_cell(r["input_tps"]),
+            format_cell(r["output_tokens"]), format_cell(r["output_tps"]),
+            *[format_cell(r["compute_mib"].get(d)) for d in devs],
+            format_cell(r["compute_host_mib"]), format_cell(r["n_ctx"]),
+            *([format_cell(r.get("within_budgets_n_ctx")) if r.get("within_budgets_n_ctx") else "unknown"] if within
               else []),
-            _fmt(r["copies"]),
+            format_cell(r["copies"]),
         ])
     return head, body
 
 
-def _fmt(v) -> str:
+def format_cell(v) -> str:
     if v is None:
         return "–"
     if isinstance(v, float):

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..llamacpp import argv
+from ..run import stats, tunepick
 from ..run import tunespace as ts
-from ..store import jsoncol
-from ..run import stats
-from ..run import tunepick
-from ..run.tunepick import Pick, compare, measured_front, pick
+from ..run.tunepick import Pick, compare, measured_front
 from .data import RunData
 from .tables import markdown_table
 
@@ -47,7 +44,7 @@ class View:
     run_id: str
     doc: dict
     rows: list[Row]
-    pick: "Pick"
+    pick: Pick
     pick_sentence: str
     command: str
     default_command: str
@@ -55,9 +52,9 @@ class View:
     parallel: int
     stage_lines: list[str] = field(default_factory=list)
     undecided: list[str] = field(default_factory=list)  # what the measurements leave open about the pick
-    rule: "tunepick.Rule | None" = None
+    rule: tunepick.Rule | None = None
     repeats: int = 1
-    replay: "tunepick.Replay | None" = None  # an exhaustive run: the race over its own trials
+    replay: tunepick.Replay | None = None  # an exhaustive run: the race over its own trials
 
 
 # ---------------------------------------------------------------- measured speeds (stage two)
@@ -70,7 +67,7 @@ def doc_of(data: RunData) -> dict | None:
     rows = data.tables.get("tunes") or []
     if not rows:
         return None
-    raw = jsoncol.decode(rows[0].get("result_json"))
+    raw = rows[0].get("result")
     return raw if isinstance(raw, dict) else None
 
 
@@ -93,15 +90,25 @@ def command(data: RunData, build: str, parallel: int, model: str) -> str:
     (llama.cpp's "no split given", there only to keep the emulation from adding one) left out."""
     server = list((data.study.get("server") or {}).get("args") or [])
     args = list(data.study_entry("builds", build).get("args") or [])
-    if build == DEFAULT and (split := argv.value(args, "-ts")) and set(split.replace(",", "")) <= {"0"}:
-        args = argv.without(args, with_value={"-ts"})
+    if build == DEFAULT and (split := argv.value(args, *argv.TENSOR_SPLIT)) and set(split.replace(",", "")) <= {"0"}:
+        args = argv.without(args, with_value=set(argv.TENSOR_SPLIT))
     return shlex.join(["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"])
 
 
-def _measures(data: RunData, doc: dict) -> list[ts.Measures]:
-    cands = {c.get("build"): c for c in doc.get("candidates") or [] if c.get("build")}
+def _candidates(doc: dict) -> dict[str, dict]:
+    """The tune's stage-one candidates that got a build (those stage two could run), by build."""
+    return {c.get("build"): c for c in doc.get("candidates") or [] if c.get("build")}
+
+
+def _contexts(doc: dict, cands: dict[str, dict]) -> dict[str, int]:
+    """The context each configuration was tuned to, by build (llama.cpp's default's included; 0: unknown)."""
     ctx = {DEFAULT: int((doc.get("default") or {}).get("n_ctx") or 0)}
     ctx |= {b: int(c.get("n_ctx") or 0) for b, c in cands.items()}
+    return ctx
+
+
+def _measures(data: RunData, doc: dict) -> list[ts.Measures]:
+    ctx = _contexts(doc, _candidates(doc))
     return ts.measures(data.trials, ctx, int(doc.get("parallel") or 1), _ledger_ctx(data))
 
 
@@ -110,30 +117,59 @@ def measures_of(data: RunData, v: View) -> list[ts.Measures]:
 
 
 def view(data: RunData) -> View | None:
+    """The tune run of `data` as the reports show it (None: the run is no tune)."""
     doc = doc_of(data)
     if doc is None:
         return None
     k = int(doc.get("parallel") or 1)
-    threshold = float(doc.get("threshold") or 0.02)
-    cands = {c.get("build"): c for c in doc.get("candidates") or [] if c.get("build")}
-    ctx = {DEFAULT: int((doc.get("default") or {}).get("n_ctx") or 0)}
-    ctx |= {b: int(c.get("n_ctx") or 0) for b, c in cands.items()}
+    cands = _candidates(doc)
     ms = _measures(data, doc)
-    by = {m.name: m for m in ms}
+    rule, repeats = _rule(doc, cands, ms)
+    p = rule.pick(ms, repeats)
+    order = [DEFAULT, *[b for b in (doc.get("stage2") or {}).get("real", []) if b != DEFAULT]]
+    rows = _rows(doc, cands, ms, order, p)
+    model = (doc.get("model") or {}).get("path") or "MODEL"
+    pick_row = next((r for r in rows if r.build == p.name), None)
+    base_row = next((r for r in rows if r.build == DEFAULT), None)
+    sentence = _pick_sentence(p, pick_row, base_row)
+    v = View(run_id=data.id, doc=doc, rows=rows, pick=p, pick_sentence=sentence,
+             command=command(data, p.name, k, model), default_command=command(data, DEFAULT, k, model),
+             devices=list((doc.get("rig") or {}).get("devices") or []), parallel=k)
+    v.stage_lines = stage_lines(doc)
+    v.undecided = tunepick.undecided(ms, p, rule, repeats)
+    v.rule, v.repeats = rule, repeats
+    if (doc.get("stage2") or {}).get("mode") == "exhaustive":
+        v.replay = tunepick.replay(ms, order[1:], rule, repeats)
+        v.stage_lines.append(_replay_line(v.replay, ms, repeats, p))
+    return v
+
+
+def _rule(doc: dict, cands: dict[str, dict], ms: list[ts.Measures]) -> tuple[tunepick.Rule, int]:
+    """The pick's rule as the tune stored it (goal, floors, threshold, KV quality), and the trials per
+    configuration (stored, else the most any configuration has)."""
     default = doc.get("default") or {}
     kld = {b: c["kld"]["mean"] for b, c in cands.items() if isinstance(c.get("kld"), dict)
            and c["kld"].get("mean") is not None}
     repeats = int(doc.get("repeats") or max((len(m.samples.get("output_tps") or []) for m in ms), default=1))
-    rule = tunepick.Rule(default=DEFAULT, goal=doc.get("goal") or "context", threshold=threshold,
+    rule = tunepick.Rule(default=DEFAULT, goal=doc.get("goal") or "context",
+                         threshold=float(doc.get("threshold") or 0.02),
                          floor_ctx=max(int(doc.get("min_context") or 0), int(doc.get("need_context") or 0)),
                          min_gen_tps=doc.get("min_gen_tps"), default_fits=not default.get("over_budget"),
                          kld=kld, max_kld=doc.get("max_kld"))
-    p = rule.pick(ms, repeats)
+    return rule, repeats
+
+
+def _rows(doc: dict, cands: dict[str, dict], ms: list[ts.Measures], order: list[str], p: Pick) -> list[Row]:
+    """One row per configuration stage two ran, in `order` (llama.cpp's default first): its medians, memory,
+    speeds against the default, whether it is on the front or the pick, and why it was not measured in full."""
+    threshold = float(doc.get("threshold") or 0.02)
+    ctx = _contexts(doc, cands)
+    by = {m.name: m for m in ms}
+    default = doc.get("default") or {}
     front = set(measured_front(ms, threshold))
     if default.get("over_budget"):
         front.discard(DEFAULT)  # measured, but not something these cards could run
     screened = (doc.get("stage2") or {}).get("screened_out") or {}
-    order = [DEFAULT, *[b for b in (doc.get("stage2") or {}).get("real", []) if b != DEFAULT]]
     rows = []
     for b in order:
         m = by.get(b)
@@ -148,10 +184,7 @@ def view(data: RunData) -> View | None:
                   kld=(c or {}).get("kld") if b != DEFAULT else None,
                   kv="f16/f16" if b == DEFAULT else f"{(c or {}).get('ctk', 'f16')}/{(c or {}).get('ctv', 'f16')}")
         if m and b != DEFAULT and DEFAULT in by:
-            for metric in ts.SPEEDS:
-                v = compare(by[DEFAULT], m, metric, threshold)
-                if v is not None:
-                    row.vs_default[metric] = f"{stats.format_ratio(v[0])} — {v[1]}"
+            row.vs_default = _vs_default(by[DEFAULT], m, threshold)
             row.gen_vs_default = row.vs_default.get("output_tps", "")
         if b in screened:
             row.note = "stopped after one trial: " + screened[b]
@@ -160,25 +193,26 @@ def view(data: RunData) -> View | None:
         elif b == DEFAULT and default.get("over_budget"):
             row.note = over_note(default, doc)
         rows.append(row)
-    model = (doc.get("model") or {}).get("path") or "MODEL"
-    pick_row = next((r for r in rows if r.build == p.name), None)
-    base_row = next((r for r in rows if r.build == DEFAULT), None)
-    sentence = _pick_sentence(p, pick_row, base_row)
-    v = View(run_id=data.id, doc=doc, rows=rows, pick=p, pick_sentence=sentence,
-             command=command(data, p.name, k, model), default_command=command(data, DEFAULT, k, model),
-             devices=list((doc.get("rig") or {}).get("devices") or []), parallel=k)
-    v.stage_lines = stage_lines(doc)
-    v.undecided = tunepick.undecided(ms, p, rule, repeats)
-    v.rule, v.repeats = rule, repeats
-    if (doc.get("stage2") or {}).get("mode") == "exhaustive":
-        v.replay = tunepick.replay(ms, order[1:], rule, repeats)
-        total = sum(min(repeats, len(m.samples.get("output_tps") or [])) for m in ms)
-        v.stage_lines.append(
-            f"the race, replayed over these same trials: it would pick {v.replay.pick.name}"
-            + (" — the same pick" if v.replay.pick.name == p.name else f" — NOT this run's pick ({p.name})")
-            + f", with {v.replay.trials} of these {total} trials ({len(v.replay.ruled)} members ruled out after "
+    return rows
+
+
+def _vs_default(base: ts.Measures, m: ts.Measures, threshold: float) -> dict[str, str]:
+    """Each speed of `m` against llama.cpp's default's: "0.64× [0.41, 0.85] — slower" (none where not compared)."""
+    out = {}
+    for metric in ts.SPEEDS:
+        r = compare(base, m, metric, threshold)
+        if r is not None:
+            out[metric] = f"{stats.format_ratio(r[0])} — {r[1]}"
+    return out
+
+
+def _replay_line(replay: tunepick.Replay, ms: list[ts.Measures], repeats: int, p: Pick) -> str:
+    """What the race would have picked over an exhaustive run's own trials, and with how many of them."""
+    total = sum(min(repeats, len(m.samples.get("output_tps") or [])) for m in ms)
+    return (f"the race, replayed over these same trials: it would pick {replay.pick.name}"
+            + (" — the same pick" if replay.pick.name == p.name else f" — NOT this run's pick ({p.name})")
+            + f", with {replay.trials} of these {total} trials ({len(replay.ruled)} members ruled out after "
               "their screening trial)")
-    return v
 
 
 def over_note(default: dict, doc: dict) -> str:
@@ -231,29 +265,7 @@ def stage_lines(doc: dict) -> list[str]:
                                               ("pruned by prediction", by.get("pruned", 0)),
                                               ("infeasible", by.get("infeasible", 0)),
                                               ("not plannable", by.get("unplannable", 0))) if n)]
-    real = [b for b in s2.get("real") or [] if b != DEFAULT]
-    screened = s2.get("screened_out") or {}
-    if s2.get("mode") == "exhaustive":
-        out.append(f"stage two (exhaustive): every one of the {len(real)} front members and llama.cpp's default with "
-                   f"all its trials, {s2.get('trials', 0)} trials in {float(s2.get('seconds') or 0):.1f} s")
-    elif s2.get("mode") == "race":
-        timed = s2.get("time_left_out") or []
-        out.append(f"stage two (race): all {len(real)} front members and llama.cpp's default screened with one trial "
-                   f"each; {len(screened) - len(timed)} ruled out by the measurements, the rest measured with every "
-                   f"trial: {s2.get('trials_before_extension', s2.get('trials', 0))} trials of the "
-                   f"{s2.get('trials_exhaustive', 0)} an exhaustive run makes"
-                   + (f", then {s2['trials'] - s2['trials_before_extension']} more where the pick was still open"
-                      if s2.get("trials_before_extension") is not None and s2["trials"] > s2["trials_before_extension"]
-                      else "") + f", in {float(s2.get('seconds') or 0):.1f} s"
-                   + (f"; the time budget ({float(s2['time_budget_s']):g} s) left {len(timed)} unmeasured beyond "
-                      f"screening: {', '.join(timed)}" if timed else ""))
-        for ext in s2.get("extended") or []:
-            out.append(f"stage two (race): the pick was still open ({'; '.join(ext.get('why') or [])}), so "
-                       f"{', '.join(ext.get('names') or [])} got trials {ext['trials'][0]}–{ext['trials'][-1]} too")
-    else:  # a tune stored before the race
-        out.append(f"stage two: {len(real)} front candidates and llama.cpp's default run for real in "
-                   f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
-                                                              "(clearly dominated)" if screened else ""))
+    out += _stage_two_lines(s2)
     q = doc.get("quality") or {}
     if q.get("measured"):
         out.append("KV cache quality: " + "; ".join(f"{kv} {kld_text(k)}" for kv, k in sorted(q["by_pair"].items()))
@@ -282,6 +294,36 @@ def stage_lines(doc: dict) -> list[str]:
     return out
 
 
+def _stage_two_lines(s2: dict) -> list[str]:
+    """What stage two ran: every front member in full (exhaustive), a race (screening, the rest in full, the
+    extensions where the pick was open), or, for a tune stored before the race, the real runs."""
+    out = []
+    real = [b for b in s2.get("real") or [] if b != DEFAULT]
+    screened = s2.get("screened_out") or {}
+    if s2.get("mode") == "exhaustive":
+        out.append(f"stage two (exhaustive): every one of the {len(real)} front members and llama.cpp's default with "
+                   f"all its trials, {s2.get('trials', 0)} trials in {float(s2.get('seconds') or 0):.1f} s")
+    elif s2.get("mode") == "race":
+        timed = s2.get("time_left_out") or []
+        out.append(f"stage two (race): all {len(real)} front members and llama.cpp's default screened with one trial "
+                   f"each; {len(screened) - len(timed)} ruled out by the measurements, the rest measured with every "
+                   f"trial: {s2.get('trials_before_extension', s2.get('trials', 0))} trials of the "
+                   f"{s2.get('trials_exhaustive', 0)} an exhaustive run makes"
+                   + (f", then {s2['trials'] - s2['trials_before_extension']} more where the pick was still open"
+                      if s2.get("trials_before_extension") is not None and s2["trials"] > s2["trials_before_extension"]
+                      else "") + f", in {float(s2.get('seconds') or 0):.1f} s"
+                   + (f"; the time budget ({float(s2['time_budget_s']):g} s) left {len(timed)} unmeasured beyond "
+                      f"screening: {', '.join(timed)}" if timed else ""))
+        for ext in s2.get("extended") or []:
+            out.append(f"stage two (race): the pick was still open ({'; '.join(ext.get('why') or [])}), so "
+                       f"{', '.join(ext.get('names') or [])} got trials {ext['trials'][0]}–{ext['trials'][-1]} too")
+    else:  # a tune stored before the race
+        out.append(f"stage two: {len(real)} front candidates and llama.cpp's default run for real in "
+                   f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
+                                                              "(clearly dominated)" if screened else ""))
+    return out
+
+
 def front_table(v: View) -> tuple[list[str], list[list[str]]]:
     k = v.parallel
     quality = any(r.kld for r in v.rows)
@@ -302,7 +344,7 @@ def front_table(v: View) -> tuple[list[str], list[list[str]]]:
 def candidates_table(v: View) -> tuple[list[str], list[list[str]]]:
     """Every stage-one candidate: its status, context (verified, else predicted) and memory per device."""
     head = ["Status", "Candidate", "Context", "Predicted", "Dry runs", *[f"{d} MiB" for d in v.devices], "Why"]
-    order = {"front": 0, "dominated": 1, "pruned": 2, "infeasible": 3, "unplannable": 4}
+    order: dict[str | None, int] = {"front": 0, "dominated": 1, "pruned": 2, "infeasible": 3, "unplannable": 4}
     body = []
     def key(c: dict) -> tuple:
         return order.get(c.get("status"), 9), -(c.get("n_ctx") or c.get("predicted_n_ctx") or 0)

@@ -3,6 +3,8 @@ setting's baseline, the weights any configuration moved, and the context differe
 
 from __future__ import annotations
 
+from typing import Literal
+
 from ..llamacpp import argv
 from ..llamacpp.ledger import pp_label_of
 from .data import RunData, compute_by_label, device_labels, device_names, host_by_type, host_compute
@@ -10,7 +12,7 @@ from .data import RunData, compute_by_label, device_labels, device_names, host_b
 MOVED_MIB = 0.01  # model buffers print to 0.01 MiB: any larger difference means weights moved
 
 
-def _in_study_order(data: RunData, table: str, column: str) -> list[str]:
+def _in_study_order(data: RunData, table: str, column: Literal["build", "setting"]) -> list[str]:
     """Names the study file lists in `table`, then any others the stored configurations use."""
     names = [e["name"] for e in data.study.get(table) or [] if isinstance(e, dict) and "name" in e]
     return names + [n for n in dict.fromkeys(c[column] for c in data.configs) if n not in names]
@@ -74,36 +76,44 @@ def _memory_comparisons(data: RunData) -> list[dict]:
     out = []
     builds = study_builds(data)
     for setting in study_settings(data):
-        base_name = next((b for b in builds if data.ledger_for(b, setting)), None)
+        ledgers = {b: led for b in builds if (led := data.ledger_for(b, setting))}
+        base_name = next((b for b in builds if b in ledgers), None)
         if base_name is None:
             continue
-        base = data.ledger_for(base_name, setting)
         for b in builds:
-            if b == base_name or not (led := data.ledger_for(b, setting)):
+            if b == base_name or b not in ledgers:
                 continue
-            bc, cc = compute_by_label(base), compute_by_label(led)
-            moved = weights_moved(base, led)
-            modes = (argv.split_mode(data.server_argv(base_name, setting)), argv.split_mode(data.server_argv(b, setting)))
-            out.append({
-                "setting": setting, "baseline": base_name, "candidate": b,
-                "compute_delta_mib": {d: _delta(cc.get(d), bc.get(d)) for d in bc},
-                "compute_host_delta_mib": _delta(host_compute(led), host_compute(base)),
-                "model_delta_mib": _deltas(by_label(led, "model_mib"), by_label(base, "model_mib")),
-                "kv_delta_mib": _deltas(by_label(led, "kv_mib"), by_label(base, "kv_mib")),
-                "weights_moved": moved,
-                "weights_moved_text": moved_text(moved) or None,
-                # another split mode places the weights differently by design: the move is what it is, not a side
-                # effect of an arm meant to change something else
-                "baseline_split_mode": modes[0], "candidate_split_mode": modes[1],
-                "baseline_copies": base.get("sched_copies"), "candidate_copies": led.get("sched_copies"),
-                "baseline_pp": pp_label_of(base), "candidate_pp": pp_label_of(led),
-                "baseline_n_ctx": base.get("n_ctx"), "candidate_n_ctx": led.get("n_ctx"),
-                "n_ctx_delta": _delta(led.get("n_ctx"), base.get("n_ctx")),
-                "host_delta_mib": _deltas(host_by_type(led), host_by_type(base)),
-                "input_delta_mib": _delta(input_total(led), input_total(base)),
-                "baseline_pp_dropped": pp_dropped(base), "candidate_pp_dropped": pp_dropped(led),
-            })
+            out.append(_comparison(data, setting, (base_name, ledgers[base_name]), (b, ledgers[b])))
     return out
+
+
+def _comparison(data: RunData, setting: str, baseline: tuple[str, dict], candidate: tuple[str, dict]) -> dict:
+    """One build (`candidate`: name, ledger) against the setting's baseline (name, ledger), as
+    `memory_comparisons` gives it."""
+    base_name, base = baseline
+    b, led = candidate
+    bc, cc = compute_by_label(base), compute_by_label(led)
+    moved = weights_moved(base, led)
+    modes = (argv.split_mode(data.server_argv(base_name, setting)), argv.split_mode(data.server_argv(b, setting)))
+    return {
+        "setting": setting, "baseline": base_name, "candidate": b,
+        "compute_delta_mib": {d: _delta(cc.get(d), bc.get(d)) for d in bc},
+        "compute_host_delta_mib": _delta(host_compute(led), host_compute(base)),
+        "model_delta_mib": _deltas(by_label(led, "model_mib"), by_label(base, "model_mib")),
+        "kv_delta_mib": _deltas(by_label(led, "kv_mib"), by_label(base, "kv_mib")),
+        "weights_moved": moved,
+        "weights_moved_text": moved_text(moved) or None,
+        # another split mode places the weights differently by design: the move is what it is, not a side
+        # effect of an arm meant to change something else
+        "baseline_split_mode": modes[0], "candidate_split_mode": modes[1],
+        "baseline_copies": base.get("sched_copies"), "candidate_copies": led.get("sched_copies"),
+        "baseline_pp": pp_label_of(base), "candidate_pp": pp_label_of(led),
+        "baseline_n_ctx": base.get("n_ctx"), "candidate_n_ctx": led.get("n_ctx"),
+        "n_ctx_delta": _delta(led.get("n_ctx"), base.get("n_ctx")),
+        "host_delta_mib": _deltas(host_by_type(led), host_by_type(base)),
+        "input_delta_mib": _delta(input_total(led), input_total(base)),
+        "baseline_pp_dropped": pp_dropped(base), "candidate_pp_dropped": pp_dropped(led),
+    }
 
 
 def pp_dropped(ledger: dict) -> str | None:

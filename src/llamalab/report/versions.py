@@ -8,20 +8,19 @@ sentences compare every version with the study's first, figure by figure. Pure.
 
 from __future__ import annotations
 
-from ..store import jsoncol
 from . import speed
 from .data import RunData
+from .records import BuildRecord
 
 
-def _json(text) -> dict:
-    """A `*_json` column as a dict ({} for NULL, damaged or non-object text): the store's one decoder."""
-    v = jsoncol.decode(text, {})
+def _dict(v) -> dict:
+    """A decoded JSON column as a dict ({} for NULL, damaged or non-object values)."""
     return v if isinstance(v, dict) else {}
 
 
-def source_of(build: dict) -> dict:
+def source_of(build: BuildRecord) -> dict:
     """What llama.cpp a stored build ran: version, commit, and where it came from in words."""
-    given = _json(build.get("binary_json"))
+    given = _dict(build.get("binary"))
     if given:
         return {"version": str(given.get("version") or "?"), "commit": given.get("commit"),
                 "origin": f"binaries in {given.get('dir', '?')}"}
@@ -39,7 +38,7 @@ def source_of(build: dict) -> dict:
     return {"version": build.get("source_version") or "?", "commit": build.get("source_commit"), "origin": words}
 
 
-def _key(build: dict) -> tuple:
+def _key(build: BuildRecord) -> tuple:
     s = source_of(build)
     return s["version"], s["commit"], s["origin"]
 
@@ -50,7 +49,7 @@ def applies(data: RunData) -> bool:
 
 
 def _sum(parts: dict, field: str) -> float | None:
-    vals = [p.get(field) for p in parts.values() if isinstance(p, dict) and p.get(field) is not None]
+    vals = [v for p in parts.values() if isinstance(p, dict) and (v := p.get(field)) is not None]
     return round(sum(vals), 2) if vals else None
 
 
@@ -93,7 +92,7 @@ def rows(data: RunData) -> list[dict]:
 
 
 def table(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
-    from .tables import _fmt
+    from .tables import format_cell
 
     top = next((r["top_concurrency"] for r in rows_ if r["top_concurrency"]), None)
     head = ["llama.cpp", "Commit", "From", "Build", "Setting", "Compute (MiB)", "KV cache (MiB)", "Weights (MiB)",
@@ -103,10 +102,11 @@ def table(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
     body = []
     for r in rows_:
         row = [r["version"], (r["commit"] or "unknown")[:9], r["origin"], r["build"], r["setting"],
-               _fmt(r["compute_mib"]), _fmt(r["kv_mib"]), _fmt(r["model_mib"]), _fmt(r["n_ctx"]), _fmt(r["copies"]),
-               _fmt(r["input_tps"]), _fmt(r["output_tps"])]
+               format_cell(r["compute_mib"]), format_cell(r["kv_mib"]), format_cell(r["model_mib"]),
+               format_cell(r["n_ctx"]), format_cell(r["copies"]),
+               format_cell(r["input_tps"]), format_cell(r["output_tps"])]
         if top:
-            row.append(_fmt(r["aggregate_output_tps"]) if r["top_concurrency"] == top else "–")
+            row.append(format_cell(r["aggregate_output_tps"]) if r["top_concurrency"] == top else "–")
         body.append(row)
     return head, body
 

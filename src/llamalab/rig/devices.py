@@ -22,10 +22,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..llamacpp import argv, budget, vulkan as vk
 from .. import net, proc
-from ..llamacpp.build import BuildArtifact
 from ..errors import ConfigError, LaunchError
+from ..llamacpp import argv, budget
+from ..llamacpp import vulkan as vk
+from ..llamacpp.build import BuildArtifact
+from ..records import JsonObject
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,10 @@ class DeviceSetup:
     virtual: bool = False
     endpoints: tuple[str, ...] = ()
     description: str = ""
-    remotes: tuple[dict, ...] = ()  # remote devices (remote.RemoteDevice.as_dict): endpoint, memory, backend
+    remotes: tuple[JsonObject, ...] = ()  # remote devices (remote.RemoteDevice.as_dict): endpoint, memory, backend
     gpu_of: tuple[int, ...] = ()  # physical GPU (driver index) of each local device, where known
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {
             "backend": self.backend, "count": self.count, "server_args": list(self.server_args),
             "env": dict(self.env), "virtual": self.virtual, "endpoints": list(self.endpoints),
@@ -68,7 +70,8 @@ def local_rpc(build: BuildArtifact, count: int, log_dir: Path, *, host: str = "1
     # --trust-study for a study file that asks for it (refused without it: see trust.py)
     binary = build.binary("ggml-rpc-server")
     if not binary.is_file():
-        raise LaunchError(f"rpc-server not found at {binary}", tip="the build needs -DGGML_RPC=ON and the ggml-rpc-server target.")
+        raise LaunchError(f"rpc-server not found at {binary}",
+                          tip="the build needs -DGGML_RPC=ON and the ggml-rpc-server target.")
     if threads is None:
         threads = max(1, (os.cpu_count() or 2) // count)
     endpoints: list[str] = []
@@ -82,9 +85,11 @@ def local_rpc(build: BuildArtifact, count: int, log_dir: Path, *, host: str = "1
                 if net.wait_port(host, port, ready_timeout_s, alive=child.alive):
                     break
                 child.terminate()
-                if attempt == 2 or child.returncode not in (None, 0) and "bind" not in " ".join(child.log_tail(5)).lower():
+                if attempt == 2 or (child.returncode not in (None, 0)
+                                    and "bind" not in " ".join(child.log_tail(5)).lower()):
                     tail = "\n".join("    " + ln for ln in child.log_tail(10))
-                    raise LaunchError(f"rpc-server {i} did not start listening on {host}:{port}. Log: {log_path}\n{tail}",
+                    raise LaunchError(f"rpc-server {i} did not start listening on {host}:{port}. "
+                                      f"Log: {log_path}\n{tail}",
                                       tip="check that the build has the RPC backend and that the port range is usable.")
             endpoints.append(f"{host}:{port}")
         yield DeviceSetup(
@@ -120,7 +125,8 @@ def vulkan(count: int, physical: Sequence[vk.PhysicalDevice]) -> Iterator[Device
     except LookupError:
         raise LaunchError("the study asks for Vulkan devices, but llama.cpp's Vulkan backend sees none.",
                           tip="run `llamalab doctor` and `vulkaninfo --summary`; on a machine without a GPU install "
-                          "Mesa's lavapipe (apt-get install mesa-vulkan-drivers) or use backend = \"cpu-rpc\".") from None
+                          "Mesa's lavapipe (apt-get install mesa-vulkan-drivers) or use backend = \"cpu-rpc\".",
+                          ) from None
     yield DeviceSetup(backend="vulkan", count=count, server_args=sel.server_args, env=sel.env, virtual=sel.virtual,
                       description=sel.describe(), gpu_of=sel.indices)
 

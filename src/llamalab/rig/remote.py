@@ -29,17 +29,18 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import net, proc
-from ..llamacpp import argv, ledger
 from ..errors import ConfigError, LaunchError
+from ..llamacpp import argv, ledger
+from ..records import JsonObject
 from ..study.endpoints import is_ipv4, parse_endpoint
 
 if TYPE_CHECKING:
     from ..llamacpp.build import BuildArtifact
-    from .devices import DeviceSetup
     from ..study.spec import RemoteSpec
+    from .devices import DeviceSetup
 
 REMOTE_HOME = ".cache/llamalab/rpc-server"  # relative to the remote user's home directory
 # ssh takes the first value it is given for an option: BatchMode comes before the study's options (never a password
@@ -52,7 +53,7 @@ SECURITY = ("rpc-server has no authentication or encryption: whoever can reach t
 
 def _resolve(host: str) -> list[str]:
     try:
-        return sorted({ai[4][0] for ai in socket.getaddrinfo(host, None, socket.AF_INET)})
+        return sorted({str(ai[4][0]) for ai in socket.getaddrinfo(host, None, socket.AF_INET)})  # IPv4: a str
     except OSError:
         return []
 
@@ -70,7 +71,7 @@ def exposure(host: str, resolve: Callable[[str], list[str]] = _resolve) -> str |
             "or reach them through an ssh tunnel (ssh -L 50052:127.0.0.1:50052 host) and use 127.0.0.1:50052.")
 
 
-def bind_address(spec: "RemoteSpec") -> str:
+def bind_address(spec: RemoteSpec) -> str:
     """Where an rpc-server that llamalab starts listens: `bind`, else the endpoint's own IPv4 address. Never 0.0.0.0
     unless the user wrote it."""
     if spec.bind:
@@ -135,7 +136,7 @@ class RemoteDevice:
         """The name llama.cpp gives its buffers (`RPC0[10.0.0.2:50052] model buffer size = …`)."""
         return f"RPC{self.index}[{self.endpoint}]"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {"endpoint": self.endpoint, "index": self.index, "name": self.name, "key": self.key,
                 "total_mib": self.total_mib, "free_mib": self.free_mib, "backend": self.backend,
                 "description": self.description, "backend_source": self.backend_source}
@@ -222,7 +223,7 @@ def query_offers(llama_server: Path, endpoints: Sequence[str], *, env: Mapping[s
 def describe(devs: Mapping[str, Sequence[RemoteDevice]]) -> list[str]:
     """One line per remote device, for progress output."""
     lines = []
-    for ep, ds in devs.items():
+    for ds in devs.values():
         for d in ds:
             mem = f"{d.total_mib} MiB, {d.free_mib} MiB free" if d.total_mib is not None else "memory unknown"
             desc = f" {d.description}" if d.description else ""
@@ -239,9 +240,9 @@ def describe(devs: Mapping[str, Sequence[RemoteDevice]]) -> list[str]:
 _RPC_BUFFER = re.compile(r"RPC(?P<index>\d+)\[(?P<endpoint>.+)\]")  # fullmatch: `RPC1[[::1]:50052]` too
 
 
-def ledger_by_endpoint(ledger: Mapping) -> dict[str, dict[str, dict]]:
+def ledger_by_endpoint(ledger: Mapping[str, Any]) -> dict[str, dict[str, JsonObject]]:
     """A stored ledger's device buffers regrouped by rpc endpoint: endpoint → {"RPC0": {model_mib, kv_mib, …}}."""
-    out: dict[str, dict[str, dict]] = {}
+    out: dict[str, dict[str, JsonObject]] = {}
     for name, bufs in (ledger.get("devices") or {}).items():
         if m := _RPC_BUFFER.fullmatch(name):
             out.setdefault(m.group("endpoint"), {})[f"RPC{m.group('index')}"] = dict(bufs)
@@ -266,7 +267,7 @@ def scp_argv(target: str, files: Sequence[Path], remote_dir: str, options: Seque
 _SONAME = re.compile(r"^libggml[\w-]*\.so\.\d+$")
 
 
-def files_to_copy(art: "BuildArtifact") -> dict[str, Path]:
+def files_to_copy(art: BuildArtifact) -> dict[str, Path]:
     """rpc-server and the ggml libraries it loads (by their SONAME), a copies variant's own library first."""
     files = {"ggml-rpc-server": art.binary("ggml-rpc-server")}
     for d in [art.bin_dir] + ([art.lib_dir] if art.lib_dir else []):  # later wins: the variant's library
@@ -330,20 +331,20 @@ def check_command(path: str) -> list[str]:
 class Managed:
     """An rpc-server llamalab started over ssh: the ssh child and its output (the rpc-server's start-up lines)."""
 
-    spec: "RemoteSpec"
+    spec: RemoteSpec
     child: proc.Child
     pidfile: str
     log_lines: list[str] = field(default_factory=list)
 
 
-def _ssh_fail(spec: "RemoteSpec", what: str, rc: int, out: str) -> LaunchError:
+def _ssh_fail(spec: RemoteSpec, what: str, rc: int, out: str) -> LaunchError:
     tail = "\n".join("    " + ln for ln in out.strip().splitlines()[-6:])
     return LaunchError(f"{what} on {spec.ssh} failed (exit status {rc}):\n{tail}",
                        tip=f"check `ssh {spec.ssh} true` works without a password prompt (llamalab runs ssh with "
                            "BatchMode=yes: use a key, e.g. ssh-copy-id); pass -i/-F/-o options in ssh_options.")
 
 
-def check_login(spec: "RemoteSpec", capture: Callable[..., tuple[int, str]] = proc.capture) -> None:
+def check_login(spec: RemoteSpec, capture: Callable[..., tuple[int, str]] = proc.capture) -> None:
     """ssh works without a prompt, and the rpc-server named by rpc_server_path is there."""
     assert spec.ssh
     rc, out = capture(ssh_argv(spec.ssh, ["true"], spec.ssh_options), timeout_s=30.0)
@@ -358,7 +359,7 @@ def check_login(spec: "RemoteSpec", capture: Callable[..., tuple[int, str]] = pr
                                   "llamalab copies the one it built.")
 
 
-def install(spec: "RemoteSpec", art: "BuildArtifact", capture: Callable[..., tuple[int, str]] = proc.capture) -> str:
+def install(spec: RemoteSpec, art: BuildArtifact, capture: Callable[..., tuple[int, str]] = proc.capture) -> str:
     """Copy llamalab's rpc-server and its libraries to the remote (once per content); returns the remote folder."""
     assert spec.ssh
     files = files_to_copy(art)
@@ -380,13 +381,14 @@ def install(spec: "RemoteSpec", art: "BuildArtifact", capture: Callable[..., tup
 
 
 @contextmanager
-def managed(spec: "RemoteSpec", art: "BuildArtifact", log_dir: Path, *, ready_timeout_s: float = 30.0,
+def managed(spec: RemoteSpec, art: BuildArtifact, log_dir: Path, *, ready_timeout_s: float = 30.0,
             capture: Callable[..., tuple[int, str]] = proc.capture,
             spawn: Callable[..., proc.Child] = proc.spawn) -> Iterator[Managed]:
     """Start an rpc-server on `spec.ssh`, wait until its endpoint answers, yield, and stop it — on normal exit,
     Ctrl-C or failure alike. Two ways down: closing the ssh connection hangs up its terminal (the rpc-server
     dies with it), and an explicit `kill` of the pid it wrote."""
-    assert spec.ssh
+    ssh = spec.ssh
+    assert ssh
     ep = parse_endpoint(spec.endpoint)
     bind = bind_address(spec)
     if spec.rpc_server_path:
@@ -397,16 +399,16 @@ def managed(spec: "RemoteSpec", art: "BuildArtifact", log_dir: Path, *, ready_ti
     home = remote_path(spec.remote_dir or REMOTE_HOME)
     pidfile = f"{home}/rpc-{ep.port}-{uuid.uuid4().hex[:8]}.pid"
     if spec.rpc_server_path:
-        rc, out = capture(ssh_argv(spec.ssh, ["mkdir", "-p", home], spec.ssh_options), timeout_s=30.0)
+        rc, out = capture(ssh_argv(ssh, ["mkdir", "-p", home], spec.ssh_options), timeout_s=30.0)
         if rc != 0:
             raise _ssh_fail(spec, f"mkdir {home}", rc, out)
     log_path = log_dir / f"rpc-server-{ep.host}-{ep.port}.log"
-    argv = ssh_argv(spec.ssh, start_command(binary, bind, ep.port, spec.threads, pidfile, lib_dir), spec.ssh_options,
+    argv = ssh_argv(ssh, start_command(binary, bind, ep.port, spec.threads, pidfile, lib_dir), spec.ssh_options,
                     tty=True)
     with ExitStack() as stack:
         child = spawn(argv, log_path=log_path)
         stack.callback(child.terminate)
-        stack.callback(lambda: capture(ssh_argv(spec.ssh, stop_command(pidfile), spec.ssh_options), timeout_s=30.0))
+        stack.callback(lambda: capture(ssh_argv(ssh, stop_command(pidfile), spec.ssh_options), timeout_s=30.0))
         if not net.wait_port(ep.host, ep.port, ready_timeout_s, alive=child.alive):
             tail = "\n".join("    " + ln for ln in child.log_tail(10))
             raise LaunchError(f"the rpc-server started over ssh on {spec.ssh} did not answer at {ep} within "
@@ -426,8 +428,8 @@ def managed(spec: "RemoteSpec", art: "BuildArtifact", log_dir: Path, *, ready_ti
 
 # ---------------------------------------------------------------- joining remote devices to a device setup
 
-def merge_setup(dev: "DeviceSetup", endpoints: Sequence[str],
-                found: Mapping[str, Sequence[RemoteDevice]]) -> "DeviceSetup":
+def merge_setup(dev: DeviceSetup, endpoints: Sequence[str],
+                found: Mapping[str, Sequence[RemoteDevice]]) -> DeviceSetup:
     """The local setup with the remote endpoints added to its `--rpc` list (local rpc-servers first)."""
     args = list(dev.server_args)
     rpc = argv.value(args, "--rpc")
@@ -436,7 +438,8 @@ def merge_setup(dev: "DeviceSetup", endpoints: Sequence[str],
     all_eps = local + [e for e in endpoints if e not in local]
     n_remote = sum(len(found.get(e, ())) for e in endpoints)
     def backends(ep: str) -> str:
-        return ", ".join(sorted({d.backend.upper() if d.backend != "unknown" else "?" for d in found.get(ep, ())})) or "?"
+        names = {d.backend.upper() if d.backend != "unknown" else "?" for d in found.get(ep, ())}
+        return ", ".join(sorted(names)) or "?"
 
     if (named := argv.value(args, "-dev")) is not None:  # named local devices (two Vulkan devices on one GPU):
         names = [d.key for e in endpoints for d in found.get(e, ())]  # name the remote ones too, first, where
@@ -450,8 +453,8 @@ def merge_setup(dev: "DeviceSetup", endpoints: Sequence[str],
 
 
 @contextmanager
-def attached(dev: "DeviceSetup", specs: Sequence["RemoteSpec"], art: "BuildArtifact",
-             log_dir: Path) -> Iterator["DeviceSetup"]:
+def attached(dev: DeviceSetup, specs: Sequence[RemoteSpec], art: BuildArtifact,
+             log_dir: Path) -> Iterator[DeviceSetup]:
     """Start the ssh-managed rpc-servers among `specs`, ask every endpoint what it offers, and yield `dev` with
     the remotes added. Managed servers stop when the block ends, however it ends."""
     with ExitStack() as stack:
@@ -466,7 +469,7 @@ def attached(dev: "DeviceSetup", specs: Sequence["RemoteSpec"], art: "BuildArtif
         yield merge_setup(dev, eps, found)
 
 
-def preflight(specs: Sequence["RemoteSpec"], warn: Callable[[str], None],
+def preflight(specs: Sequence[RemoteSpec], warn: Callable[[str], None],
               capture: Callable[..., tuple[int, str]] = proc.capture,
               connect: Callable[[str, int, float], str | None] = reach) -> None:
     """Before any build: warn about exposed endpoints, check the unmanaged ones answer, and that ssh works for the
@@ -491,7 +494,7 @@ def preflight(specs: Sequence["RemoteSpec"], warn: Callable[[str], None],
 
 
 def topology(backend: str, local_count: int, found: Mapping[str, Sequence[RemoteDevice]],
-             specs: Sequence["RemoteSpec"]) -> dict:
+             specs: Sequence[RemoteSpec]) -> JsonObject:
     """What a run records in runs.devices_json: the local part and each remote endpoint with its devices."""
     by_ep = {s.endpoint: s for s in specs}
     return {

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import proc
 from ..errors import BuildError, ConfigError, LlamalabError, SourceError
@@ -34,10 +35,14 @@ from ..llamacpp import build as buildmod
 from ..llamacpp import ccache
 from ..llamacpp.build import BuildArtifact
 from ..llamacpp.source import Source, build_number_of, git_commit
-from ..paths import cache_home, locked
-from ..study.spec import Config, Study, configs
+from ..paths import locked
+from ..study.spec import Config, Study, configs, with_budgets
 from . import plan, session
+from .options import RunOptions
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from ..llamacpp.models import ModelInfo
 
 # metric → what it sums, from a dry run's figures
 METRICS: dict[str, str] = {
@@ -360,22 +365,6 @@ class Tree:
                              cmake_argv=tuple(configure))
 
 
-@dataclass
-class BisectOptions:
-    repo: Path
-    good: str
-    bad: str
-    metric: str = "compute_mib"
-    build: str | None = None  # the study's build whose CMake options and arguments are used (default: the first)
-    setting: str | None = None  # (default: the first)
-    home: Path = field(default_factory=cache_home)
-    model: Path | None = None
-    budgets: list[str] | None = None
-    jobs: int | None = None
-    timeout_s: float = 300.0
-    logs_dir: Path | None = None
-
-
 def pick_config(study: Study, build: str | None, setting: str | None) -> Config:
     """The configuration a bisect measures (pure)."""
     for c in configs(study):
@@ -389,71 +378,97 @@ def pick_config(study: Study, build: str | None, setting: str | None) -> Config:
                           + ", ".join(s.name for s in study.settings) + ".")
 
 
-def bisect(study: Study, opts: BisectOptions, progress: Progress) -> Outcome:
-    """Find the first commit between opts.good and opts.bad whose dry-run figure differs from GOOD's."""
-    from ..llamacpp import budget, models, vulkan as vulkanmod
-    from ..machine import gpu
-
-    if opts.metric not in METRICS:
-        raise ConfigError(f"unknown metric {opts.metric!r}.", tip="metrics: " + ", ".join(METRICS) + ".")
+def bisect(study: Study, opts: RunOptions, progress: Progress) -> Outcome:
+    """Find the first commit between GOOD and BAD (`opts.bisect`) whose dry-run figure differs from GOOD's, under
+    the budgets (--budget over [devices] vram)."""
+    target = opts.bisect
+    if target is None:
+        raise ConfigError("a bisect needs the commits to search.", tip="llamalab bisect GOOD BAD --repo DIR")
+    if target.metric not in METRICS:
+        raise ConfigError(f"unknown metric {target.metric!r}.", tip="metrics: " + ", ".join(METRICS) + ".")
     t0 = time.monotonic()
-    plan._check_fit_on(study)
-    cfg = pick_config(study, opts.build, opts.setting)
-    repo = opts.repo.expanduser().resolve()
-    commits = commit_line(repo, opts.good, opts.bad)
-    progress.message(f"bisecting {opts.metric} over {len(commits)} commits of {repo} "
+    study = with_budgets(study, opts.budgets_mib)
+    plan.check_fit_on(study)
+    cfg = pick_config(study, target.build, target.setting)
+    repo = target.repo.expanduser().resolve()
+    commits = commit_line(repo, target.good, target.bad)
+    progress.message(f"bisecting {target.metric} over {len(commits)} commits of {repo} "
                      f"(configuration {cfg.build.name} × {cfg.setting.name})")
     backend = session.resolve_backend(study, opts.home, progress)
-    build_backend = "cpu-rpc" if backend == "rpc" else backend
     extra, build_env = session.build_setup(backend, opts.home)
-    options = buildmod.normalize(cfg.build.cmake)
-    tree = Tree(repo=repo, home=opts.home, backend=build_backend, options=options,
-                targets=session.needed_targets(study, backend), extra_defines=extra, build_env=build_env,
-                jobs=opts.jobs or (os.cpu_count() or 2), progress=progress)
-    budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
-        budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
-    model_path, _ = plan._model(study, plan.PlanOptions(home=opts.home, model=opts.model), progress)
-    info = models.read_info(model_path)
-    logs = opts.logs_dir or tree.root / "logs"
+    tree = Tree(repo=repo, home=opts.home, backend="cpu-rpc" if backend == "rpc" else backend,
+                options=buildmod.normalize(cfg.build.cmake), targets=session.needed_targets(study, backend),
+                extra_defines=extra, build_env=build_env, jobs=opts.jobs or (os.cpu_count() or 2), progress=progress)
+    from ..llamacpp import models
 
-    def measure(commit: str) -> Step:
-        step = Step(commit=commit, subject=subject_of(repo, commit))
-        progress.message(f"commit {commit[:9]} {step.subject}")
+    model_path, _ = plan.plan_model(study, opts, progress)
+    run = _Bisecting(study=study, cfg=cfg, repo=repo, tree=tree, backend=backend, model_path=model_path,
+                     model_info=models.read_info(model_path),
+                     logs=opts.logs_dir or tree.root / "logs", metric=target.metric, timeout_s=opts.timeout_s,
+                     progress=progress)
+    with locked(tree.root / ".lock"):
+        out = search(commits, run.measure, target.metric)
+    if out.first is not None:
+        out.link = diff_link(remote_url(repo), repo, out.first, out.parent)
+    out.seconds = round(time.monotonic() - t0, 2)
+    return out
+
+
+@dataclass
+class _Bisecting:
+    """What every commit's measurement shares: the configuration, the build tree, the model, the logs."""
+
+    study: Study
+    cfg: Config
+    repo: Path
+    tree: Tree
+    backend: str
+    model_path: Path
+    model_info: ModelInfo
+    logs: Path
+    metric: str
+    timeout_s: float
+    progress: Progress
+
+    def measure(self, commit: str) -> Step:
+        """One commit: built in the shared tree, then dry-run (its figure, or why it has none)."""
+        step = Step(commit=commit, subject=subject_of(self.repo, commit))
+        self.progress.message(f"commit {commit[:9]} {step.subject}")
         t = time.monotonic()
         try:
-            art = tree.build(commit)
+            art = self.tree.build(commit)
         except BuildError as e:
             step.ok, step.reason = False, f"build failed: {e.message.splitlines()[0]}"
             step.build_seconds = round(time.monotonic() - t, 2)
-            progress.warn(f"{commit[:9]}: {step.reason}")
+            self.progress.warn(f"{commit[:9]}: {step.reason}")
             return step
         step.build_seconds = round(time.monotonic() - t, 2)
         t = time.monotonic()
-        vk = vulkanmod.physical_devices(art.binary("llama-server"), art.env()) if backend == "vulkan" else []
-        prep = session.Prepared(study=study, backend=backend, source=art.source, model_path=model_path,
-                               model_info=info, artifacts={cfg.build.name: art}, skipped={},
-                               vulkan_devices=vk, local_gpus=len(gpu.probe()) if backend == "cuda" else 0)
-        here = logs / commit[:12]
         try:
-            with session.device_setup(prep, art, plan._mkdir(here / "devices")) as dev:
-                env = {**art.env(), **dev.env}
-                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *cfg.build.args], budgets)
-                cp = plan.plan_config(prep, cfg, art, dev, env, emu, here, opts.timeout_s)
+            cp = self.dry_run(art, self.logs / commit[:12])
         except LlamalabError as e:
             step.ok, step.reason = False, e.message.splitlines()[0]
         else:
             if cp.status != "ok":
                 step.ok, step.reason = False, cp.reason
             else:
-                step.value, step.devices = metric_value(cp, opts.metric), per_device(cp, opts.metric)
+                step.value, step.devices = metric_value(cp, self.metric), per_device(cp, self.metric)
         step.dry_run_seconds = round(time.monotonic() - t, 2)
-        progress.message(f"  {commit[:9]}: {opts.metric} = {_fmt(step.value)}" if step.ok else
-                         f"  {commit[:9]}: not measured ({step.reason})")
+        self.progress.message(f"  {commit[:9]}: {self.metric} = {_fmt(step.value)}" if step.ok else
+                              f"  {commit[:9]}: not measured ({step.reason})")
         return step
 
-    with locked(tree.root / ".lock"):
-        out = search(commits, measure, opts.metric)
-    if out.first is not None:
-        out.link = diff_link(remote_url(repo), repo, out.first, out.parent)
-    out.seconds = round(time.monotonic() - t0, 2)
-    return out
+    def dry_run(self, art: BuildArtifact, here: Path) -> plan.ConfigPlan:
+        from ..llamacpp import vulkan as vulkanmod
+        from ..machine import gpu
+
+        study, cfg, backend = self.study, self.cfg, self.backend
+        vk = vulkanmod.physical_devices(art.binary("llama-server"), art.env()) if backend == "vulkan" else []
+        prep = session.Prepared(study=study, backend=backend, source=art.source, model_path=self.model_path,
+                                model_info=self.model_info, artifacts={cfg.build.name: art},
+                                skipped={}, vulkan_devices=vk,
+                                local_gpus=len(gpu.probe()) if backend == "cuda" else 0)
+        with session.device_setup(prep, art, plan.mkdir(here / "devices")) as dev:
+            env = {**art.env(), **dev.env}
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *cfg.build.args])
+            return plan.plan_config(prep, cfg, art, dev, env, emu, here, self.timeout_s)

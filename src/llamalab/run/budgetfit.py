@@ -86,7 +86,8 @@ def search(measure: maxctx.Measure, names: Sequence[str], budgets_mib: Sequence[
     return BudgetFit(devices=list(names), budgets_mib=list(budgets_mib), margins_mib=list(margins_mib),
                      allowance_mib=[round(a, 2) for a in allowance_mib], cap=cap, budget=_limit(within, names),
                      margin=_limit(margin, names),
-                     probes=[{"n_ctx": n, "devices_mib": [round(u, 2) for u in used]} for n, used in sorted(cache.items())],
+                     probes=[{"n_ctx": n, "devices_mib": [round(u, 2) for u in used]}
+                             for n, used in sorted(cache.items())],
                      dry_runs=runs[0], seconds=round(time.monotonic() - t0, 2))
 
 

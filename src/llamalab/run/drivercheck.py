@@ -6,7 +6,7 @@ comparison with the ledger is nvmlcheck.compare (pure). This module reads the dr
 | cuda | NVML, the server's processes | process |
 | vulkan on NVIDIA | NVML (Vulkan clients are listed among the graphics processes) | process |
 | vulkan on AMD, rocm | rocm-smi --showmeminfo vram: the card's use, less a reading before the server started | device |
-| vulkan elsewhere | vulkaninfo's VK_EXT_memory_budget: size − budget of the device-local heaps, less the same before | device |
+| vulkan elsewhere | vulkaninfo's VK_EXT_memory_budget: size − budget of local heaps, less the same before | device |
 
 Mesa's lavapipe has no VK_EXT_memory_budget: no cross-check there (said in the report by its absence).
 A device-wide figure counts every process on the GPU: other work started meanwhile shows as "unaccounted".
@@ -14,13 +14,13 @@ A device-wide figure counts every process on the GPU: other work started meanwhi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..machine import gpu, rocm
-from . import nvmlcheck
 from ..llamacpp import vulkan as vk
+from ..machine import gpu, rocm
 from ..rig.devices import DeviceSetup
+from . import nvmlcheck
 
 
 @dataclass
@@ -29,10 +29,10 @@ class Checker:
     scope: str  # "process" | "device"
     physical: int
     gpu_of: tuple[int, ...]
-    reader: Callable[[set[int]], dict[int, float] | None]
-    baseline: dict[int, float] | None = field(default=None)
+    reader: Callable[[set[int]], Mapping[int, float] | None]  # MiB per GPU (NVML's whole MiB, others' floats)
+    baseline: Mapping[int, float] | None = field(default=None)
 
-    def start(self) -> "Checker":
+    def start(self) -> Checker:
         if self.scope == "device":
             self.baseline = self.reader(set())
         return self
@@ -40,7 +40,7 @@ class Checker:
     def read(self, pids: set[int]) -> dict[int, float] | None:
         now = self.reader(pids)
         if now is None or self.scope != "device":
-            return now
+            return None if now is None else dict(now)
         if self.baseline is None:
             return None
         return {g: round(v - self.baseline.get(g, 0.0), 1) for g, v in now.items()}

@@ -26,36 +26,25 @@ another backend's.
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..llamacpp import applicability, argv, budget, build as buildmod, ledger, models, standin
-from ..llamacpp.applicability import NOT_APPLICABLE
 from .. import net, proc
-from . import budgetfit, session
-from ..llamacpp.build import BuildArtifact
 from ..errors import ConfigError
-from ..paths import cache_home
-from .progress import Progress
+from ..llamacpp import applicability, argv, budget, models, standin
+from ..llamacpp import build as buildmod
+from ..llamacpp.applicability import NOT_APPLICABLE
+from ..llamacpp.build import BuildArtifact
+from ..llamacpp.cmake import cmake_true
+from ..llamacpp.dryrun import END_OF_FIT, DeviceFigures, DryRun, parse_dry_run, real_load
 from ..study.spec import Config, Study, configs
-
-END_OF_FIT = "common_fit_params: fitting params to free memory took"
-# Lines that only a real load prints: a dry run that got here went too far (the fit was off).
-_LOAD_MODE = re.compile(r"load_mode = (?!none)")
-
-
-def _real_load(line: str) -> bool:
-    """A line only a real load prints (`loading model tensors … load_mode = X` with X not none, `model loaded`,
-    `listening on http`)."""
-    if "llama_server: model loaded" in line or "listening on http" in line:
-        return True
-    i = line.find("loading model tensors")
-    return i >= 0 and bool(_LOAD_MODE.search(line, i))
+from . import budgetfit, session
+from .options import RunOptions
+from .progress import Progress
 
 BASIS_TARGET = "target"  # a dry run on the backend the figure is for
 BASIS_PORTABLE = "portable"  # backend-independent: the same on any backend for the same split, cache types, context
@@ -70,253 +59,6 @@ ACCURACY = {
                "copies); from CPU-RPC for another backend an approximation (kernels and scratch differ)",
     "n_ctx": "the context llama.cpp's fit picks from those figures and the budgets",
 }
-
-
-# ---------------------------------------------------------------- dry-run log → figures (pure)
-
-
-@dataclass
-class DeviceFigures:
-    name: str  # llama.cpp's device name: RPC0, CUDA1, Vulkan0 …
-    description: str = ""  # endpoint for RPC, card name otherwise
-    total_mib: int | None = None
-    free_mib: int | None = None
-    model_mib: float | None = None
-    context_mib: float | None = None
-    compute_mib: float | None = None
-    kv_layers: int = 0
-
-    @property
-    def used_mib(self) -> float | None:
-        parts = [self.model_mib, self.context_mib, self.compute_mib]
-        return round(sum(p for p in parts if p is not None), 2) if any(p is not None for p in parts) else None
-
-
-@dataclass
-class DryRun:
-    devices: list[DeviceFigures] = field(default_factory=list)
-    host: DeviceFigures = field(default_factory=lambda: DeviceFigures(name="Host"))
-    # host-resident buffer types llama.cpp's table lists apart from "Host" (their buffer type is not a host buffer
-    # to ggml because its data is rearranged: CPU_REPACK, AMX …): weights in system RAM all the same
-    host_buffers: list[DeviceFigures] = field(default_factory=list)
-    n_ctx: int | None = None
-    n_ctx_train: int | None = None
-    n_seq_max: int | None = None
-    n_ubatch: int | None = None
-    n_embd: int | None = None
-    kv_unified: bool | None = None
-    fit_ctx_from: int | None = None
-    fit_ctx_to: int | None = None
-    fit_ok: bool | None = None
-    fit_message: str | None = None
-    pipeline_parallel: bool | None = None  # "pipeline parallelism enabled" printed (also with 1 copy)
-    sched_copies: int | None = None  # the effective number of scheduler copies
-    graph_splits: int | None = None
-    measurements: int = 0  # how many dry measurements the fit made
-    finished: bool = False  # the fit's closing line was seen
-    error: str | None = None
-
-
-# Linear in the line, like ledger's patterns: what follows a keyword is bounded or cannot contain the keyword.
-# A device description is at most 512 characters (and stripped); it may hold `:` (an endpoint) but the name not.
-_USING = re.compile(r"using device (?P<name>\S{1,128}) \(")
-_KV_LAYER = re.compile(r"llama_kv_cache: layer\s+\d+: dev = (?P<dev>\S+)")
-_KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
-_INT = re.compile(r"-?\d+")
-_CTX = re.compile(r"llama_context: (n_ctx|n_seq_max|n_ubatch|kv_unified)\s*=\s*(\S+)")
-_TRAIN = re.compile(r"print_info: n_ctx_train\s*=\s*(\d+)")
-_EMBD = re.compile(r"print_info: n_embd\s*=\s*(\d+)")
-_FIT_FAIL = re.compile(r"failed to fit params to free device memory: (.*)"
-                       r"|encountered an error while trying to fit params[^:]{0,256}: (.*)")
-_COPIES = re.compile(r"sched copies = (\d+)")
-_SPLITS = re.compile(r"graph(?: \([^)]{0,256}\))?: nodes = [\d /]+, splits = (\d+)")
-
-
-def _using(line: str) -> tuple[str, str] | None:
-    """`using device NAME (DESCRIPTION)`: the description runs to the last `)` of the line."""
-    m = _USING.search(line)
-    if not m:
-        return None
-    end = line.rfind(")")
-    return (m.group("name"), line[m.end():end]) if end >= m.end() else None
-
-
-def _table_row(line: str) -> tuple[str, str, str] | None:
-    """(name, description, numbers) of a `memory_breakdown_print: | - NAME (DESC) | NUMBERS |` row (the ledger's
-    reader of breakdown rows; descriptions may nest parentheses: `CUDA0 (H200 (dev p0/v0))` with
-    GGML_CUDA_DEVICES)."""
-    row = ledger.breakdown_row(line)
-    if not row or not line.rstrip().endswith("|"):
-        return None
-    name, _, desc = row[0].partition(" ")
-    desc = desc.strip()
-    if desc and not (desc.startswith("(") and desc.endswith(")")):
-        return None
-    return name, desc[1:-1], row[1]
-
-
-def _endpoint(buf: str) -> str | None:
-    """`RPC0[10.0.0.2:50052]` → `10.0.0.2:50052` (`RPC1[[::1]:50052]` → `[::1]:50052`)."""
-    i = buf.find("[")
-    return buf[i + 1:-1] if i >= 0 and buf.endswith("]") and len(buf) > i + 2 else None
-
-
-@dataclass
-class _DryState:
-    out: DryRun
-    info: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # device → (description, total, free)
-    seg: dict = field(default_factory=lambda: _new_segment())  # what this model load printed so far
-    last: dict | None = None  # the segment whose breakdown table ended (its Host row) last
-
-
-def _dry_run_line(st: _DryState, line: str) -> None:
-    out, seg = st.out, st.seg
-    if "common_param:" in line and (dev := ledger.device_line(line)):
-        st.info.setdefault(dev[0], dev[1:])
-        return
-    if "llama_model_loader: loaded meta data" in line:
-        st.seg = _new_segment()
-        return
-    if "using device" in line and (u := _using(line)):
-        seg["using"].setdefault(u[0], u[1])
-    elif m := _KV_LAYER.search(line):
-        if m.group("dev") in seg["kv_layers"] or len(seg["kv_layers"]) < ledger.MAX_TABLE_ROWS:
-            seg["kv_layers"][m.group("dev")] = seg["kv_layers"].get(m.group("dev"), 0) + 1
-    elif m := _KV_SIZE.search(line):
-        if len(seg["kv_sizes"]) < 64:
-            seg["kv_sizes"].append((float(m.group(1)), int(m.group(3))))
-    elif "sched_reserve:" in line and "compute buffer size" in line:
-        for buf, kind, mib in ledger.buffers(line):
-            if kind == "compute" and (buf in seg["compute"] or len(seg["compute"]) < ledger.MAX_TABLE_ROWS):
-                seg["compute"][buf] = max(mib, seg["compute"].get(buf, 0.0))
-    elif "memory_breakdown_print" in line and (row := _table_row(line)):
-        if len(seg["table"]) < ledger.MAX_TABLE_ROWS:
-            seg["table"].append((row[0], row[1], [int(x) for x in _INT.findall(row[2])[:16]]))
-        if row[0] == "Host":
-            st.last = seg
-    elif m := _CTX.search(line):
-        seg[m.group(1)] = m.group(2)
-    elif "pipeline parallelism enabled" in line:
-        seg["pp_line"] = True
-    elif m := _COPIES.search(line):
-        seg["copies"] = int(m.group(1))
-    elif m := _SPLITS.search(line):
-        seg["splits"] = int(m.group(1))
-    elif m := _TRAIN.search(line):
-        out.n_ctx_train = int(m.group(1))
-    elif m := _EMBD.search(line):
-        out.n_embd = int(m.group(1))
-    elif m := ledger.FIT_REDUCED.search(line):
-        out.fit_ctx_from, out.fit_ctx_to = int(m.group(1)), int(m.group(2))
-    elif m := _FIT_FAIL.search(line):
-        out.fit_ok, out.fit_message = False, (m.group(1) or m.group(2) or "").strip()
-    elif ledger.FIT_OK.search(line):
-        out.fit_ok = True
-    elif END_OF_FIT in line:
-        out.finished = True
-
-
-def parse_dry_run(lines: Iterable[str]) -> DryRun:
-    """Figures from a llama-server log stopped after its memory fit (verbosity 5). Pure; never raises.
-
-    A fit makes one or more measurements (initial parameters; for a shrunk context also the smallest one); the
-    figures are those of the last complete measurement, its breakdown table and the buffer lines before it."""
-    out = DryRun()
-    st = _DryState(out)
-    raw_lines = [ledger.clean(str(x)) for x in lines]
-    for line in raw_lines:
-        try:
-            if line:
-                _dry_run_line(st, line)
-        except Exception:  # a malformed line (`size = 1.2.3 MiB`) never costs the rest of the log
-            continue
-    out.measurements = sum(1 for ln in raw_lines if "memory breakdown [MiB]" in ln)
-    if st.last is None:
-        out.error = ledger.failure_reason(raw_lines) or ("the fit printed no memory breakdown" if out.finished else
-                                                         "llama-server stopped before its memory fit finished")
-        return out
-    try:
-        _figures(out, st.last, st.info)
-    except Exception as e:  # figures of a damaged log: none rather than a traceback
-        out.error = f"the log's figures could not be read ({type(e).__name__}: {e})"
-    return out
-
-
-def _new_segment() -> dict:
-    return {"using": {}, "kv_layers": {}, "kv_sizes": [], "compute": {}, "table": [], "copies": None,
-            "pp_line": False, "splits": None}
-
-
-def _figures(out: DryRun, seg: dict, info: dict[str, tuple[str, int, int]]) -> None:
-    by_endpoint = {desc: name for name, (desc, _, _) in info.items()}
-    devices: dict[str, DeviceFigures] = {}
-    for name, desc, nums in seg["table"]:
-        if name == "Host":
-            if len(nums) >= 4:
-                out.host.model_mib, out.host.context_mib, out.host.compute_mib = map(float, nums[1:4])
-            continue
-        if len(nums) < 7 and name not in info:  # `| - CPU_REPACK | self = model + context + compute |`
-            h = DeviceFigures(name=name, description=desc)
-            if len(nums) >= 4:
-                h.model_mib, h.context_mib, h.compute_mib = map(float, nums[1:4])
-            out.host_buffers.append(h)
-            continue
-        d = DeviceFigures(name=name, description=desc)
-        if len(nums) >= 7:
-            d.total_mib, d.free_mib = nums[0], nums[1]
-            d.model_mib, d.context_mib, d.compute_mib = float(nums[3]), float(nums[4]), float(nums[5])
-        if name in info:  # free memory before anything was loaded (the table's "free" is read later)
-            d.description = d.description or info[name][0]
-            d.total_mib, d.free_mib = info[name][1], info[name][2]
-        devices[name] = d
-    # compute buffers to 0.01 MiB; both RPC devices print as RPC0[endpoint]: key by endpoint. A buffer type
-    # printed twice in one dry run is one buffer: two backends sharing a buffer type (CPU and BLAS both use the
-    # CPU's) share one compute buffer in a real load, which prints it once; the dry run prints it per backend.
-    per_buf: dict[str, float] = seg["compute"]  # the largest figure printed for each buffer
-    host_compute = 0.0
-    seen_host = False
-    for buf, mib in per_buf.items():
-        if ledger.is_host(buf):
-            host_compute += mib
-            seen_host = True
-            continue
-        ep = _endpoint(buf)
-        name = by_endpoint.get(ep) if ep else buf
-        if name in devices:
-            devices[name].compute_mib = mib
-    if seen_host:
-        out.host.compute_mib = round(host_compute, 2)
-    # KV cache to 0.01 MiB: layers per device × bytes per layer, where every layer's cache has the same size
-    if len(seg["kv_sizes"]) == 1:
-        total, layers = seg["kv_sizes"][0]
-        counted = sum(seg["kv_layers"].values())
-        if layers and counted == layers:
-            for dev, n in seg["kv_layers"].items():
-                if dev in devices:
-                    devices[dev].context_mib = round(total * n / layers, 2)
-                    devices[dev].kv_layers = n
-    out.devices = list(devices.values())
-    out.n_ctx = int(seg["n_ctx"]) if seg.get("n_ctx", "").isdecimal() else None
-    out.n_seq_max = int(seg["n_seq_max"]) if seg.get("n_seq_max", "").isdecimal() else None
-    out.n_ubatch = int(seg["n_ubatch"]) if seg.get("n_ubatch", "").isdecimal() else None
-    out.kv_unified = {"true": True, "false": False}.get(seg.get("kv_unified", ""))
-    out.sched_copies = seg["copies"]
-    out.graph_splits = seg["splits"]
-    # llama.cpp's flag (its "enabled" line prints with 1 copy too); the copies say whether anything is pipelined
-    out.pipeline_parallel = bool(seg["pp_line"])
-
-
-_FITP_ROW = re.compile(r"^(?P<name>[A-Za-z][\w.\-]*)\s+(?P<model>\d+)\s+(?P<context>\d+)\s+(?P<compute>\d+)\s*$")
-
-
-def parse_fit_print(lines: Iterable[str]) -> dict[str, tuple[int, int, int]]:
-    """`llama-fit-params … -fitp on` output: device (or Host) → (model, context, compute) MiB, rounded down."""
-    out = {}
-    for raw in lines:
-        m = _FITP_ROW.match(str(raw).strip())
-        if m:
-            out[m.group("name")] = (int(m.group("model")), int(m.group("context")), int(m.group("compute")))
-    return out
 
 
 # Arguments llama-fit-params does not take (server-only), and whether each has a value.
@@ -347,7 +89,7 @@ def expected_pipeline(args: Sequence[str], n_devices: int, n_layer: int | None, 
     copies = int(options.get(buildmod.COPIES, buildmod.DEFAULT_COPIES))
     if n_devices <= 1:
         return Expectation(False, 1, "one device")
-    if str(options.get("GGML_BLAS", "")).upper() in ("ON", "1", "TRUE"):
+    if cmake_true(options.get("GGML_BLAS", "")):
         return Expectation(False, 1, "the BLAS backend has no async compute or events")
     sm = argv.value(args, *argv.SPLIT_MODE)
     if sm not in (None, "layer"):
@@ -505,7 +247,7 @@ def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, st
     loading: list[str] = []
 
     def until(line: str) -> bool:
-        if _real_load(line):
+        if real_load(line):
             loading.append(line)
             return True
         return END_OF_FIT in line
@@ -520,26 +262,15 @@ def dry_run(binary: Path, model: Path, args: Sequence[str], *, env: dict[str, st
     return dr
 
 
-@dataclass
-class PlanOptions:
-    home: Path = field(default_factory=cache_home)
-    llama_cpp: Path | None = None
-    model: Path | None = None
-    budgets: list[str] | None = None  # overrides [devices] vram
-    target: str | None = None  # backend the figures are for (default: the one the dry runs use)
-    logs_dir: Path | None = None  # keep the dry-run logs here (default: a temporary folder, removed)
-    jobs: int | None = None
-    timeout_s: float = 300.0
-
-
-def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
+def plan_study(study: Study, opts: RunOptions, progress: Progress) -> Plan:
+    """Every configuration's dry run under the budgets (--budget over [devices] vram), with the copies' costs and
+    the contexts within the budgets where a device went over one."""
     t0 = time.monotonic()
-    _check_fit_on(study)
-    budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
-        budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
-    model_path, made = _model(study, opts, progress)
-    prep = session.prepare(study, session.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=model_path,
-                                                jobs=opts.jobs), progress)
+    check_fit_on(study)
+    model_path, made = plan_model(study, opts, progress)
+    prep = session.prepare(study, replace(opts, model=model_path), progress)
+    study = prep.study  # under --budget's budgets
+    budgets = study.devices.budgets_mib
     logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-plan-"))
     plans: list[ConfigPlan] = []
     try:
@@ -548,9 +279,9 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
             if art is None:
                 continue
             cfgs = [c for c in configs(study) if c.build.name == bspec.name]
-            with session.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
+            with session.device_setup(prep, art, mkdir(logs / f"devices-{bspec.name}".replace("/", "_"))) as dev:
                 env = {**art.env(), **dev.env}
-                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args])
                 for cfg in cfgs:
                     why = prep.inapplicable(cfg)
                     if why:
@@ -559,8 +290,8 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                         continue
                     progress.message(f"dry run: {cfg.build.name} × {cfg.setting.name}")
                     plans.append(plan_config(prep, cfg, art, dev, env, emu, logs, opts.timeout_s))
-        at_ctx = _baselines_at_ctx(prep, plans, budgets, logs, opts.timeout_s, progress)
-        _within_budgets(prep, plans, budgets, logs, opts.timeout_s, progress)
+        at_ctx = _baselines_at_ctx(prep, plans, logs, opts.timeout_s, progress)
+        _within_budgets(prep, plans, logs, opts.timeout_s, progress)
     finally:
         if opts.logs_dir is None:
             shutil.rmtree(logs, ignore_errors=True)
@@ -583,7 +314,7 @@ def plan_study(study: Study, opts: PlanOptions, progress: Progress) -> Plan:
                 seconds=round(time.monotonic() - t0, 2), notes=notes)
 
 
-def _baselines_at_ctx(prep: session.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
+def _baselines_at_ctx(prep: session.Prepared, plans: list[ConfigPlan], logs: Path,
                       timeout_s: float, progress: Progress) -> dict[tuple[str, str, int], ConfigPlan]:
     """Where a copies-1 baseline fitted another context than the build it is compared with, measure the
     baseline again at that build's context, so that the copies' cost is not mixed with the context's."""
@@ -601,9 +332,9 @@ def _baselines_at_ctx(prep: session.Prepared, plans: list[ConfigPlan], budgets: 
     for bname, wanted in need.items():
         art = prep.artifacts[bname]
         bspec = next(b for b in study.builds if b.name == bname)
-        with session.device_setup(prep, art, _mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
+        with session.device_setup(prep, art, mkdir(logs / f"devices-{bname}-ctx".replace("/", "_"))) as dev:
             env = {**art.env(), **dev.env}
-            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args])
             for setting, n_ctx in sorted(wanted):
                 cfg = next(c for c in configs(study) if c.build.name == bname and c.setting.name == setting)
                 progress.message(f"dry run: {bname} × {setting} at n_ctx {n_ctx} (for the copies' cost)")
@@ -633,12 +364,12 @@ def within_budgets(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev,
         start=start, reference=reference)
 
 
-def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: list[int] | None, logs: Path,
+def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], logs: Path,
                     timeout_s: float, progress: Progress) -> None:
     """Where llama.cpp's fit left any configuration's device over its budget, every configuration's largest
     context within the budgets (and within them less the margin), by dry runs at fixed contexts
     (`run.budgetfit`), so that all of them are compared the same way."""
-    if not budgets or not any(needs_within(cp) for cp in plans):
+    if not prep.study.devices.budgets_mib or not any(needs_within(cp) for cp in plans):
         return
     study = prep.study
     for bspec in study.builds:
@@ -646,9 +377,9 @@ def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: li
         mine = [cp for cp in plans if cp.build == bspec.name and cp.status == "ok"]
         if art is None or not mine:
             continue
-        with session.device_setup(prep, art, _mkdir(logs / f"devices-{bspec.name}-within".replace("/", "_"))) as dev:
+        with session.device_setup(prep, art, mkdir(logs / f"devices-{bspec.name}-within".replace("/", "_"))) as dev:
             env = {**art.env(), **dev.env}
-            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args])
             if emu is None:
                 continue
             for cp in mine:
@@ -659,19 +390,21 @@ def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], budgets: li
                 cp.dry_runs += fit.dry_runs
 
 
-def _mkdir(path: Path) -> Path:
+def mkdir(path: Path) -> Path:
+    """`path`, made with its parents where missing."""
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def _check_fit_on(study: Study) -> None:
+def check_fit_on(study: Study) -> None:
+    """A study that turns llama.cpp's memory fit off cannot be planned: the fit is what a dry run reads."""
     for args in [study.server.args, *(b.args for b in study.builds), *(s.args for s in study.settings)]:
         if argv.value(args, "-fit", "--fit") in ("off", "0", "false"):
             raise ConfigError("this study turns llama.cpp's memory fit off (--fit off), and the fit is the dry run "
                               "`llamalab plan` reads.", tip="drop --fit off for planning (--set server.args=[...]).")
 
 
-def _model(study: Study, opts: PlanOptions, progress: Progress) -> tuple[Path, bool]:
+def plan_model(study: Study, opts: RunOptions, progress: Progress) -> tuple[Path, bool]:
     """The model to plan with: the user's file (or a stand-in made from its header), else the study's synthetic
     model written header-only (a dry run never reads tensor data)."""
     ref = opts.model or (Path(study.model.path) if study.model.path else None)

@@ -3,7 +3,7 @@
 Both run in one device setup (the same rpc-servers or GPUs, the same arguments): first the dry run, then
 llama-server with the model's weights until /health answers, whose log the ledger reads. `compare` is pure: it
 lines the figures up per device and says, per figure, how far the dry run was off. Used by
-tests/test_plan.py (CPU-RPC) and benchmarks/plan_validation.py (any backend; it writes the comparison table).
+tests/run/test_plan.py (CPU-RPC) and benchmarks/plan_validation.py (any backend; it writes the comparison table).
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..llamacpp import budget, ledger
-from . import plan as planmod, session
 from .. import proc
 from ..errors import LlamalabError
-from .progress import Progress
+from ..llamacpp import budget, dryrun, ledger
 from ..llamacpp.server import launch
-from ..study.spec import Study, configs
+from ..study.spec import Study, configs, with_budgets
+from . import plan as planmod
+from . import session
+from .progress import Progress
 
 FIGURES = ("model", "context", "compute")
 
@@ -132,7 +133,9 @@ class Result:
 def validate(study: Study, prep: session.Prepared, model_full: Path, *, logs: Path, progress: Progress,
              budgets: list[int] | None = None, timeout_s: float = 600.0) -> list[Result]:
     """For every build × setting: dry run (on `prep.model_path`, e.g. a stand-in) and full load (on
-    `model_full`, the same model with its weights), in one device setup with the same arguments."""
+    `model_full`, the same model with its weights), in one device setup with the same arguments, under `budgets`
+    (in MiB) where given, else the study's `[devices] vram`."""
+    study = with_budgets(study, budgets)
     out: list[Result] = []
     for bspec in study.builds:
         art = prep.artifacts.get(bspec.name)
@@ -144,7 +147,7 @@ def validate(study: Study, prep: session.Prepared, model_full: Path, *, logs: Pa
             dev_logs.mkdir(parents=True, exist_ok=True)
             with session.device_setup(prep, art, dev_logs) as dev:
                 env = {**art.env(), **dev.env}
-                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args], budgets)
+                emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args])
                 progress.message(f"dry run and full load: {cfg.build.name} × {cfg.setting.name}")
                 cp = planmod.plan_config(prep, cfg, art, dev, env, emu, logs, timeout_s)
                 fitp = None
@@ -152,7 +155,7 @@ def validate(study: Study, prep: session.Prepared, model_full: Path, *, logs: Pa
                     rc, text = proc.capture([str(art.binary("llama-fit-params")), "-m", str(prep.model_path),
                                              *planmod.fit_params_args(cp.args), "-c", str(cp.n_ctx), "-fitp", "on"],
                                             timeout_s=timeout_s, env=env)
-                    fitp = planmod.parse_fit_print(text.splitlines()) if rc == 0 else None
+                    fitp = dryrun.parse_fit_print(text.splitlines()) if rc == 0 else None
                 log_path = logs / f"{stem}-full.log"
                 load = LoadFigures()
                 try:

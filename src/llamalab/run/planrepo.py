@@ -23,9 +23,10 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..llamacpp import budget, modelref, models
 from ..llamacpp.modelsource import RepoModels, Resolved
-from ..paths import cache_home
 from ..study.spec import Config, SettingSpec, Study
-from . import plan as planmod, session
+from . import plan as planmod
+from . import session
+from .options import RunOptions
 from .progress import Progress
 
 NO_PP = ["-ot", "no_such_tensor=CPU"]
@@ -80,92 +81,93 @@ class RepoPlan:
         return asdict(self)
 
 
-@dataclass
-class RepoPlanOptions:
-    home: Path = field(default_factory=cache_home)
-    llama_cpp: Path | None = None
-    budgets: list[str] | None = None
-    context: int | None = None
-    logs_dir: Path | None = None
-    jobs: int | None = None
-    timeout_s: float = 300.0
-
-
 def repo_study(study: Study) -> Study:
     """The study as the table runs it: its first build, and no setting (llama.cpp's default arguments)."""
     return study.model_copy(update={"builds": study.builds[:1], "settings": [SettingSpec(name="default")]})
 
 
-def plan_repo(study: Study, opts: RepoPlanOptions, found: RepoModels, progress: Progress) -> RepoPlan:
+def plan_repo(study: Study, opts: RunOptions, found: RepoModels, progress: Progress) -> RepoPlan:
+    """Every model of the repository dry-run under the budgets (--budget over [devices] vram), one row each."""
     t0 = time.monotonic()
     study = repo_study(study)
-    planmod._check_fit_on(study)
-    budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
-        budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
+    planmod.check_fit_on(study)
     items = list(found.models)
-    first = items[0][1].path
-    prep = session.prepare(study, session.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=first,
-                                                jobs=opts.jobs), progress)
+    prep = session.prepare(study, dataclasses.replace(opts, model=items[0][1].path), progress)
+    study = prep.study  # under --budget's budgets
     b0 = study.builds[0]
     art = prep.artifacts.get(b0.name)
     if art is None:
         raise ConfigError(f"build {b0.name} could not be made: {prep.skipped.get(b0.name)}",
                           tip="the repository table dry-runs the study's first build; check `llamalab build STUDY`.")
-    default = Config(build=b0, setting=study.settings[0])
-    no_pp = Config(build=b0.model_copy(update={"args": [*b0.args, *NO_PP]}), setting=SettingSpec(name="no-pp"))
     logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-planrepo-"))
     rows: list[QuantRow] = []
     names: list[str] = []
     emu = None
     try:
-        with session.device_setup(prep, art, _mkdir(logs / "devices")) as dev:
+        with session.device_setup(prep, art, planmod.mkdir(logs / "devices")) as dev:
             env = {**art.env(), **dev.env}
-            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *b0.args], budgets)
-            unlimited = dataclasses.replace(emu, fit_targets_mib=emu.margins_mib) if emu else None
+            emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *b0.args])
             for i, (m, res) in enumerate(items):
                 progress.message(f"dry runs {i + 1}/{len(items)}: {m.quant} ({m.name})")
                 row = _row(m, res, opts.context)
                 rows.append(row)
-                t1 = time.monotonic()
-                try:
-                    info = models.read_info(res.path)
-                except Exception as e:  # a header llama.cpp would refuse: its row says so, the others go on
-                    row.status, row.reason = "failed", getattr(e, "message", str(e))
-                    continue
-                p = dataclasses.replace(prep, model_path=res.path, model_info=info)
-                stem = _mkdir(logs / f"{i:02d}-{m.name}"[:120].replace("/", "_"))
-                d = planmod.plan_config(p, default, art, dev, env, emu, stem, opts.timeout_s)
-                n = planmod.plan_config(p, no_pp, art, dev, env, emu, stem, opts.timeout_s)
-                row.dry_runs = d.dry_runs + n.dry_runs
-                row.n_ctx_train = info.n_ctx_train
-                names = names or [x.name for x in d.devices]
-                _fill(row, d, n)
-                if opts.context and row.status == "ok":
-                    need = planmod.plan_config(p, default, art, dev, env, unlimited, stem, opts.timeout_s,
-                                               extra_args=["-c", str(opts.context)])
-                    row.dry_runs += need.dry_runs
-                    _need(row, need, emu, budgets)
-                row.seconds = round(time.monotonic() - t1, 2)
+                stem = logs / f"{i:02d}-{m.name}"[:120].replace("/", "_")
+                got = _plan_quant(row, res, prep, art, dev, env, emu, stem, opts.timeout_s)
+                names = names or got
     finally:
         if opts.logs_dir is None:
             shutil.rmtree(logs, ignore_errors=True)
+    return RepoPlan(ref=found.ref, study=study.name, build=b0.name, backend=prep.backend, devices=names,
+                    budgets_mib=list(emu.budgets_mib) if emu else None,
+                    margins_mib=list(emu.margins_mib) if emu else None, context=opts.context, rows=rows,
+                    skipped=[(path, why) for path, why in found.skipped], size_bytes=sum(r.size_bytes for r in rows),
+                    fetched_bytes=sum(r.fetched_bytes for r in rows),
+                    llama_cpp=f"{art.source.version} ({art.source.short_commit})",
+                    args=[*study.server.args, *b0.args],
+                    seconds=round(time.monotonic() - t0, 2), notes=_notes(found, rows, prep))
+
+
+def _plan_quant(row: QuantRow, res: Resolved, prep: session.Prepared, art, dev, env: dict[str, str],
+                emu: budget.Emulation | None, stem: Path, timeout_s: float) -> list[str]:
+    """One model's dry runs into its row (llama.cpp's default, pipeline parallelism off, and at --context's -c);
+    returns the devices' names (none where its header could not be read)."""
+    t1 = time.monotonic()
+    try:
+        info = models.read_info(res.path)
+    except Exception as e:  # a header llama.cpp would refuse: its row says so, the others go on
+        row.status, row.reason = "failed", getattr(e, "message", str(e))
+        return []
+    b0 = prep.study.builds[0]
+    default = Config(build=b0, setting=prep.study.settings[0])
+    no_pp = Config(build=b0.model_copy(update={"args": [*b0.args, *NO_PP]}), setting=SettingSpec(name="no-pp"))
+    p = dataclasses.replace(prep, model_path=res.path, model_info=info)
+    planmod.mkdir(stem)
+    d = planmod.plan_config(p, default, art, dev, env, emu, stem, timeout_s)
+    n = planmod.plan_config(p, no_pp, art, dev, env, emu, stem, timeout_s)
+    row.dry_runs = d.dry_runs + n.dry_runs
+    row.n_ctx_train = info.n_ctx_train
+    _fill(row, d, n)
+    if row.context and row.status == "ok":
+        unlimited = dataclasses.replace(emu, fit_targets_mib=emu.margins_mib) if emu else None
+        need = planmod.plan_config(p, default, art, dev, env, unlimited, stem, timeout_s,
+                                   extra_args=["-c", str(row.context)])
+        row.dry_runs += need.dry_runs
+        _need(row, need, emu, prep.study.devices.budgets_mib)
+    row.seconds = round(time.monotonic() - t1, 2)
+    return [x.name for x in d.devices]
+
+
+def _notes(found: RepoModels, rows: list[QuantRow], prep: session.Prepared) -> list[str]:
     notes = [f"{len(rows)} model(s) of {found.ref}: header-only stand-ins, {_mib(sum(r.fetched_bytes for r in rows))} "
              f"fetched for {_mib(sum(r.size_bytes for r in rows))} of models"]
-    if not budgets:
+    if not prep.study.devices.budgets_mib:
         notes.append("no budgets: each device's free memory is its budget" + (
             " (every local rpc-server reports this machine's RAM; pass --budget 16GiB,12GiB for particular cards)"
             if prep.backend == "cpu-rpc" else ""))
     if prep.backend == "cpu-rpc":
         notes.append("dry runs on CPU-RPC: weights and KV cache per device are what any backend loads for the same "
                      "split; compute buffers approximate a GPU backend's")
-    return RepoPlan(ref=found.ref, study=study.name, build=b0.name, backend=prep.backend, devices=names,
-                    budgets_mib=list(emu.budgets_mib) if emu else None,
-                    margins_mib=list(emu.margins_mib) if emu else None, context=opts.context, rows=rows,
-                    skipped=[tuple(x) for x in found.skipped], size_bytes=sum(r.size_bytes for r in rows),
-                    fetched_bytes=sum(r.fetched_bytes for r in rows),
-                    llama_cpp=f"{art.source.version} ({art.source.short_commit})",
-                    args=[*study.server.args, *b0.args],
-                    seconds=round(time.monotonic() - t0, 2), notes=notes)
+    return notes
 
 
 def _row(m: modelref.RepoModel, res: Resolved, context: int | None) -> QuantRow:
@@ -211,11 +213,6 @@ def _need(row: QuantRow, need: planmod.ConfigPlan, emu: budget.Emulation | None,
     row.need_mib = [round((d.used_mib or 0) + m, 1) for d, m in zip(need.devices, margins, strict=False)]
     if budgets:
         row.need_fits = all(x <= b for x, b in zip(row.need_mib, budgets, strict=False))
-
-
-def _mkdir(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    return p
 
 
 def _mib(n: int) -> str:

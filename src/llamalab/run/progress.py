@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ..safetext import markup, plain, rich_text
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class Progress:
@@ -64,17 +68,17 @@ class RichProgress(Progress):
 
     def __init__(self, console=None) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RP, TextColumn, TimeElapsedColumn, \
-            TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import Progress as RP
 
         self.console = console or Console(stderr=True)
         self.rp = RP(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                      TextColumn("left"), TimeRemainingColumn(), console=self.console, transient=False)
         self.rp.start()
-        self._build_task = None
-        self._build_what = None
-        self._trial_task = None
-        self._downloads: dict[str, object] = {}
+        self._build_task: TaskID | None = None
+        self._build_what: str | None = None
+        self._trial_task: TaskID | None = None
+        self._downloads: dict[str, TaskID] = {}
 
     def message(self, text: str) -> None:
         self.console.log(rich_text(text))  # never markup: messages carry labels, paths and log lines
@@ -94,7 +98,7 @@ class RichProgress(Progress):
     def download(self, what: str, done: int, total: int) -> None:
         if what not in self._downloads:
             self._downloads[what] = self.rp.add_task(markup(what), total=total)
-        self.rp.update(self._downloads[what], completed=done, total=total)  # type: ignore[arg-type]
+        self.rp.update(self._downloads[what], completed=done, total=total)
 
     def trial(self, k: int, n: int, label: str) -> None:
         if self._trial_task is None:

@@ -20,7 +20,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..llamacpp import kld as kldmod, standin
+from ..llamacpp import kld as kldmod
+from ..llamacpp import standin
 from ..study.spec import TuneSpec
 from ..write import atomic_write
 from .progress import Progress

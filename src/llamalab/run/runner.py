@@ -1,7 +1,8 @@
 """The run loop: study → source → builds → devices → server → ledger → workload → store.
 
 It drives a run through every stage from the set-up `run.session` prepares (which `plan` and `tune` share). All
-builds finish before any timing starts. Each finished trial is stored before the next starts; a configuration that fails is recorded with its reason and the study goes on.
+builds finish before any timing starts. Each finished trial is stored before the next starts; a configuration that
+fails is recorded with its reason and the study goes on.
 """
 
 from __future__ import annotations
@@ -9,23 +10,35 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import __version__, proc
-from ..llamacpp import applicability, budget, crosscheck, ledger, maxctx
+from ..errors import LaunchError, LlamalabError, WorkloadError
+from ..llamacpp import applicability, crosscheck, ledger, maxctx
 from ..llamacpp import argv as argvmod
-from ..machine import sysinfo
-from . import drivercheck, workload
 from ..llamacpp.applicability import NOT_APPLICABLE
 from ..llamacpp.build import BuildArtifact
-from ..errors import LaunchError, LlamalabError, WorkloadError
-from .progress import Progress
-from ..records import ConfigOutcome
 from ..llamacpp.server import launch
+from ..machine import sysinfo
+from ..records import ConfigOutcome
 from ..store.db import Store
-from ..study.spec import Pass, configs, expand, to_toml
-from . import budgetfit, plan as planmod
-from .session import (Options, Prepared, budget_emulation, check_budgets, device_setup, emulate_budgets,
-                      server_args, study_hash)
+from ..study.spec import Config, Pass, configs, expand, to_toml
+from . import budgetfit, drivercheck, workload
+from . import plan as planmod
+from .options import RunOptions
+from .progress import Progress
+
+if TYPE_CHECKING:
+    from ..llamacpp.server import Server
+from .session import (
+    Prepared,
+    budget_emulation,
+    check_budgets,
+    device_setup,
+    emulate_budgets,
+    server_args,
+    study_hash,
+)
 
 
 def n_slots(args: list[str]) -> int:
@@ -68,11 +81,23 @@ def llama_cpp_info(prep: Prepared) -> dict:
 
 
 Cut = Callable[[Store, str, Pass, int], str | None]
+Skip = Callable[[Store, str, Pass], str | None]
 
 
-def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Progress, *,
-            passes: list[Pass] | None = None, skip: Callable[[Store, str, Pass], str | None] | None = None,
-            cut: Cut | None = None) -> str:
+class Count:
+    """Trials stored (or never to run) out of the run's total: the progress line's figures. Trials that will never
+    run are counted as done, so that the total stays true."""
+
+    def __init__(self, total: int) -> None:
+        self.done = 0
+        self.total = total
+
+    def add(self, n: int = 1) -> None:
+        self.done += n
+
+
+def execute(prep: Prepared, study_toml: str | None, opts: RunOptions, progress: Progress, *,
+            passes: list[Pass] | None = None, skip: Skip | None = None, cut: Cut | None = None) -> str:
     """Run every pass of the study into the store; returns the run id. The run records the effective study
     (file plus overrides) as TOML, whatever `study_toml` held. `passes` replaces the study's own order (expand);
     `skip`, asked before each pass, may return why that pass is not run (it is then left out, with the reason
@@ -93,53 +118,11 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
         try:
             if not resumed:
                 store.save_system(run_id, sysinfo.collect(llama_cpp_info(prep)))
-            for spec in study.builds:
-                if spec.name in prep.artifacts:
-                    store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
-                elif spec.name in prep.not_applicable:
-                    store.save_build(run_id, spec.name, NOT_APPLICABLE, reason=prep.not_applicable[spec.name])
-                else:
-                    reason = prep.skipped.get(spec.name) or ""
-                    store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
-                                     reason=reason)
+            _record_builds(prep, store, run_id)
             inapplicable = _record_inapplicable(prep, store, run_id)
-            done = store.done_trials(run_id)
-            levels = study.workload.concurrency
-            cells = study.workload.cells()
-            passes = expand(study) if passes is None else passes
-            # a trial is done when every cell at every level is stored (the keys are `Trial.key`'s)
-            todo = [(i, p, tuple(t for t in p.trials
-                                 if any((p.config.build.name, p.config.setting.name, t, c, prompt, output) not in done
-                                        for c in levels for prompt, output in cells)))
-                    for i, p in enumerate(passes) if p.config.build.name in prep.artifacts
-                    and (p.config.build.name, p.config.setting.name) not in inapplicable]
-            todo = [(i, p, ts) for i, p, ts in todo if ts]
-            per_trial = len(levels) * len(cells)  # trials stored per trial number: one per cell and level
-            total = sum(len(ts) * per_trial for _, _, ts in todo)
-            counter = [0]
-            run_dir = opts.runs_dir / run_id
-            for i, p, trials in todo:
-                proc.check_stop()
-                key = (p.config.build.name, p.config.setting.name)
-                if key in inapplicable:  # llama.cpp refused it on an earlier pass: said once, not tried again
-                    counter[0] += len(trials) * per_trial
-                    continue
-                why = skip(store, run_id, p) if skip is not None else None
-                if why:
-                    progress.message(f"not measuring {p.config.build.name} × {p.config.setting.name} further: {why}")
-                    counter[0] += len(trials) * per_trial
-                    continue
-                if _run_pass(prep, store, run_id, p, trials, done, run_dir / "logs", i, progress, counter,
-                             total, cut) == NOT_APPLICABLE:
-                    inapplicable.add(key)
-                    counter[0] += len(trials) * per_trial  # they will never run: the progress total stays true
-            if opts.crosscheck:
-                _crosscheck(prep, store, run_id, run_dir / "logs", progress)
-            if opts.budget_context != "off" and prep.study.devices.vram:
-                _budget_fits(prep, store, run_id, run_dir / "logs", progress, always=opts.budget_context == "always")
-            if opts.max_context != "off":
-                _context_checks(prep, store, run_id, run_dir / "logs", progress, opts.max_context,
-                                opts.max_context_probes)
+            _run_passes(prep, store, run_id, opts.runs_dir / run_id / "logs", progress,
+                        expand(study) if passes is None else passes, inapplicable, skip, cut)
+            _afterwards(prep, store, run_id, opts, progress)
             proc.check_stop()
             # nothing measured (every configuration failed, or none could run) is a failed run, not a finished one
             store.set_run_status(run_id, "finished" if store.done_trials(run_id) else "failed")
@@ -152,6 +135,61 @@ def execute(prep: Prepared, study_toml: str | None, opts: Options, progress: Pro
             _mark_run(store, run_id, "failed", progress)
             raise
     return run_id
+
+
+def _record_builds(prep: Prepared, store: Store, run_id: str) -> None:
+    """Each build of the study as it stands: made (or given), not applicable to the rig, failed or skipped."""
+    for spec in prep.study.builds:
+        if spec.name in prep.artifacts:
+            store.save_build(run_id, spec.name, "ok", artifact=prep.artifacts[spec.name])
+        elif spec.name in prep.not_applicable:
+            store.save_build(run_id, spec.name, NOT_APPLICABLE, reason=prep.not_applicable[spec.name])
+        else:
+            reason = prep.skipped.get(spec.name) or ""
+            store.save_build(run_id, spec.name, "failed" if reason.startswith("build failed") else "skipped",
+                             reason=reason)
+
+
+def _run_passes(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress, passes: list[Pass],
+                inapplicable: set[tuple[str, str]], skip: Skip | None, cut: Cut | None) -> None:
+    """The passes with trials left to run (a resumed run skips what it stored), in order."""
+    done = store.done_trials(run_id)
+    levels = prep.study.workload.concurrency
+    cells = prep.study.workload.cells()
+    # a trial is done when every cell at every level is stored (the keys are `Trial.key`'s)
+    todo = [(i, p, tuple(t for t in p.trials
+                         if any((p.config.build.name, p.config.setting.name, t, c, prompt, output) not in done
+                                for c in levels for prompt, output in cells)))
+            for i, p in enumerate(passes) if p.config.build.name in prep.artifacts
+            and (p.config.build.name, p.config.setting.name) not in inapplicable]
+    todo = [(i, p, ts) for i, p, ts in todo if ts]
+    per_trial = len(levels) * len(cells)  # trials stored per trial number: one per cell and level
+    count = Count(sum(len(ts) * per_trial for _, _, ts in todo))
+    for i, p, trials in todo:
+        proc.check_stop()
+        key = (p.config.build.name, p.config.setting.name)
+        if key in inapplicable:  # llama.cpp refused it on an earlier pass: said once, not tried again
+            count.add(len(trials) * per_trial)
+            continue
+        why = skip(store, run_id, p) if skip is not None else None
+        if why:
+            progress.message(f"not measuring {p.config.build.name} × {p.config.setting.name} further: {why}")
+            count.add(len(trials) * per_trial)
+            continue
+        if _run_pass(prep, store, run_id, p, trials, done, logs, i, progress, count, cut) == NOT_APPLICABLE:
+            inapplicable.add(key)
+            count.add(len(trials) * per_trial)  # they will never run: the progress total stays true
+
+
+def _afterwards(prep: Prepared, store: Store, run_id: str, opts: RunOptions, progress: Progress) -> None:
+    """What runs after the study's passes: the crosscheck, the contexts within the budgets, the context checks."""
+    logs = opts.runs_dir / run_id / "logs"
+    if opts.crosscheck:
+        _crosscheck(prep, store, run_id, logs, progress)
+    if opts.budget_context != "off" and prep.study.devices.budgets_mib:
+        _budget_fits(prep, store, run_id, logs, progress, always=opts.budget_context == "always")
+    if opts.max_context != "off":
+        _context_checks(prep, store, run_id, logs, progress, opts.max_context, opts.max_context_probes)
 
 
 def _record_inapplicable(prep: Prepared, store: Store, run_id: str) -> set[tuple[str, str]]:
@@ -198,8 +236,8 @@ def run_outcome(store: Store, run_id: str) -> tuple[list[str], int, bool]:
     except tomllib.TOMLDecodeError:
         settings = []
     last: dict[tuple[str, str], dict] = {}
-    for c in store.configs(run_id):
-        last[(c["build"], c["setting"])] = c
+    for row in store.configs(run_id):
+        last[(row["build"], row["setting"])] = row
     failed = []
     total = 0
     for b in store.builds(run_id):
@@ -257,7 +295,7 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
                     probes: int) -> None:
     """For every configuration that ran: load its fitted context again with fit off (verify), and with `search`
     bisect -c up to the model's training context for the largest that loads (within the budgets, if any)."""
-    budgets = budget.parse_budgets(prep.study.devices.vram) if prep.study.devices.vram else None
+    budgets = prep.study.devices.budgets_mib
     hi = prep.model_info.n_ctx_train or 0
     fitted_by = {(c["build"], c["setting"]): (c.get("ledger") or {}).get("n_ctx")
                  for c in store.configs(run_id) if c["status"] == "ok"}
@@ -266,32 +304,8 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
         fitted = fitted_by.get((cfg.build.name, cfg.setting.name))
         if cfg.build.name not in prep.artifacts or not fitted:
             continue
-        art = prep.artifacts[cfg.build.name]
         label = f"{cfg.build.name} × {cfg.setting.name}"
-        count = [0]
-
-        def probe(n: int) -> dict:
-            count[0] += 1
-            log_dir = logs / f"context-{cfg.build.name}-{cfg.setting.name}-{count[0]}".replace("/", "_")
-            log_dir.mkdir(parents=True, exist_ok=True)
-            progress.message(f"context check {label}: loading with -c {n}")
-            with device_setup(prep, art, log_dir) as dev:
-                env = {**art.env(), **dev.env}
-                args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
-                probe_args = maxctx.probe_args(args, n)
-                try:
-                    with launch(art.binary("llama-server"), prep.model_path, args=probe_args,
-                                log_path=log_dir / "llama-server.log", env=env, host=prep.study.server.host,
-                                ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
-                        led = ledger.parse(srv.log_lines(), tensor_split=argvmod.tensor_split(probe_args))
-                except LaunchError as e:
-                    return {"loaded": False, "reason": e.message.splitlines()[0]}
-            names = report_device_names(led)
-            totals = [led.devices[name].total() for name in names]
-            ok, why = maxctx.within_budgets(totals, budgets)
-            return {"loaded": ok and led.n_ctx == n, "device_mib": dict(zip(names, totals)), "reason": why,
-                    "n_ctx_loaded": led.n_ctx}
-
+        probe = _ContextProbe(prep, cfg, logs, progress)
         if mode == "verify":
             res = maxctx.search(fitted, fitted, probe, max_probes=1)
         else:
@@ -307,6 +321,39 @@ def _context_checks(prep: Prepared, store: Store, run_id: str, logs: Path, progr
             _verify_budget_fit(store, run_id, cfg, fit, probe, budgets, progress)
 
 
+class _ContextProbe:
+    """One configuration's context check loads: each `probe(n)` starts llama-server with -c n and fit off (under the
+    budgets' emulation) in a folder of its own, and says whether it loaded within every budget."""
+
+    def __init__(self, prep: Prepared, cfg: Config, logs: Path, progress: Progress) -> None:
+        self.prep, self.cfg, self.logs, self.progress = prep, cfg, logs, progress
+        self.art = prep.artifacts[cfg.build.name]
+        self.loads = 0
+
+    def __call__(self, n: int) -> dict:
+        prep, cfg, art = self.prep, self.cfg, self.art
+        self.loads += 1
+        log_dir = self.logs / f"context-{cfg.build.name}-{cfg.setting.name}-{self.loads}".replace("/", "_")
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.progress.message(f"context check {cfg.build.name} × {cfg.setting.name}: loading with -c {n}")
+        with device_setup(prep, art, log_dir) as dev:
+            env = {**art.env(), **dev.env}
+            args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+            probe_args = maxctx.probe_args(args, n)
+            try:
+                with launch(art.binary("llama-server"), prep.model_path, args=probe_args,
+                            log_path=log_dir / "llama-server.log", env=env, host=prep.study.server.host,
+                            ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
+                    led = ledger.parse(srv.log_lines(), tensor_split=argvmod.tensor_split(probe_args))
+            except LaunchError as e:
+                return {"loaded": False, "reason": e.message.splitlines()[0]}
+        names = report_device_names(led)
+        totals = [led.devices[name].total() for name in names]
+        ok, why = maxctx.within_budgets(totals, prep.study.devices.budgets_mib)
+        return {"loaded": ok and led.n_ctx == n, "device_mib": dict(zip(names, totals, strict=False)),
+                "reason": why, "n_ctx_loaded": led.n_ctx}
+
+
 def needs_budget_fit(led: dict, budgets: list[int]) -> str | None:
     """Why a configuration's context within its budgets must be searched for, or None: a device's allocated buffers
     exceed its budget, so that context would not load on such a card (with -ngl given, llama.cpp's fit shrinks the
@@ -320,10 +367,10 @@ def _budget_fits(prep: Prepared, store: Store, run_id: str, logs: Path, progress
     """For every configuration that ran whose context llama.cpp's fit did not keep within every device's budget
     (or every one, `always`): the largest context within the budgets, and within them less the margin, by dry
     runs (`run.budgetfit`). A resumed run keeps the searches it stored."""
-    budgets = budget.parse_budgets(prep.study.devices.vram)
+    budgets = prep.study.devices.budgets_mib or []
     stored = store.budget_fits(run_id)
-    ledgers = {(c["build"], c["setting"]): c.get("ledger") for c in store.configs(run_id)
-               if c["status"] == "ok" and c.get("ledger")}
+    ledgers: dict[tuple[str, str], dict] = {(c["build"], c["setting"]): led for c in store.configs(run_id)
+                                            if c["status"] == "ok" and (led := c.get("ledger"))}
     whys = {k: needs_budget_fit(led, budgets) for k, led in ledgers.items()}
     first = next((f"{k[0]} × {k[1]}: {w}" for k, w in whys.items() if w), None)
     if first is None and not always:
@@ -389,141 +436,188 @@ def report_device_names(led: ledger.Ledger) -> list[str]:
     return ledger.device_names(led.to_json())
 
 
-def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
-              logs: Path, index: int, progress: Progress, counter: list[int], total: int,
-              cut: Cut | None = None) -> str:
-    """One server start of a configuration and its trials; returns how the configuration ended (ok, failed, or
-    not-applicable where llama.cpp refused it at load for what the rig, build or model lacks)."""
-    cfg = p.config
-    art = prep.artifacts[cfg.build.name]
-    wl = prep.study.workload
-    name = f"{index:03d}-{cfg.build.name}-{cfg.setting.name}".replace("/", "_")
+def _pass_log_dir(logs: Path, index: int, p: Pass) -> Path:
+    """The folder of one server start's logs: a resumed pass gets fresh ones (a log describes exactly one start)."""
+    name = f"{index:03d}-{p.config.build.name}-{p.config.setting.name}".replace("/", "_")
     log_dir = logs / name
     attempt = 1
-    while log_dir.exists():  # a resumed pass gets fresh logs: a log must describe exactly one server start
+    while log_dir.exists():
         log_dir = logs / f"{name}-retry{attempt}"
         attempt += 1
     log_dir.mkdir(parents=True)
-    label = f"{cfg.build.name} × {cfg.setting.name}"
-    outcome = ConfigOutcome(build=cfg.build.name, setting=cfg.setting.name, status="running",
-                            log_path=str(log_dir / "llama-server.log"))
-    config_id = store.start_config(run_id, outcome, pass_no=index)
-    loaded = False
-    split = None  # the -ts the server ran with (ledger.split_meta)
-    try:
+    return log_dir
+
+
+class _Pass:
+    """One server start of a configuration and its trials, with the state the workload's callbacks share: the
+    trials stored so far in this pass, the run's count, the grid of cells and levels that fit."""
+
+    def __init__(self, prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
+                 progress: Progress, count: Count, cut: Cut | None) -> None:
+        self.prep, self.store, self.run_id, self.p, self.trials = prep, store, run_id, p, trials
+        self.done, self.progress, self.count, self.cut = done, progress, count, cut
+        self.cfg = p.config
+        self.art = prep.artifacts[self.cfg.build.name]
+        self.label = f"{self.cfg.build.name} × {self.cfg.setting.name}"
+        self.config_id = 0
+        self.loaded = False
+        self.split: list[float] | None = None  # the -ts the server ran with (ledger.split_meta)
+        self.in_pass = 0
+        self.grid: list[tuple[workload.Shape, list[int]]] = []
+        self.srv: Server | None = None
+
+    def on_trial(self, t) -> None:
+        proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
+        self.in_pass += 1
+        if t.key in self.done:
+            return
+        self.store.save_trial(self.run_id, self.config_id, t)
+        self.done.add(t.key)
+        self.count.add()
+        if t.errors and self.srv is not None and self.srv.ended():  # a dead server fails every request after it
+            raise LaunchError(self.srv.death("during the workload"))
+        if self.in_pass < len(self.trials) * self.per_trial():  # the next pass announces its own
+            self.progress.trial(min(self.count.done + 1, self.count.total), self.count.total, self.label)
+        if t.errors:
+            self.progress.warn(f"{self.label} trial {t.trial} at concurrency {t.concurrency}: "
+                               f"{t.errors} request(s) failed: {t.requests[0].error}")
+
+    def go_on(self, trial: int) -> bool:
+        why = self.cut(self.store, self.run_id, self.p, trial) if self.cut is not None else None
+        if why:
+            self.progress.message(f"not measuring {self.label} further: {why}")
+            left = [t for t in self.trials if t > trial]
+            self.count.add(len(left) * self.per_trial())  # the progress total stays true
+        return why is None
+
+    def per_trial(self) -> int:
+        """Trials stored per trial number: one per cell and level that fits."""
+        return sum(len(lv) for _, lv in self.grid)
+
+    def make_grid(self, led: ledger.Ledger) -> None:
+        """The workload's cells, each with the concurrency levels whose requests fit in the server's context."""
+        wl = self.prep.study.workload
+        for prompt, output in wl.cells():
+            shape = workload.Shape(prompt_tokens=prompt, output_tokens=output,
+                                   natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
+            levels, too_big = fitting_levels(wl.concurrency, shape, led)
+            if too_big:
+                note = (f"concurrency {', '.join(map(str, too_big))} not run: that many requests of "
+                        f"{shape.prompt_tokens}+{shape.output_tokens} tokens do not fit in n_ctx {led.n_ctx}")
+                self.progress.warn(f"{self.label}: {note}")
+                self.store.note_config(self.config_id, note)
+                # they will never run: count them as done so the progress total stays true
+                self.count.add(len(self.trials) * len(too_big))
+            self.grid.append((shape, levels))
+
+    def note_load(self, lines: list[str], led: ledger.Ledger) -> None:
+        """What the load's log says that the configuration's row should carry: no fit, pipeline parallelism
+        dropped, a copies variant that loaded the wrong library (a LaunchError)."""
+        no_fit = applicability.fit_refusal(lines)
+        if no_fit:  # the context is not fitted to the memory: say so with the configuration
+            n_ctx = f"{led.n_ctx:,}" if led.n_ctx else "?"
+            self.store.note_config(self.config_id, f"context not fitted to the memory: llama.cpp's fit says "
+                                                   f"\"{no_fit}\"; it ran with n_ctx {n_ctx}")
+        if led.pp_retry:  # llama.cpp ran this configuration without pipeline parallelism: say so, once
+            note = (f"llama.cpp dropped pipeline parallelism (compute buffers did not fit: "
+                    f"{led.pp_dropped_reason}); this configuration ran with it off")
+            self.progress.warn(f"{self.label}: {note}")
+            self.store.note_config(self.config_id, note)
+        wrong = check_copies(led, self.art)
+        if wrong:
+            raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
+
+    def serve(self, log_dir: Path) -> float | None:
+        """Start the server on the study's devices, run the workload, store the ledgers and the driver's figures;
+        returns the load time."""
+        prep, cfg, art = self.prep, self.cfg, self.art
         with device_setup(prep, art, log_dir) as dev:
             env = {**art.env(), **dev.env}
             args, emulation = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
             # slot actions (erasing the KV cache between levels) need a save path; nothing is saved there
             (log_dir / "slots").mkdir(exist_ok=True)
             args += ["--slot-save-path", str(log_dir / "slots")]
-            store.set_config_command(config_id, [str(art.binary("llama-server")), "-m", str(prep.model_path), *args],
-                                     env, {**dev.as_dict(), "emulation": emulation})
-            progress.message(f"starting llama-server for {label} ({dev.description})")
+            self.store.set_config_command(self.config_id, [str(art.binary("llama-server")), "-m",
+                                                           str(prep.model_path), *args],
+                                          env, {**dev.as_dict(), "emulation": emulation})
+            self.progress.message(f"starting llama-server for {self.label} ({dev.description})")
             checker = drivercheck.for_setup(prep.backend, dev)  # a device-wide source reads its baseline now
-            split = argvmod.tensor_split(args)  # -sm tensor: how the Meta() device's buffers divide (not in the log)
+            self.split = argvmod.tensor_split(args)  # -sm tensor: how the Meta() device's buffers divide
             with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
                         env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
-                loaded = True
+                self.srv, self.loaded = srv, True
                 lines = srv.log_lines()
-                led = ledger.parse(lines, tensor_split=split)
-                store.save_ledger(config_id, led)
-                no_fit = applicability.fit_refusal(lines)
-                if no_fit:  # the context is not fitted to the memory: say so with the configuration
-                    n_ctx = f"{led.n_ctx:,}" if led.n_ctx else "?"
-                    store.note_config(config_id, f"context not fitted to the memory: llama.cpp's fit says "
-                                                 f"\"{no_fit}\"; it ran with n_ctx {n_ctx}")
-                if led.pp_retry:  # llama.cpp ran this configuration without pipeline parallelism: say so, once
-                    note = (f"llama.cpp dropped pipeline parallelism (compute buffers did not fit: "
-                            f"{led.pp_dropped_reason}); this configuration ran with it off")
-                    progress.warn(f"{label}: {note}")
-                    store.note_config(config_id, note)
-                wrong = check_copies(led, art)
-                if wrong:
-                    raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
-
-                in_pass = [0]
-
-                def on_trial(t) -> None:
-                    proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
-                    in_pass[0] += 1
-                    if t.key in done:
-                        return
-                    store.save_trial(run_id, config_id, t)
-                    done.add(t.key)
-                    counter[0] += 1
-                    if t.errors and srv.ended():  # a dead server fails every request after it: stop here
-                        raise LaunchError(srv.death("during the workload"))
-                    if in_pass[0] < len(trials) * sum(len(lv) for _, lv in grid):  # the next pass announces its own
-                        progress.trial(min(counter[0] + 1, total), total, label)
-                    if t.errors:
-                        progress.warn(f"{label} trial {t.trial} at concurrency {t.concurrency}: "
-                                      f"{t.errors} request(s) failed: {t.requests[0].error}")
-
+                led = ledger.parse(lines, tensor_split=self.split)
+                self.store.save_ledger(self.config_id, led)
+                self.note_load(lines, led)
                 driver_load = checker.read({srv.child.pid}) if checker else None
-                grid = []
-                for prompt, output in wl.cells():
-                    shape = workload.Shape(prompt_tokens=prompt, output_tokens=output,
-                                           natural=wl.output == "natural", timeout_s=wl.request_timeout_s)
-                    levels, too_big = fitting_levels(wl.concurrency, shape, led)
-                    if too_big:
-                        note = (f"concurrency {', '.join(map(str, too_big))} not run: that many requests of "
-                                f"{shape.prompt_tokens}+{shape.output_tokens} tokens do not fit in n_ctx {led.n_ctx}")
-                        progress.warn(f"{label}: {note}")
-                        store.note_config(config_id, note)
-                        # they will never run: count them as done so the progress total stays true
-                        counter[0] += len(trials) * len(too_big)
-                    grid.append((shape, levels))
-                progress.trial(counter[0] + 1, total, label)
-                def go_on(trial: int) -> bool:
-                    why = cut(store, run_id, p, trial) if cut is not None else None
-                    if why:
-                        progress.message(f"not measuring {label} further: {why}")
-                        left = [t for t in trials if t > trial]
-                        counter[0] += len(left) * sum(len(lv) for _, lv in grid)  # the progress total stays true
-                    return why is None
-
-                try:
-                    if any(levels for _, levels in grid):
-                        workload.measure(srv.url, build=cfg.build.name, setting=cfg.setting.name, trials=trials,
-                                         cells=grid, warmup=wl.warmup, on_trial=on_trial, n_slots=n_slots(args),
-                                         go_on=go_on)
-                except WorkloadError:
-                    if not srv.ended():
-                        raise
-                if not srv.alive():  # a dead server is the cause, whatever the client saw
-                    raise LaunchError(srv.death("during the workload"))
+                self.make_grid(led)
+                self.progress.trial(self.count.done + 1, self.count.total, self.label)
+                self.measure(srv, args)
                 if checker:
                     driver_run = checker.read({srv.child.pid})
-                    store.save_nvml(config_id, {
+                    self.store.save_nvml(self.config_id, {
                         "after_load": checker.compare(led.to_json(), driver_load),
                         "after_workload": checker.compare(led.to_json(), driver_run),
                         "source": checker.source, "scope": checker.scope,
                     })
-                # the final ledger (with exit-time breakdown tables) is read after the server stops
+            # the final ledger (with exit-time breakdown tables) is read after the server stops
             led = ledger.parse((log_dir / "llama-server.log").read_text(errors="replace").splitlines(),
-                               tensor_split=split)
-            store.save_ledger(config_id, led)
-        store.finish_config(config_id, "ok", load_seconds=srv.load_seconds)
-        return "ok"
-    except KeyboardInterrupt:
-        _finish_config(store, config_id, "interrupted", "stopped by SIGINT/SIGTERM", progress)
-        raise
-    except (LaunchError, WorkloadError) as e:
+                               tensor_split=self.split)
+            self.store.save_ledger(self.config_id, led)
+        return srv.load_seconds
+
+    def measure(self, srv, args: list[str]) -> None:
+        wl = self.prep.study.workload
+        try:
+            if any(levels for _, levels in self.grid):
+                workload.measure(srv.url, build=self.cfg.build.name, setting=self.cfg.setting.name,
+                                 trials=self.trials, cells=self.grid, warmup=wl.warmup, on_trial=self.on_trial,
+                                 n_slots=n_slots(args), go_on=self.go_on)
+        except WorkloadError:
+            if not srv.ended():
+                raise
+        if not srv.alive():  # a dead server is the cause, whatever the client saw
+            raise LaunchError(srv.death("during the workload"))
+
+    def failed(self, log_dir: Path, e: LaunchError | WorkloadError) -> str:
+        """A server that did not start or died: not applicable where llama.cpp refused what the rig, build or model
+        lacks before it loaded, else failed; returns which."""
         log_path = log_dir / "llama-server.log"
         lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
-        said = None if loaded else applicability.refusal(lines)
+        said = None if self.loaded else applicability.refusal(lines)
         if said:  # not a failure: this rig (or build, or model) cannot run it, and llama.cpp says why
-            progress.message(f"{label} does not apply to this rig: llama.cpp says \"{said}\" (not tried again)")
-            store.finish_config(config_id, NOT_APPLICABLE, reason=f"llama.cpp: {said}")
+            self.progress.message(f"{self.label} does not apply to this rig: llama.cpp says \"{said}\" "
+                                  "(not tried again)")
+            self.store.finish_config(self.config_id, NOT_APPLICABLE, reason=f"llama.cpp: {said}")
         else:
-            progress.warn(f"{label} failed: {e.message}")  # with the server log's last lines where it died
-            store.finish_config(config_id, "failed", reason=e.message)
+            self.progress.warn(f"{self.label} failed: {e.message}")  # with the server log's last lines where it died
+            self.store.finish_config(self.config_id, "failed", reason=e.message)
         if lines:
-            store.save_ledger(config_id, ledger.parse(lines, tensor_split=split))
+            self.store.save_ledger(self.config_id, ledger.parse(lines, tensor_split=self.split))
         return NOT_APPLICABLE if said else "failed"
+
+
+def _run_pass(prep: Prepared, store: Store, run_id: str, p: Pass, trials: tuple[int, ...], done: set,
+              logs: Path, index: int, progress: Progress, count: Count, cut: Cut | None = None) -> str:
+    """One server start of a configuration and its trials; returns how the configuration ended (ok, failed, or
+    not-applicable where llama.cpp refused it at load for what the rig, build or model lacks)."""
+    log_dir = _pass_log_dir(logs, index, p)
+    run = _Pass(prep, store, run_id, p, trials, done, progress, count, cut)
+    outcome = ConfigOutcome(build=run.cfg.build.name, setting=run.cfg.setting.name, status="running",
+                            log_path=str(log_dir / "llama-server.log"))
+    run.config_id = store.start_config(run_id, outcome, pass_no=index)
+    try:
+        load_seconds = run.serve(log_dir)
+        store.finish_config(run.config_id, "ok", load_seconds=load_seconds)
+        return "ok"
+    except KeyboardInterrupt:
+        _finish_config(store, run.config_id, "interrupted", "stopped by SIGINT/SIGTERM", progress)
+        raise
+    except (LaunchError, WorkloadError) as e:
+        return run.failed(log_dir, e)
     except BaseException as e:
         # any other error stops the study; the configuration does not stay "running"
         why = e.message if isinstance(e, LlamalabError) else f"{type(e).__name__}: {e}"
-        _finish_config(store, config_id, "failed", f"the study stopped: {why}", progress)
+        _finish_config(store, run.config_id, "failed", f"the study stopped: {why}", progress)
         raise

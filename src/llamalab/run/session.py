@@ -13,34 +13,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..llamacpp import applicability, binaries, budget, build as buildmod, models, source, sourceref, toolchain, vulkan as vulkanmod
-from ..llamacpp import argv as argvmod
-from ..llamacpp import server as servermod
-from ..machine import detect, gpu
-from ..rig import devices, remote
-from ..llamacpp.build import BuildArtifact, Builder
 from ..errors import BuildError, ConfigError
-from ..paths import cache_home, data_home, default_db
+from ..llamacpp import applicability, binaries, budget, models, source, sourceref, toolchain
+from ..llamacpp import argv as argvmod
+from ..llamacpp import build as buildmod
+from ..llamacpp import server as servermod
+from ..llamacpp import vulkan as vulkanmod
+from ..llamacpp.build import BuildArtifact, Builder
+from ..machine import detect, gpu
+from ..paths import cache_home
+from ..rig import devices, remote
+from ..study.spec import BuildSpec, Config, Study, given_bin, hash_dump, rig_devices, with_budgets
+from .options import RunOptions
 from .progress import Progress
-from ..study.spec import BuildSpec, Config, SourceSpec, Study, given_bin, rig_devices
-
-
-@dataclass
-class Options:
-    home: Path = field(default_factory=cache_home)
-    db: Path = field(default_factory=default_db)
-    runs_dir: Path = field(default_factory=lambda: data_home() / "runs")
-    llama_cpp: Path | None = None
-    model: Path | None = None
-    resume: str | None = None
-    fresh: bool = False  # never resume automatically
-    jobs: int | None = None
-    crosscheck: bool = False  # after the study: llama-bench on the first configuration, and wall vs server time
-    max_context: str = "off"  # off | verify (load each fitted context again, fit off) | search (bisect -c upwards)
-    max_context_probes: int = 6
-    # the largest context within every device's budget, by dry runs (run.budgetfit): auto (where llama.cpp's fit
-    # failed or left a device over its budget) | always (every configuration of a budgeted study) | off
-    budget_context: str = "auto"
 
 
 @dataclass
@@ -55,7 +40,7 @@ class Prepared:
     artifacts: dict[str, BuildArtifact]
     skipped: dict[str, str]  # build name → reason
     topology: dict = field(default_factory=dict)  # local devices and remote endpoints (remote.topology)
-    binaries: dict[str, "binaries.Binaries"] = field(default_factory=dict)  # given binaries, by folder
+    binaries: dict[str, binaries.Binaries] = field(default_factory=dict)  # given binaries, by folder
     vulkan_devices: list = field(default_factory=list)  # vulkan: every physical device this build sees
     local_gpus: int = 0  # cuda/rocm: GPUs this build sees
     not_applicable: dict[str, str] = field(default_factory=dict)  # build name → why it does not apply to this rig
@@ -94,28 +79,10 @@ def build_setup(backend: str, home: Path) -> tuple[dict[str, str], dict[str, str
 
 
 def study_hash(study: Study, model_path: Path) -> str:
-    # a study without [source] (or without min_devices, without [tune], or builds without a source of their own)
-    # hashes as before that key existed, so its unfinished runs still resume
-    exclude: dict = {"source": True} if study.source == SourceSpec() else {}
-    for table in ("builds", "settings"):
-        unset = {i: {"min_devices"} for i, x in enumerate(getattr(study, table)) if x.min_devices is None}
-        if table == "builds":
-            for i, b in enumerate(study.builds):
-                if b.source is None:
-                    unset[i] = unset.get(i, set()) | {"source"}
-        if unset:
-            exclude[table] = unset
-    if study.tune is None:
-        exclude["tune"] = True
-    else:  # [tune] keys added with the race hash as before while they keep their defaults
-        new = {k for k, v in (("exhaustive", False), ("seconds", None), ("quality", True), ("max_kld", None),
-                              ("max_repeats", None)) if getattr(study.tune, k) == v}
-        if new:
-            exclude["tune"] = new
-    # the study as it dumped while `workload.seed` was a field (its last): the key is gone, its value stays hashed
-    dump = json.loads(study.model_dump_json(exclude=exclude or None))
-    dump["workload"]["seed"] = study.workload.legacy_seed
-    blob = json.dumps(dump, separators=(",", ":"), ensure_ascii=False) + "|" + str(model_path)
+    """The key an unfinished run of this study and model is found by (`--fresh` aside): the study's fields as
+    `study.spec.hash_dump` gives them (a field added to the model hashes only where it is set, so older runs still
+    resume) and the model's path."""
+    blob = json.dumps(hash_dump(study), separators=(",", ":"), ensure_ascii=False) + "|" + str(model_path)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -137,11 +104,13 @@ def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str
     return args
 
 
-def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
+def prepare(study: Study, opts: RunOptions, progress: Progress) -> Prepared:
     """The set-up `run`, `build`, `plan` and `tune` share. What the user gave is checked before anything is
     contacted, fetched or built: the model's header first (before the machine is even probed for its backend), then
     the given binaries (against that backend), then the remote endpoints (exposure warnings, reachability, ssh
-    logins); only then are sources fetched and built."""
+    logins); only then are sources fetched and built. The study prepared is the one under --budget's budgets
+    (`opts.budgets_mib`, `with_budgets`), which every stage after this one reads."""
+    study = with_budgets(study, opts.budgets_mib)
     user_model = opts.model or study.model.path
     if user_model:
         model_path = Path(user_model).expanduser()
@@ -153,64 +122,104 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
     src = _source(study, opts, given, progress)
     own = build_sources(study, opts, given, progress)  # builds with a source of their own (a versions study)
     if not user_model:
-        shape = models.preset(study.model.preset or "tiny")
-        model_path = models.synthetic(shape, opts.home)
+        model_path = models.synthetic(models.preset(study.model.preset or "tiny"), opts.home)
         info = models.read_info(model_path)
-    extra, build_env = build_setup(backend, opts.home)
-    build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
-    builders: dict[str, Builder] = {}
-
-    def builder_for(s: source.Source | None, *, own_source: bool) -> Builder | None:
-        if s is None:
-            return None
-        if s.key not in builders:
-            # a version's tree builds only what the run starts; the default source's tree keeps every program
-            # (plan, plancheck and the crosscheck use them)
-            targets = needed_targets(study, backend, crosscheck=opts.crosscheck) if own_source else \
-                buildmod.DEFAULT_TARGETS
-            builders[s.key] = Builder(source=s, backend=build_backend, home=opts.home, targets=targets,
-                                      jobs=opts.jobs or (os.cpu_count() or 2), extra_defines=extra,
-                                      build_env=build_env, progress=progress.build, log=progress.message)
-        return builders[s.key]
-
+    builders = _Builders(study, opts, backend, progress)
+    n_devices = rig_devices(study, backend)
+    not_applicable = _not_applicable(study, n_devices, backend, progress)
     artifacts: dict[str, BuildArtifact] = {}
     skipped: dict[str, str] = {}
-    n_devices = rig_devices(study, backend)
-    not_applicable: dict[str, str] = {}
-    for spec in study.builds:  # an arm the rig cannot run is said once, here, and never built
+    for spec in study.builds:
+        if spec.name in not_applicable:
+            continue
+        if spec.name in given:
+            artifacts[spec.name] = binaries.artifact(given[spec.name], spec.name, builders.build_backend)
+            continue
+        builder = builders.for_source(own.get(spec.name, src), own_source=spec.name in own)
+        if builder is None:
+            skipped[spec.name] = no_source_reason(spec, study.source.bin or "", given)
+            progress.warn(f"skipping build {spec.name}: {skipped[spec.name]}")
+            continue
+        made = _build_one(spec, builder, progress)
+        if isinstance(made, str):
+            skipped[spec.name] = made
+        else:
+            artifacts[spec.name] = made
+    _check_built(study, artifacts, skipped, not_applicable)
+    if not all(b.source for b in study.builds if b.name in artifacts):  # unless comparing sources is the study
+        for line in mixed_binaries(artifacts):
+            progress.warn(line)
+    first = next(iter(artifacts.values()))
+    vk_devices, local_gpus = _local_gpus(backend, first, progress)
+    topology = _topology(study, backend, first, progress)
+    first_given = next((given[b.name] for b in study.builds if b.name in given), None)
+    src = src or next(iter(own.values()), None) or first_given.source()  # type: ignore[union-attr]
+    return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
+                    artifacts=artifacts, skipped=skipped, topology=topology,
+                    binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
+                    local_gpus=local_gpus, not_applicable=not_applicable, rig_devices=n_devices)
+
+
+class _Builders:
+    """One Builder per source a study builds from, made when a build first needs it."""
+
+    def __init__(self, study: Study, opts: RunOptions, backend: str, progress: Progress) -> None:
+        self.study, self.opts, self.backend, self.progress = study, opts, backend, progress
+        self.extra, self.build_env = build_setup(backend, opts.home)
+        self.build_backend = "cpu-rpc" if backend == "rpc" else backend  # remote devices only: llama-server with RPC
+        self.builders: dict[str, Builder] = {}
+
+    def for_source(self, s: source.Source | None, *, own_source: bool) -> Builder | None:
+        if s is None:
+            return None
+        if s.key not in self.builders:
+            # a version's tree builds only what the run starts; the default source's tree keeps every program
+            # (plan, plancheck and the crosscheck use them)
+            targets = needed_targets(self.study, self.backend, crosscheck=self.opts.crosscheck) if own_source \
+                else buildmod.DEFAULT_TARGETS
+            self.builders[s.key] = Builder(source=s, backend=self.build_backend, home=self.opts.home,
+                                           targets=targets, jobs=self.opts.jobs or (os.cpu_count() or 2),
+                                           extra_defines=self.extra, build_env=self.build_env,
+                                           progress=self.progress.build, log=self.progress.message)
+        return self.builders[s.key]
+
+
+def _not_applicable(study: Study, n_devices: int, backend: str, progress: Progress) -> dict[str, str]:
+    """Build name → why it does not apply to this rig (min_devices): said once, here, and never built; a setting
+    that does not apply is said here too."""
+    out: dict[str, str] = {}
+    for spec in study.builds:
         why = applicability.too_few_devices(spec.min_devices or 1, n_devices, backend)
         if why:
-            not_applicable[spec.name] = why
+            out[spec.name] = why
             progress.message(f"build {spec.name} does not apply to this rig: {why}")
     for st in study.settings:
         why = applicability.too_few_devices(st.min_devices or 1, n_devices, backend)
         if why:
             progress.message(f"setting {st.name} does not apply to this rig: {why}")
+    return out
+
+
+def _build_one(spec: BuildSpec, builder: Builder, progress: Progress) -> BuildArtifact | str:
+    """A build's artifact, or why it was skipped (OpenBLAS missing, the build failed)."""
+    if "openblas" in spec.requires:
+        ok, why = buildmod.openblas_available()
+        if not ok:
+            progress.warn(f"skipping build {spec.name}: {why}")
+            return why
+    try:
+        return builder.build(spec.name, spec.cmake)
+    except BuildError as e:
+        progress.warn(str(e))
+        return f"build failed: {e.message}"
+    finally:
+        progress.build_done()
+
+
+def _check_built(study: Study, artifacts: dict[str, BuildArtifact], skipped: dict[str, str],
+                 not_applicable: dict[str, str]) -> None:
+    """Unknown llama-server flags (a user mistake) and a study with nothing to run are said before anything runs."""
     for spec in study.builds:
-        if spec.name in not_applicable:
-            continue
-        if spec.name in given:
-            artifacts[spec.name] = binaries.artifact(given[spec.name], spec.name, build_backend)
-            continue
-        builder = builder_for(own.get(spec.name, src), own_source=spec.name in own)
-        if builder is None:
-            skipped[spec.name] = no_source_reason(spec, study.source.bin or "", given)
-            progress.warn(f"skipping build {spec.name}: {skipped[spec.name]}")
-            continue
-        if "openblas" in spec.requires:
-            ok, why = buildmod.openblas_available()
-            if not ok:
-                skipped[spec.name] = why
-                progress.warn(f"skipping build {spec.name}: {why}")
-                continue
-        try:
-            artifacts[spec.name] = builder.build(spec.name, spec.cmake)
-        except BuildError as e:
-            skipped[spec.name] = f"build failed: {e.message}"
-            progress.warn(str(e))
-        finally:
-            progress.build_done()
-    for spec in study.builds:  # unknown llama-server flags are a user mistake: say so before anything runs
         if spec.name in artifacts:
             art = artifacts[spec.name]
             for st in study.settings:
@@ -226,28 +235,21 @@ def prepare(study: Study, opts: Options, progress: Progress) -> Prepared:
                          tip="pass --llama-cpp DIR to build them from a source, or give the study a build without "
                              "cmake options to run the binaries" if study.source.bin else
                              "run `llamalab doctor` to see what this machine lacks.")
-    if not all(b.source for b in study.builds if b.name in artifacts):  # unless comparing sources is the study
-        for line in mixed_binaries(artifacts):
-            progress.warn(line)
-    first = next(iter(artifacts.values()))
-    vk_devices: list = []
-    local_gpus = 0
+
+
+def _local_gpus(backend: str, first: BuildArtifact, progress: Progress) -> tuple[list, int]:
+    """Vulkan: every physical device this build sees; CUDA and ROCm: how many GPUs it sees."""
     if backend == "vulkan":
         vk_devices = vulkanmod.physical_devices(first.binary("llama-server"), first.env())
         for d in vk_devices:
             progress.message(f"Vulkan device #{d.index}: {d.description}, {d.free_mib:,} MiB free"
                              + (" (a CPU implementation)" if d.software else ""))
-    elif backend == "cuda":
-        local_gpus = len(gpu.probe())
-    elif backend == "rocm":
-        local_gpus = devices.count_named(first.binary("llama-server"), "ROCm", first.env())
-    topology = _topology(study, backend, first, progress)
-    first_given = next((given[b.name] for b in study.builds if b.name in given), None)
-    src = src or next(iter(own.values()), None) or first_given.source()  # type: ignore[union-attr]
-    return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
-                    artifacts=artifacts, skipped=skipped, topology=topology,
-                    binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
-                    local_gpus=local_gpus, not_applicable=not_applicable, rig_devices=n_devices)
+        return vk_devices, 0
+    if backend == "cuda":
+        return [], len(gpu.probe())
+    if backend == "rocm":
+        return [], devices.count_named(first.binary("llama-server"), "ROCm", first.env())
+    return [], 0
 
 
 def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, binaries.Binaries]:
@@ -270,12 +272,12 @@ def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, 
     return out
 
 
-def checkout(study: Study, opts: Options) -> Path | None:
+def checkout(study: Study, opts: RunOptions) -> Path | None:
     """The user's llama.cpp folder: --llama-cpp, else [source] llama_cpp (also the repository of `git:REV`)."""
     return opts.llama_cpp or (Path(study.source.llama_cpp).expanduser() if study.source.llama_cpp else None)
 
 
-def _source(study: Study, opts: Options, given: dict[str, binaries.Binaries], progress: Progress
+def _source(study: Study, opts: RunOptions, given: dict[str, binaries.Binaries], progress: Progress
             ) -> source.Source | None:
     """The llama.cpp source to build from, when a build without a source of its own needs one: --llama-cpp, else
     [source] llama_cpp, else the pinned source — except in a study that gives binaries ([source] bin), which never
@@ -304,7 +306,7 @@ def needed_targets(study: Study, backend: str, *, crosscheck: bool = False) -> t
     return tuple(out)
 
 
-def build_sources(study: Study, opts: Options, given: dict[str, binaries.Binaries], progress: Progress
+def build_sources(study: Study, opts: RunOptions, given: dict[str, binaries.Binaries], progress: Progress
                   ) -> dict[str, source.Source]:
     """Build name → the source of a build that names its own (`builds[].source`), each fetched, exported or
     checked once, in study order, before anything is built."""
@@ -327,7 +329,8 @@ def no_source_reason(spec: BuildSpec, folder: str, given: dict[str, binaries.Bin
     opts = buildmod.normalize(spec.cmake)
     commit = next((b.version.commit for b in given.values() if b.version.commit), None)
     if set(opts) == {buildmod.COPIES}:
-        what = f"a copies variant ({buildmod.COPIES}={opts[buildmod.COPIES]}) is a rebuild of ggml-base from a llama.cpp source"
+        what = (f"a copies variant ({buildmod.COPIES}={opts[buildmod.COPIES]}) is a rebuild of ggml-base from a "
+                "llama.cpp source")
     else:
         what = f"it needs {' '.join(f'-D{k}={v}' for k, v in opts.items())}, a build from a llama.cpp source"
     return (f"{what}, and this study has only the binaries in {folder}: add --llama-cpp DIR"
@@ -401,13 +404,12 @@ def _local_devices(prep: Prepared, art: BuildArtifact, log_dir: Path):
 
 
 def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup, env: dict[str, str],
-                     user_args: list[str], budgets: list[int] | None = None) -> budget.Emulation | None:
-    """With memory budgets (`budgets`, else the study's `[devices] vram`), how these devices stand in for the
-    budgeted ones, computed from what llama.cpp reports free right now (see budget.py); None without budgets. A
-    budget that cannot be emulated here is a ConfigError: the whole study stops, since every configuration would
-    fail the same way."""
-    if budgets is None and study.devices.vram:
-        budgets = budget.parse_budgets(study.devices.vram)
+                     user_args: list[str]) -> budget.Emulation | None:
+    """With memory budgets (the study's `[devices] vram`, or --budget's: `study.spec.with_budgets`), how these
+    devices stand in for the budgeted ones, computed from what llama.cpp reports free right now (see budget.py); None
+    without budgets. A budget that cannot be emulated here is a ConfigError: the whole study stops, since every
+    configuration would fail the same way."""
+    budgets = study.devices.budgets_mib
     if not budgets:
         return None
     mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
@@ -418,7 +420,7 @@ def check_budgets(prep: Prepared, progress: Progress) -> None:
     """With `[devices] vram`: start the devices once and check that they can stand in for the budgeted ones (a
     ConfigError if not), so that a study that cannot run stops before it writes anything. Each configuration checks
     again when it starts (free memory may change meanwhile)."""
-    if not prep.study.devices.vram or not prep.artifacts:
+    if not prep.study.devices.budgets_mib or not prep.artifacts:
         return
     art = next(iter(prep.artifacts.values()))
     progress.message("checking the [devices] vram budgets against what the devices report free")

@@ -1,8 +1,9 @@
 """Statistics over lists of floats: summaries, percentiles, ratios with bootstrap intervals, and verdicts.
 
 Pure functions, no I/O. Everything a comparison says comes from here — the reports' and tune's race alike — so
-every edge is spelled out: one sample has no standard deviation, no interval and no verdict ("untested"); a MAD of zero does not flag every other value as an outlier;
-a verdict of "faster" or "slower" needs the point estimate beyond the threshold *and* an interval that excludes 1.
+every edge is spelled out: one sample has no standard deviation, no interval and no verdict ("untested"); a MAD of
+zero does not flag every other value as an outlier; a verdict of "faster" or "slower" needs the point estimate
+beyond the threshold *and* an interval that excludes 1.
 """
 
 from __future__ import annotations

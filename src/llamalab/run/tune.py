@@ -25,34 +25,23 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
-from ..llamacpp import budget, maxctx, server as servermod, standin
-from ..paths import cache_home, data_home, default_db
-from ..write import atomic_write
+from ..llamacpp import budget, maxctx, standin
+from ..llamacpp import server as servermod
+from ..llamacpp.cmake import cmake_true
 from ..rig import devices
 from ..store.db import Store
-from ..study.spec import Config, Pass, SettingSpec, Study, TuneSpec
-from . import plan as planmod, quality, runner, session, tunepick, tunespace as ts
+from ..study.spec import BuildSpec, Config, Pass, SettingSpec, Study, TuneSpec, with_budgets
+from ..write import atomic_write
+from . import plan as planmod
+from . import quality, runner, session, tunepick
+from . import tunespace as ts
+from .options import RunOptions
 from .progress import Progress
 
 DEFAULT = "default"  # the build name of llama.cpp's default in a tune run
-
-
-@dataclass
-class TuneOptions:
-    home: Path = field(default_factory=cache_home)
-    db: Path = field(default_factory=default_db)
-    runs_dir: Path = field(default_factory=lambda: data_home() / "runs")
-    llama_cpp: Path | None = None
-    model: Path | None = None
-    budgets: list[str] | None = None  # overrides [devices] vram
-    logs_dir: Path | None = None  # keep the dry runs' logs here (default: a temporary folder, removed)
-    jobs: int | None = None
-    timeout_s: float = 300.0
-    fresh: bool = False  # a new run, and stage one dry-run again rather than reused
-    seconds: float | None = None  # stage two's time budget (overrides [tune] seconds)
-    stage_one_only: bool = False  # the model is a header-only stand-in (a remote model without --download)
 
 
 def tune_study(study: Study) -> Study:
@@ -139,7 +128,7 @@ def _record(c: ts.Candidate, rig: ts.Rig, **kw) -> dict:
 def _rig(names: list[str], budgets: list[int], margins: list[int], prep: session.Prepared, art, dev) -> ts.Rig:
     shared = (prep.backend == "cpu-rpc" and not prep.study.devices.rpc) or (
         dev.virtual and len(set(dev.gpu_of)) <= 1) or (len(dev.gpu_of) > 1 and len(set(dev.gpu_of)) == 1)
-    blas = str(art.options.get("GGML_BLAS", "")).upper() in ("ON", "1", "TRUE")
+    blas = cmake_true(art.options.get("GGML_BLAS", ""))
     return ts.Rig(names=tuple(names), budgets_mib=tuple(budgets), margins_mib=tuple(margins), backend=prep.backend,
                   shared_processor=bool(shared), copies=art.expected_copies, pp_capable=not blas)
 
@@ -162,7 +151,7 @@ def stage_one(prep: session.Prepared, budgets: list[int] | None, logs: Path, tim
         raise ConfigError("the model's header does not give its layers and training context, which tune needs.",
                           tip="check the file with `llamalab plan --model M`.")
     floor = max(spec.min_context, need_context(study))
-    with session.device_setup(prep, art, _mkdir(logs / "devices")) as dev:
+    with session.device_setup(prep, art, planmod.mkdir(logs / "devices")) as dev:
         env = {**art.env(), **dev.env}
         mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
         if not mem:
@@ -368,11 +357,6 @@ def _front(records: list[dict], rig: ts.Rig, spec: TuneSpec, floor: int) -> list
     return sorted(members, key=lambda m: -m[1])
 
 
-def _mkdir(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
 # ---------------------------------------------------------------- stage one, reused
 
 
@@ -414,8 +398,10 @@ def _load_stage_one(text: str, key: str) -> StageOne | None:
     try:
         d = json.loads(text)
         records = d["records"]
-        rig = ts.Rig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["rig"].items()})
-        layout = ts.ModelLayout(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["layout"].items()})
+        rig_fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["rig"].items()}
+        layout_fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["layout"].items()}
+        rig = ts.Rig(**rig_fields)
+        layout = ts.ModelLayout(**layout_fields)
         sp = d["space"]
         space = ts.Space(splits=tuple(sp["splits"]), kv=tuple(tuple(p) for p in sp["kv"]),
                          ubatch=tuple(sp["ubatch"]), n_cpu_moe=tuple(sp["n_cpu_moe"]),
@@ -428,7 +414,7 @@ def _load_stage_one(text: str, key: str) -> StageOne | None:
         return None
 
 
-def _stage_one_or_cached(prep: session.Prepared, budgets: list[int] | None, logs: Path, opts: "TuneOptions",
+def _stage_one_or_cached(prep: session.Prepared, budgets: list[int] | None, logs: Path, opts: RunOptions,
                          progress: Progress) -> StageOne:
     """Stage one, or the same stage one an earlier tune made (same search, model file, build, devices and budgets:
     `stage_one_key`), so that a tune run again — with --exhaustive, another goal or floor — races the same front
@@ -456,18 +442,17 @@ class TuneResult:
     doc: dict
 
 
-def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
+def run_tune(study: Study, opts: RunOptions, progress: Progress) -> TuneResult:
+    """Stage one (the search, from dry runs), the front's KV pairs' quality, and stage two (the race) unless the
+    model is a header-only stand-in; the run and the search are stored."""
     t0 = time.monotonic()
     study = tune_study(study)
     spec = study.tune or TuneSpec()
-    planmod._check_fit_on(study)
-    budgets = budget.parse_budgets(opts.budgets) if opts.budgets else (
-        budget.parse_budgets(study.devices.vram) if study.devices.vram else None)
-    if budgets:
-        study = study.model_copy(update={"devices": study.devices.model_copy(
-            update={"vram": [f"{b}MiB" for b in budgets]})})
-    prep = session.prepare(study, session.Options(home=opts.home, llama_cpp=opts.llama_cpp, model=opts.model,
-                                                jobs=opts.jobs), progress)
+    planmod.check_fit_on(study)
+    # the budgets in MiB in the study tune stores and keys stage one by (--budget over [devices] vram)
+    study = with_budgets(study, opts.budgets_mib or study.devices.budgets_mib)
+    budgets = study.devices.budgets_mib
+    prep = session.prepare(study, opts, progress)
     if study.builds[0].name not in prep.artifacts:
         raise ConfigError(f"build {study.builds[0].name} could not be made: {prep.skipped.get(study.builds[0].name)}",
                           tip="tune runs the study's first build; check `llamalab build STUDY`.")
@@ -489,7 +474,25 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
                "chosen": [{"label": c.label(one.rig), "n_ctx": ctx, "args": [*study.builds[0].args, *c.args(ctx)],
                            "devices_mib": rec.get("devices_mib")} for c, ctx, rec in one.chosen]}
         return TuneResult(run_id=None, doc=doc)
-    # stage two
+    run_id, s2, stage2 = _stage_two(prep, spec, one, kld, opts, progress)
+    doc = {
+        **_search_doc(study, spec, one, counts, budgets, prep),
+        "quality": kld.as_dict(),
+        "stage2": stage2,
+        "seconds": round(time.monotonic() - t0, 2),
+        "threshold": s2.workload.threshold,
+        "repeats": s2.workload.repeats,
+        "notes": one.notes + kld.notes,
+    }
+    with Store(opts.db) as store:
+        store.save_tune(run_id, doc)
+    return TuneResult(run_id=run_id, doc=doc)
+
+
+def _front_builds(prep: session.Prepared, one: StageOne, kld: quality.Quality) -> list[BuildSpec]:
+    """Stage two's builds, all of the first build's binary: llama.cpp's default, then each front member (its
+    record gets the build's name and its KV pair's quality); their flags checked against the binary."""
+    study = prep.study
     art0 = prep.artifacts[study.builds[0].name]
     b0 = study.builds[0]
     builds = [b0.model_copy(update={"name": DEFAULT, "label": "llama.cpp's default (--fit, no flags)",
@@ -502,13 +505,22 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
                                             "args": [*b0.args, *c.args(ctx)]}))
     for b in builds[1:]:
         servermod.check_flags(art0.binary("llama-server"), [*study.server.args, *b.args], env=art0.env())
-    s2 = study.model_copy(update={"builds": builds, "settings": [SettingSpec(name="tune", label=f"tune: {spec.goal}")]})
+    return builds
+
+
+def _stage_two(prep: session.Prepared, spec: TuneSpec, one: StageOne, kld: quality.Quality, opts: RunOptions,
+               progress: Progress) -> tuple[str, Study, dict]:
+    """The race over the front (`_Race`), stored as a run: its id, the study it ran and what the search records
+    of it."""
+    art0 = prep.artifacts[prep.study.builds[0].name]
+    builds = _front_builds(prep, one, kld)
+    s2 = prep.study.model_copy(update={"builds": builds,
+                                       "settings": [SettingSpec(name="tune", label=f"tune: {spec.goal}")]})
     prep2 = dataclasses.replace(prep, study=s2, skipped={},
                                 artifacts={b.name: dataclasses.replace(art0, name=b.name) for b in builds})
     race = _Race(s2, spec, one, kld, opts.seconds if opts.seconds is not None else spec.seconds)
     t2 = time.monotonic()
-    ropts = session.Options(home=opts.home, db=opts.db, runs_dir=opts.runs_dir, model=prep.model_path,
-                           fresh=opts.fresh, jobs=opts.jobs)
+    ropts = dataclasses.replace(opts, model=prep.model_path, resume=None)
     run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), cut=race.cut)
     with Store(opts.db) as store:
         before_extension = _single_trials(store.trials(run_id))
@@ -516,22 +528,12 @@ def run_tune(study: Study, opts: TuneOptions, progress: Progress) -> TuneResult:
     stage2_s = round(time.monotonic() - t2, 2)
     with Store(opts.db) as store:
         trials = store.trials(run_id)
-    doc = {
-        **_search_doc(study, spec, one, counts, budgets, prep),
-        "quality": kld.as_dict(),
-        "stage2": {"real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": race.ruled,
-                   "seconds": stage2_s, "screen": not _exhaustive(spec), "mode": race.mode,
-                   "time_budget_s": race.budget_s, "time_left_out": race.timed_out, "extended": race.extended,
-                   "trials": _single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats,
-                   "trials_before_extension": before_extension},
-        "seconds": round(time.monotonic() - t0, 2),
-        "threshold": s2.workload.threshold,
-        "repeats": s2.workload.repeats,
-        "notes": one.notes + kld.notes,
-    }
-    with Store(opts.db) as store:
-        store.save_tune(run_id, doc)
-    return TuneResult(run_id=run_id, doc=doc)
+    return run_id, s2, {
+        "real": [DEFAULT, *(rec["build"] for _, _, rec in one.chosen)], "screened_out": race.ruled,
+        "seconds": stage2_s, "screen": not _exhaustive(spec), "mode": race.mode,
+        "time_budget_s": race.budget_s, "time_left_out": race.timed_out, "extended": race.extended,
+        "trials": _single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats,
+        "trials_before_extension": before_extension}
 
 
 def _search_doc(study: Study, spec: TuneSpec, one: StageOne, counts: dict, budgets: list[int] | None,
@@ -572,7 +574,7 @@ class _Race:
     measured with all their trials before it), or the time budget is spent. `exhaustive`: every configuration with
     all its trials, nothing ruled out (the oracle the race is checked against)."""
 
-    def __init__(self, study: Study, spec: TuneSpec, one: "StageOne", kld: "quality.Quality",
+    def __init__(self, study: Study, spec: TuneSpec, one: StageOne, kld: quality.Quality,
                  budget_s: float | None):
         self.study, self.spec, self.one = study, spec, one
         self.mode = "exhaustive" if _exhaustive(spec) else "race"
@@ -601,7 +603,7 @@ class _Race:
         """What the run has measured so far, per configuration (the context each server ran with)."""
         return ts.measures(store.trials(run_id), self.ctx_of, self.spec.parallel, _ledger_ctx(store, run_id))
 
-    def extend(self, prep: session.Prepared, opts: session.Options, run_id: str, progress: Progress) -> None:
+    def extend(self, prep: session.Prepared, opts: RunOptions, run_id: str, progress: Progress) -> None:
         """Where the measurements leave the pick open (`tunepick.undecided_names`: a member with more context whose
         interval reaches the speed floor, or a pick whose interval reaches below it), more trials of those, the
         pick and the configuration that sets the floor — `repeats` more a round, up to `[tune] max_repeats`

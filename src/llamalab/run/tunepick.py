@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import stats, tunespace as ts
+from . import stats
+from . import tunespace as ts
 
 
 def compare(base: ts.Measures, cand: ts.Measures, metric: str, threshold: float) -> tuple[stats.Ratio, str] | None:
@@ -52,6 +53,51 @@ class Pick:
     floor: str | None = None  # whose generation set the speed floor (goal context without --min-gen-tps)
 
 
+def _constrained(ms: Sequence[ts.Measures], default: str, floor: int, *, default_fits: bool, min_trials: int,
+                 min_gen_tps: float | None, kld: dict[str, float] | None, max_kld: float | None
+                 ) -> tuple[dict[str, str], list[ts.Measures]]:
+    """Why each configuration that misses the pick's constraints is out, and those that meet them (pure)."""
+    why_out: dict[str, str] = {}
+    fits: list[ts.Measures] = []
+    klds = kld or {}
+    for m in ms:
+        gen = m.median("output_tps")
+        mean_kld = klds.get(m.name)
+        if m.name == default and not default_fits:
+            why_out[m.name] = "does not fit the budgets"
+        elif m.n_ctx < floor:
+            why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
+        elif gen is None:
+            why_out[m.name] = "no generation measured"
+        elif len(m.samples.get("output_tps") or []) < min_trials:
+            why_out[m.name] = f"untested: {len(m.samples.get('output_tps') or [])} trial(s), fewer than {min_trials}"
+        elif max_kld is not None and mean_kld is not None and mean_kld > max_kld:
+            why_out[m.name] = f"its KV cache's mean KLD {mean_kld:.4f} is above --max-kld {max_kld:g}"
+        elif min_gen_tps is not None and gen < min_gen_tps:
+            why_out[m.name] = f"generates {gen:.1f} t/s, under the {min_gen_tps:g} t/s floor"
+        else:
+            fits.append(m)
+    return why_out, fits
+
+
+def _as_fast(fits: list[ts.Measures], base: ts.Measures, who: str, threshold: float
+             ) -> tuple[list[ts.Measures], dict[str, str]]:
+    """Those in `fits` not measurably slower in generation than `base`, and why each other one is out (pure)."""
+    keep, out = [], {}
+    for m in fits:
+        v = None if m.name == base.name else compare(base, m, "output_tps", threshold)
+        if v is not None and v[1] == stats.UNTESTED:
+            out[m.name] = (f"generation {stats.format_ratio(v[0])} of {who}: untested (one trial on a side), so "
+                           "not shown to be as fast")
+        elif v is not None and (v[1] == "slower" or v[0].ratio < 1 - 2 * threshold):
+            out[m.name] = (f"generation {stats.format_ratio(v[0])} of {who}: "
+                           + ("measurably slower" if v[1] == "slower" else
+                              f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
+        else:
+            keep.append(m)
+    return keep, out
+
+
 def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int = 0, min_gen_tps: float | None = None,
          need_context: int = 0, threshold: float = 0.02, default_fits: bool = True, min_trials: int = 1,
          kld: dict[str, float] | None = None, max_kld: float | None = None) -> Pick:
@@ -70,42 +116,13 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
     `max_kld` rules out caches that change the output more than that."""
     by = {m.name: m for m in ms}
     floor = max(min_context, need_context)
-    why_out: dict[str, str] = {}
-    fits: list[ts.Measures] = []
-    for m in ms:
-        gen = m.median("output_tps")
-        if m.name == default and not default_fits:
-            why_out[m.name] = "does not fit the budgets"
-        elif m.n_ctx < floor:
-            why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
-        elif gen is None:
-            why_out[m.name] = "no generation measured"
-        elif len(m.samples.get("output_tps") or []) < min_trials:
-            why_out[m.name] = f"untested: {len(m.samples.get('output_tps') or [])} trial(s), fewer than {min_trials}"
-        elif max_kld is not None and (kld or {}).get(m.name) is not None and kld[m.name] > max_kld:
-            why_out[m.name] = f"its KV cache's mean KLD {kld[m.name]:.4f} is above --max-kld {max_kld:g}"
-        elif min_gen_tps is not None and gen < min_gen_tps:
-            why_out[m.name] = f"generates {gen:.1f} t/s, under the {min_gen_tps:g} t/s floor"
-        else:
-            fits.append(m)
+    why_out, fits = _constrained(ms, default, floor, default_fits=default_fits, min_trials=min_trials,
+                                 min_gen_tps=min_gen_tps, kld=kld, max_kld=max_kld)
 
     def as_fast(base: ts.Measures | None, who: str) -> tuple[list[ts.Measures], dict[str, str]]:
-        """Those in `fits` not measurably slower in generation than `base` (all of them without a base)."""
         if min_gen_tps is not None or goal != "context" or base is None:
             return list(fits), {}
-        keep, out = [], {}
-        for m in fits:
-            v = None if m.name == base.name else compare(base, m, "output_tps", threshold)
-            if v is not None and v[1] == stats.UNTESTED:
-                out[m.name] = (f"generation {stats.format_ratio(v[0])} of {who}: untested (one trial on a side), so "
-                               "not shown to be as fast")
-            elif v is not None and (v[1] == "slower" or v[0].ratio < 1 - 2 * threshold):
-                out[m.name] = (f"generation {stats.format_ratio(v[0])} of {who}: "
-                               + ("measurably slower" if v[1] == "slower" else
-                                  f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
-            else:
-                keep.append(m)
-        return keep, out
+        return _as_fast(fits, base, who, threshold)
 
     ok, slower = as_fast(by.get(default), "the default's")
     speed_floor = "the default"
@@ -207,8 +224,9 @@ def ruled_out(m: ts.Measures, full: Sequence[ts.Measures], rule: Rule) -> str | 
     default = by.get(rule.default)
     if m.n_ctx < rule.floor_ctx:
         return f"holds {m.n_ctx:,} tokens, fewer than the {rule.floor_ctx:,} needed"
-    if rule.max_kld is not None and (rule.kld or {}).get(m.name) is not None and rule.kld[m.name] > rule.max_kld:
-        return f"its KV cache's mean KLD {rule.kld[m.name]:.4f} is above --max-kld {rule.max_kld:g}"
+    mean_kld = (rule.kld or {}).get(m.name)
+    if rule.max_kld is not None and mean_kld is not None and mean_kld > rule.max_kld:
+        return f"its KV cache's mean KLD {mean_kld:.4f} is above --max-kld {rule.max_kld:g}"
     gen = m.median("output_tps")
     if gen is None:
         return "its screening trial measured no generation"
@@ -222,9 +240,9 @@ def ruled_out(m: ts.Measures, full: Sequence[ts.Measures], rule: Rule) -> str | 
             return (f"{p.name} holds more context ({p.n_ctx:,} > {m.n_ctx:,} tokens) and meets the speed floor "
                     f"with all its trials: the pick has at least {p.n_ctx:,}")
         s = spread(full, "output_tps")
+        default_gen = default.median("output_tps") if default is not None else None
         floor = rule.min_gen_tps if rule.min_gen_tps is not None else (
-            default.median("output_tps") * (1 - 2 * rule.threshold)
-            if default is not None and rule.default_fits and default.median("output_tps") else None)
+            default_gen * (1 - 2 * rule.threshold) if rule.default_fits and default_gen else None)
         if s is not None and floor is not None and gen < floor * (1 - s):
             return (f"its screening trial generates {gen:,.1f} t/s, below the floor of {floor:,.1f} t/s by more than "
                     f"the largest trial-to-trial spread measured in this run ({s:.0%})")

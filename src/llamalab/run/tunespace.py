@@ -26,20 +26,19 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..llamacpp import flags
 
 NOOP_OVERRIDE = "no_such_tensor=CPU"  # matches no tensor; any override turns pipeline parallelism off
 STEP = 256  # contexts are multiples of this (llama.cpp's fit rounds the same way)
 DEFAULT_UBATCH = 512  # llama.cpp's -ub
 DEFAULT_BATCH = 2048  # llama.cpp's -b
 
-# bytes per value of each cache type (ggml's block sizes: q8_0 is 34 bytes per 32 values …)
-KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
-            "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
-# precision order (higher: closer to the model's own values)
-KV_RANK = {"f32": 9, "f16": 8, "bf16": 8, "q8_0": 6, "q5_1": 5, "q5_0": 4, "q4_1": 3, "q4_0": 2, "iq4_nl": 2}
+KV_BYTES = flags.KV_BYTES  # bytes per value of each cache type
+KV_RANK = flags.KV_RANK  # precision order (higher: closer to the model's own values)
 EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
 MIB = float(1 << 20)
 
@@ -510,7 +509,8 @@ class Measures:
         return statistics.median(xs) if xs else None
 
 
-def measures(trials: Iterable[dict], ctx: dict[str, int], parallel: int, real_ctx: dict[str, int] | None = None
+def measures(trials: Iterable[Mapping[str, Any]], ctx: dict[str, int], parallel: int,
+             real_ctx: dict[str, int] | None = None
              ) -> list[Measures]:
     """Stored trial rows → one Measures per build, from the first workload cell the rows hold: prompt and
     generation t/s of the single-stream trials, aggregate output t/s of the trials at `parallel` requests (single

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import httpx
 
 from .. import proc
-from ..machine import sysload
 from ..errors import WorkloadError
+from ..machine import sysload
 from ..records import RequestResult, Trial
 
 # A neutral passage the prompt is tokenized from, then repeated to the exact length.

@@ -19,15 +19,26 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, StoreError
 from ..llamacpp import memory
-from . import jsoncol, migrations as migrationsmod, owner as ownermod, runids
 from ..llamacpp.ledger import Ledger
-from ..records import ConfigOutcome, Trial
+from ..records import ConfigOutcome, JsonObject, Trial
+from . import jsoncol, runids
+from . import migrations as migrationsmod
+from . import owner as ownermod
+from .jsoncol import Row
 from .migrations import legacy_cell
 
-def with_trial_cells(tables: dict[str, list[dict]], legacy: tuple[int, int] | None = None) -> dict[str, list[dict]]:
+if TYPE_CHECKING:
+    from ..llamacpp.build import BuildArtifact
+
+__all__ = ["LOCAL_RUN_COLUMNS", "RunExists", "Store", "legacy_cell", "with_trial_cells"]
+
+
+def with_trial_cells(tables: dict[str, list[Row]], legacy: tuple[int, int] | None = None) -> dict[str, list[Row]]:
     """A run's tables (as `dump_run` or an export gives them) with every trial's workload cell filled in: trials
     from before the grid have none, and carry their run's single workload (`legacy`, else read from the runs row)."""
     trials = tables.get("trials") or []
@@ -155,10 +166,11 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         try:
             self.close()
         except sqlite3.Error:
@@ -195,14 +207,15 @@ class Store:
     # ------------------------------------------------------------ writing
 
     def new_run(self, study: str, study_toml: str, study_hash: str, *, version: str,
-                model: dict | None = None, devices: dict | None = None, options: dict | None = None) -> str:
+                model: JsonObject | None = None, devices: JsonObject | None = None,
+                options: JsonObject | None = None) -> str:
         """A new run owned by this process (see `begin_run`, which also refuses to start beside a live one)."""
         with self.tx() as db:
             return self._insert_run(db, study, study_toml, study_hash, version=version, model=model, devices=devices,
                                     options=options)
 
     def _insert_run(self, db: sqlite3.Connection, study: str, study_toml: str, study_hash: str, *, version: str,
-                    model: dict | None, devices: dict | None, options: dict | None) -> str:
+                    model: JsonObject | None, devices: JsonObject | None, options: JsonObject | None) -> str:
         run_id = runids.new()
         me = ownermod.current()
         db.execute(
@@ -214,8 +227,8 @@ class Store:
         return run_id
 
     def begin_run(self, study: str, study_toml: str, study_hash: str, *, version: str, resume: str | None = None,
-                  fresh: bool = False, model: dict | None = None, devices: dict | None = None,
-                  options: dict | None = None) -> tuple[str, bool]:
+                  fresh: bool = False, model: JsonObject | None = None,
+                  devices: JsonObject | None = None, options: JsonObject | None = None) -> tuple[str, bool]:
         """The run this process will measure, claimed in one transaction: `resume` (an id or the start of one),
         else (unless `fresh`) the latest unfinished run of this study made here, else a new run. Returns
         (run id, resumed). Refused while another llamalab measures a run in this database on this host (two runs
@@ -263,7 +276,7 @@ class Store:
                              tip="wait for it or stop it first, or start a new run (drop --resume).")
         return row
 
-    def live_runs(self) -> list[dict]:
+    def live_runs(self) -> list[Row]:
         """Runs whose stored status is running and whose owner is a live process on this host."""
         host = socket.gethostname()
         rows = self.db.execute("SELECT id, study, started, owner_pid, owner_host, owner_started FROM runs"
@@ -287,12 +300,12 @@ class Store:
             db.execute("UPDATE runs SET status=?, finished=? WHERE id=?",
                        (status, _now() if status != "running" else None, run_id))
 
-    def save_system(self, run_id: str, info: dict) -> None:
+    def save_system(self, run_id: str, info: JsonObject) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO system_info VALUES (?, ?)", (run_id, _j(info)))
 
     def save_build(self, run_id: str, name: str, status: str, *, reason: str | None = None,
-                   artifact=None) -> None:
+                   artifact: BuildArtifact | None = None) -> None:
         a = artifact
         with self.tx() as db:
             db.execute(
@@ -312,9 +325,9 @@ class Store:
                 " log_path, load_seconds, started) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, outcome.build, outcome.setting, pass_no, outcome.status, outcome.reason,
                  _j(list(outcome.server_argv)), _j(outcome.env), outcome.log_path, outcome.load_seconds, _now()))
-            return int(cur.lastrowid)
+            return _rowid(cur)
 
-    def set_config_command(self, config_id: int, argv: list[str], env: dict[str, str], devices: dict) -> None:
+    def set_config_command(self, config_id: int, argv: list[str], env: dict[str, str], devices: JsonObject) -> None:
         with self.tx() as db:
             db.execute("UPDATE configs SET server_argv_json=?, env_json=?, devices_json=? WHERE id=?",
                        (_j(argv), _j(env), _j(devices), config_id))
@@ -325,15 +338,16 @@ class Store:
             db.execute("UPDATE configs SET reason = CASE WHEN reason IS NULL THEN ? ELSE reason || '; ' || ? END"
                        " WHERE id=?", (note, note, config_id))
 
-    def save_nvml(self, config_id: int, nvml: dict) -> None:
+    def save_nvml(self, config_id: int, nvml: JsonObject) -> None:
         with self.tx() as db:
             db.execute("UPDATE configs SET nvml_json=? WHERE id=?", (_j(nvml), config_id))
 
     def finish_config(self, config_id: int, status: str, reason: str | None = None,
                       load_seconds: float | None = None) -> None:
         with self.tx() as db:
-            db.execute("UPDATE configs SET status=?, reason=COALESCE(?, reason), load_seconds=COALESCE(?, load_seconds),"
-                       " finished=? WHERE id=?", (status, reason, load_seconds, _now(), config_id))
+            db.execute("UPDATE configs SET status=?, reason=COALESCE(?, reason),"
+                       " load_seconds=COALESCE(?, load_seconds), finished=? WHERE id=?",
+                       (status, reason, load_seconds, _now(), config_id))
 
     def save_ledger(self, config_id: int, led: Ledger) -> None:
         with self.tx() as db:
@@ -367,13 +381,13 @@ class Store:
                  t.cell_output_tokens))
 
     def save_context_check(self, run_id: str, build: str, setting: str, mode: str, fitted: int | None,
-                           verified: bool | None, max_loaded: int | None, steps: list[dict]) -> None:
+                           verified: bool | None, max_loaded: int | None, steps: list[JsonObject]) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO context_checks VALUES (?,?,?,?,?,?,?,?)",
                        (run_id, build, setting, mode, fitted, None if verified is None else int(verified), max_loaded,
                         _j(steps)))
 
-    def save_budget_fit(self, run_id: str, build: str, setting: str, result: dict,
+    def save_budget_fit(self, run_id: str, build: str, setting: str, result: JsonObject,
                         verified: bool | None = None) -> None:
         """A configuration's context within its budgets (`run.budgetfit`), with its verifying load where made."""
         with self.tx() as db:
@@ -382,32 +396,33 @@ class Store:
                         (result.get("margin") or {}).get("n_ctx"), None if verified is None else int(verified),
                         _j(result)))
 
-    def budget_fits(self, run_id: str) -> dict[tuple[str, str], dict]:
+    def budget_fits(self, run_id: str) -> dict[tuple[str, str], JsonObject]:
         """(build, setting) → the stored search, with `verified` (None where no load checked it)."""
         out = {}
         for r in self.db.execute("SELECT build, setting, verified, result_json FROM budget_fits WHERE run_id=?",
                                  (run_id,)):
             doc = jsoncol.decode(r["result_json"]) or {}
-            out[(r["build"], r["setting"])] = {**doc, "verified": None if r["verified"] is None else bool(r["verified"])}
+            verified = None if r["verified"] is None else bool(r["verified"])
+            out[(r["build"], r["setting"])] = {**doc, "verified": verified}
         return out
 
-    def save_tune(self, run_id: str, result: dict) -> None:
+    def save_tune(self, run_id: str, result: JsonObject) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO tunes VALUES (?,?)", (run_id, _j(result)))
 
-    def tune(self, run_id: str) -> dict | None:
+    def tune(self, run_id: str) -> JsonObject | None:
         """What `llamalab tune` stored with the run (None for other runs)."""
         row = self.db.execute("SELECT result_json FROM tunes WHERE run_id=?", (run_id,)).fetchone()
         return jsoncol.decode(row[0]) if row else None
 
-    def save_crosscheck(self, run_id: str, build: str, setting: str, result: dict, error: str | None) -> None:
+    def save_crosscheck(self, run_id: str, build: str, setting: str, result: JsonObject, error: str | None) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO crosschecks VALUES (?,?,?,?,?)",
                        (run_id, build, setting, _j(result), error))
 
     # ------------------------------------------------------------ reading
 
-    def _decoded(self, sql: str, params: tuple, column: str) -> list[dict]:
+    def _decoded(self, sql: str, params: tuple[object, ...], column: str) -> list[Row]:
         """Rows as dicts, with the JSON text of `column` (`x_json`) decoded under `x` (None where NULL)."""
         out = []
         for r in self.db.execute(sql, params):
@@ -417,20 +432,23 @@ class Store:
             out.append(d)
         return out
 
-    def crosschecks(self, run_id: str) -> list[dict]:
+    def crosschecks(self, run_id: str) -> list[Row]:
         return self._decoded("SELECT * FROM crosschecks WHERE run_id=?", (run_id,), "result_json")
 
     def run(self, run_id: str | None = None) -> sqlite3.Row:
         """One run by its id or the start of it (`20261129-0948`); the latest without one."""
+        row: sqlite3.Row | None
         if run_id is None:
             row = self.db.execute("SELECT * FROM runs ORDER BY started DESC, rowid DESC LIMIT 1").fetchone()
             if row is None:
-                raise StoreError(f"{self.path} holds no runs yet.", tip="run `llamalab demo` or `llamalab run STUDY` first.")
+                raise StoreError(f"{self.path} holds no runs yet.",
+                                 tip="run `llamalab demo` or `llamalab run STUDY` first.")
             return row
         runids.check_ref(run_id)  # digits, hex and '-' only: no LIKE wildcards, no paths
         row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
-            like = self.db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started DESC", (run_id + "%",)).fetchall()
+            like: list[sqlite3.Row] = self.db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started DESC",
+                                                      (run_id + "%",)).fetchall()
             if len(like) == 1:
                 return like[0]
             if len(like) > 1:
@@ -439,7 +457,7 @@ class Store:
             raise StoreError(f"no run {run_id!r} in {self.path}.", tip="`llamalab runs` lists the stored runs.")
         return row
 
-    def runs(self) -> list[dict]:
+    def runs(self) -> list[Row]:
         """Every run, oldest first: id, study, status, started, finished, host, trials, live, imported. A run
         stored as running whose owner is gone (killed, crashed) is shown as interrupted, with live false."""
         rows = self.db.execute(
@@ -458,17 +476,17 @@ class Store:
             out.append(d)
         return out
 
-    def builds(self, run_id: str) -> list[dict]:
+    def builds(self, run_id: str) -> list[Row]:
         return [dict(r) for r in self.db.execute("SELECT * FROM builds WHERE run_id=? ORDER BY rowid", (run_id,))]
 
-    def configs(self, run_id: str) -> list[dict]:
+    def configs(self, run_id: str) -> list[Row]:
         return self._decoded("SELECT c.*, l.ledger_json FROM configs c LEFT JOIN ledgers l ON l.config_id = c.id"
                              " WHERE c.run_id=? ORDER BY c.id", (run_id,), "ledger_json")
 
-    def trials(self, run_id: str) -> list[dict]:
+    def trials(self, run_id: str) -> list[Row]:
         return self._decoded("SELECT * FROM trials WHERE run_id=? ORDER BY id", (run_id,), "requests_json")
 
-    def system(self, run_id: str) -> dict | None:
+    def system(self, run_id: str) -> JsonObject | None:
         row = self.db.execute("SELECT info_json FROM system_info WHERE run_id=?", (run_id,)).fetchone()
         return jsoncol.decode(row[0]) if row else None
 
@@ -490,7 +508,8 @@ class Store:
                 continue
             if r["status"] == "running" and _owner_live(r):
                 continue
-            return r["id"]
+            run_id: str = r["id"]
+            return run_id
         return None
 
     # ------------------------------------------------------------ whole runs (reports, export / import)
@@ -526,14 +545,14 @@ class Store:
     def has_run(self, run_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM runs WHERE id=?", (run_id,)).fetchone() is not None
 
-    def buffers(self, run_id: str) -> list[dict]:
+    def buffers(self, run_id: str) -> list[Row]:
         return [dict(r) for r in self.db.execute(self._DUMP["buffers"], (run_id,))]
 
-    def dump_run(self, run_id: str) -> dict[str, list[dict]]:
+    def dump_run(self, run_id: str) -> dict[str, list[Row]]:
         """Every stored row of one run, table by table, exactly as stored (JSON columns stay text)."""
         return {t: list(self.rows(t, run_id)) for t in self.RUN_TABLES}
 
-    def rows(self, table: str, run_id: str) -> Iterator[dict]:
+    def rows(self, table: str, run_id: str) -> Iterator[Row]:
         """The stored rows of one table of a run, one at a time, exactly as stored (JSON columns stay text)."""
         try:
             for r in self.db.execute(self._DUMP[table], (run_id,)):
@@ -545,7 +564,7 @@ class Store:
         """How many rows of `table` the run has."""
         return int(self.db.execute(f"SELECT COUNT(*) FROM ({self._DUMP[table]})", (run_id,)).fetchone()[0])
 
-    def restore_run(self, tables: dict[str, list[dict]]) -> str:
+    def restore_run(self, tables: dict[str, list[Row]]) -> str:
         """Insert a run as `dump_run` gives it (from this or another database) in one transaction; returns its id
         (see `restore`)."""
         runs = tables.get("runs") or []
@@ -557,7 +576,7 @@ class Store:
         self.restore(run_id, ((t, r) for t in self.RUN_TABLES for r in tables.get(t) or []), configs)
         return run_id
 
-    def restore(self, run_id: str, rows: Iterable[tuple[str, dict]], config_ids: Sequence[int]) -> None:
+    def restore(self, run_id: str, rows: Iterable[tuple[str, Row]], config_ids: Sequence[int | None]) -> None:
         """Insert a run's rows (table, row as stored), in any order of tables, in one transaction. Configuration
         ids are given anew (`config_ids`: the run's, in order, known before the rows come), ledgers, buffers and
         trials follow their configuration, trial ids are new. The run is marked imported (so it is never resumed
@@ -601,7 +620,7 @@ class Store:
             raise self.error(e) from e
 
 
-def _owner_live(row) -> bool:
+def _owner_live(row: sqlite3.Row | Row) -> bool:
     """Whether another live process measures the run of this row (this process itself does not count: a run it
     left running, e.g. in a test, is its own to resume)."""
     me = ownermod.current()
@@ -610,12 +629,19 @@ def _owner_live(row) -> bool:
     return ownermod.alive(row["owner_pid"], row["owner_host"], row["owner_started"])
 
 
-def _insert(db: sqlite3.Connection, table: str, row: dict) -> int:
+def _insert(db: sqlite3.Connection, table: str, row: Row) -> int:
     """One row; its column names were checked against the table's (`Store.columns`) by the caller."""
     cols = list(row)
     cur = db.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                      [row[c] for c in cols])
-    return int(cur.lastrowid)
+    return _rowid(cur)
+
+
+def _rowid(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just made (SQLite sets it for every INSERT)."""
+    rowid = cur.lastrowid
+    assert rowid is not None, "an INSERT sets lastrowid"
+    return rowid
 
 
 _j = jsoncol.encode

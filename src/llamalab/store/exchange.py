@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .. import __version__
-from . import jsoncol, migrations, runrows
 from ..errors import ConfigError, StoreError
+from ..records import JsonObject
 from ..safetext import json_safe
+from . import jsoncol, migrations, runrows
 from .db import LOCAL_RUN_COLUMNS, RunExists, Store, legacy_cell, with_trial_cells
+from .jsoncol import Row
 
 FORMAT = "llamalab-run"
 VERSION = 1
@@ -33,21 +35,21 @@ Opener = Callable[[], Iterable[str]]
 
 # ---------------------------------------------------------------- JSON columns
 
-def decode_row(row: dict) -> dict:
+def decode_row(row: Row) -> Row:
     """A stored row with each `*_json` column's text decoded (the column keeps its name)."""
     return {k: (jsoncol.decode(v) if k.endswith(jsoncol.SUFFIX) else v) for k, v in row.items()}
 
 
-def encode_row(row: dict) -> dict:
+def encode_row(row: Row) -> Row:
     """The inverse of `decode_row`: `*_json` values back to the text the store writes."""
     return {k: (jsoncol.encode(v) if k.endswith(jsoncol.SUFFIX) else v) for k, v in row.items()}
 
 
-def decode_tables(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
+def decode_tables(tables: dict[str, list[Row]]) -> dict[str, list[Row]]:
     return {t: [decode_row(r) for r in rows] for t, rows in tables.items()}
 
 
-def stored_rows(store: Store, run_id: str) -> Iterator[tuple[str, dict, dict]]:
+def stored_rows(store: Store, run_id: str) -> Iterator[tuple[str, Row, Row]]:
     """(table, row as stored, row with its JSON columns decoded) for every stored row of a run, parents first, each
     checked against `runrows` as it is read (runrows.Invalid at the first that is not valid; the checks between rows
     after the last): what `report`, `compare` and `export` read, in memory that does not grow with the run."""
@@ -62,17 +64,17 @@ def stored_rows(store: Store, run_id: str) -> Iterator[tuple[str, dict, dict]]:
 
 # ---------------------------------------------------------------- export
 
-def _header(store: Store, rid: str) -> dict:
+def _header(store: Store, rid: str) -> JsonObject:
     return {"format": FORMAT, "version": VERSION, "run_id": rid, "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "exported_by": f"llamalab {__version__}", "schema": store.migrations()}
 
 
-def _without_local_row(table: str, row: dict) -> dict:
+def _without_local_row(table: str, row: Row) -> Row:
     """A row without what describes its place in one database (the run's owner process, when it was imported)."""
     return {k: v for k, v in row.items() if k not in LOCAL_RUN_COLUMNS} if table == "runs" else row
 
 
-def export_run(store: Store, run_id: str | None = None) -> dict:
+def export_run(store: Store, run_id: str | None = None) -> JsonObject:
     """The document for one stored run (default: the latest), in memory (`export_chunks` streams it)."""
     rid = store.run(run_id)["id"]
     tables = {t: [_without_local_row(t, decode_row(r)) for r in store.rows(t, rid)] for t in Store.RUN_TABLES}
@@ -81,8 +83,9 @@ def export_run(store: Store, run_id: str | None = None) -> dict:
 
 def export_chunks(store: Store, run_id: str | None = None) -> Iterator[str]:
     """The export document of one stored run (default: the latest) as pieces of text, the same bytes `dumps` makes of
-    `export_run`: the header indented, then each table's rows one a line. The run is checked first, row by row (a run an older llamalab imported unchecked may hold NaN,
-    which JSON cannot): a StoreError before the first piece, never half a document."""
+    `export_run`: the header indented, then each table's rows one a line. The run is checked first, row by row (a run
+    an older llamalab imported unchecked may hold NaN, which JSON cannot): a StoreError before the first piece, never
+    half a document."""
     rid = store.run(run_id)["id"]
     try:
         for _ in stored_rows(store, rid):
@@ -95,7 +98,7 @@ def export_chunks(store: Store, run_id: str | None = None) -> Iterator[str]:
                                              for t in Store.RUN_TABLES})
 
 
-def _dump(value, indent: int | None = None) -> str:
+def _dump(value: object, indent: int | None = None) -> str:
     """`value` as JSON: on one line (a row: json's C encoder, ten times the speed of an indented dump), or as
     `json.dumps(..., indent=1)` writes it `indent` blanks deep (the header); what would reach a terminal as a control
     (C1 controls, bidirectional overrides) escaped as \\uXXXX (`safetext.json_safe`): the same value, safe to cat."""
@@ -105,7 +108,7 @@ def _dump(value, indent: int | None = None) -> str:
     return json_safe(text.replace("\n", "\n" + " " * indent) if indent else text)
 
 
-def _chunks(header: dict, tables: dict[str, Iterable[dict]]) -> Iterator[str]:
+def _chunks(header: JsonObject, tables: dict[str, Iterable[Row]]) -> Iterator[str]:
     out = ["{\n"]
     for k, v in header.items():
         out.append(f" {_dump(k, 0)}: {_dump(v, 1)},\n")
@@ -128,7 +131,7 @@ def _chunks(header: dict, tables: dict[str, Iterable[dict]]) -> Iterator[str]:
     yield "\n }\n}\n"
 
 
-def dumps(doc: dict) -> str:
+def dumps(doc: JsonObject) -> str:
     return "".join(_chunks({k: v for k, v in doc.items() if k != "tables"}, doc.get("tables") or {}))
 
 
@@ -173,7 +176,9 @@ class _Text:
 
     def peek(self) -> str:
         while True:
-            self.pos = _WS.match(self.buf, self.pos).end()
+            blank = _WS.match(self.buf, self.pos)
+            assert blank is not None  # `[ \t\n\r]*` matches everywhere, if only the empty string
+            self.pos = blank.end()
             if self.pos < len(self.buf) or not self.more():
                 return self.buf[self.pos:self.pos + 1]
 
@@ -183,7 +188,8 @@ class _Text:
             raise Malformed(f"expected {ch!r} {what} at {got!r}" if got else f"the text ends before {ch!r} {what}")
         self.pos += 1
 
-    def value(self):
+    def value(self) -> object:
+        """The next JSON value, as `json` decodes it."""
         self.peek()
         while True:
             try:
@@ -268,7 +274,7 @@ def _tables(t: _Text) -> Iterator[Event]:
             return
 
 
-def events_of(doc: dict) -> Iterator[Event]:
+def events_of(doc: JsonObject) -> Iterator[Event]:
     """The events `scan` gives for the text of `doc` (a document already in memory)."""
     for k, v in doc.items():
         if k != "tables":
@@ -292,10 +298,10 @@ class Checked:
     """What the first reading of a document found: its run, the configuration ids in order, the rows per table."""
     name: str
     run_id: str
-    run: dict
+    run: Row
     config_ids: list[int]
     counts: dict[str, int]
-    header: dict = field(default_factory=dict)
+    header: JsonObject = field(default_factory=dict)
 
     @property
     def legacy(self) -> tuple[int, int]:
@@ -311,19 +317,21 @@ def check(events: Iterable[Event], name: str = "the file") -> Checked:
     schema, that it holds one run, and every row of every table against `runrows` (types, the run id's shape,
     references between rows). A clear ConfigError for anything else. Where a row is wrong, the rest is still read
     for what says more (a document that is not an export at all, a table llamalab does not have)."""
-    header: dict = {}
+    header: JsonObject = {}
     chk = runrows.Check()
     first_bad: str | None = None
     tables_seen = False
-    run: dict | None = None
+    run: Row | None = None
     try:
         for kind, key, value in events:
             if kind == "key":
+                assert key is not None  # a top-level key's event names it
                 header[key] = value
                 continue
             tables_seen = True
             if kind == "tables" or (kind == "table" and key == "runs" and value is not None):
                 raise _bad(name, 'holds no run (its "tables" must have exactly one row in "runs").')
+            assert key is not None  # only a "tables" event has no name
             if kind == "table":
                 if key not in Store.RUN_TABLES or value is not None:
                     raise _bad(name, f'is wrong: "tables.{key}" is not a list of rows of a llamalab run table.')
@@ -340,30 +348,41 @@ def check(events: Iterable[Event], name: str = "the file") -> Checked:
             else:
                 chk.counts[key] += 1
     except Malformed as e:
-        text = str(e)
-        if "nested too deeply" in text:
-            raise _bad(name, "nests its JSON too deeply to be a llamalab run export.") from None
-        if text.startswith("a value longer than"):
-            raise _bad(name, f"is not a llamalab run export: it holds {text}.") from None
-        raise _bad(name, f"is not JSON ({text}).", "pass a file written by `llamalab export RUN -o FILE`.") from None
+        raise _malformed(name, e) from None
     _check_header(header, name)
     if not tables_seen or chk.counts["runs"] != 1:
         raise _bad(name, 'holds no run (its "tables" must have exactly one row in "runs").')
     rid = header.get("run_id")
     if first_bad is None:
-        try:
-            chk.done()
-            if chk.run is not None and rid != chk.run.id:
-                raise runrows.Invalid(f"run_id {str(rid)[:80]} is not the id of the run in tables.runs ({chk.run.id})")
-        except runrows.Invalid as e:
-            first_bad = e.text
+        first_bad = _between_rows(chk, rid)
     if first_bad is not None:
         raise _bad(name, f"is not a valid llamalab run export: {first_bad}.")
     assert run is not None
     return Checked(name, str(rid), run, chk.config_ids, dict(chk.counts), header)
 
 
-def _check_header(header: dict, name: str) -> None:
+def _malformed(name: str, e: Malformed) -> ConfigError:
+    """The error for a document `scan` could not read."""
+    text = str(e)
+    if "nested too deeply" in text:
+        return _bad(name, "nests its JSON too deeply to be a llamalab run export.")
+    if text.startswith("a value longer than"):
+        return _bad(name, f"is not a llamalab run export: it holds {text}.")
+    return _bad(name, f"is not JSON ({text}).", "pass a file written by `llamalab export RUN -o FILE`.")
+
+
+def _between_rows(chk: runrows.Check, rid: object) -> str | None:
+    """What the checks between rows (`Check.done`) and the header's run id find wrong; None where nothing is."""
+    try:
+        chk.done()
+        if chk.run is not None and rid != chk.run.id:
+            raise runrows.Invalid(f"run_id {str(rid)[:80]} is not the id of the run in tables.runs ({chk.run.id})")
+    except runrows.Invalid as e:
+        return e.text
+    return None
+
+
+def _check_header(header: JsonObject, name: str) -> None:
     if header.get("format") != FORMAT:
         raise _bad(name, f'is not a llamalab run export (no "format": "{FORMAT}").',
                    "pass a file written by `llamalab export RUN -o FILE`; `llamalab report --format json` output is "
@@ -383,10 +402,11 @@ def _check_header(header: dict, name: str) -> None:
                    "upgrade llamalab (pip install -U llamalab) to import it.")
 
 
-def loads(text: str, name: str = "the file") -> dict:
+def loads(text: str, name: str = "the file") -> JsonObject:
     """Parse and check an exported document held in memory (`check`); the document."""
     check(scan([text]), name)
-    return json.loads(text)
+    doc: JsonObject = json.loads(text)  # `check` found an object
+    return doc
 
 
 # ---------------------------------------------------------------- import: the rows
@@ -412,7 +432,7 @@ class ImportResult:
         return text
 
 
-def _rows(events: Iterable[Event], legacy: tuple[int, int]) -> Iterator[tuple[str, dict]]:
+def _rows(events: Iterable[Event], legacy: tuple[int, int]) -> Iterator[tuple[str, Row]]:
     """(table, row as the store writes it) for each row, trials from before the grid with their run's one cell."""
     for kind, table, row in events:
         if kind == "row":
@@ -422,7 +442,7 @@ def _rows(events: Iterable[Event], legacy: tuple[int, int]) -> Iterator[tuple[st
             yield table, encode_row(row)
 
 
-def _with_cell(trial: dict, legacy: tuple[int, int]) -> dict:
+def _with_cell(trial: Row, legacy: tuple[int, int]) -> Row:
     return with_trial_cells({"trials": [trial]}, legacy)["trials"][0]
 
 
@@ -443,14 +463,14 @@ def import_file(store: Store, events: Callable[[], Iterable[Event]], checked: Ch
     return result
 
 
-def import_run(store: Store, doc: dict) -> ImportResult:
+def import_run(store: Store, doc: JsonObject) -> ImportResult:
     """Put an exported document held in memory (checked with `loads`) into `store` under its own id."""
     return import_file(store, lambda: events_of(doc), check(events_of(doc)))
 
 
 # ---------------------------------------------------------------- comparing runs as stored
 
-def canonical_row(table: str, row: dict, position: int, config_pos: dict) -> dict:
+def canonical_row(table: str, row: Row, position: int, config_pos: Mapping[int | None, int]) -> Row:
     """A decoded row with database-local ids (configuration and trial row ids) replaced by position, and the runs
     row's database-local columns (owner, when it was imported) and empty values left out, so one run stored in two
     databases compares equal."""
@@ -464,9 +484,9 @@ def canonical_row(table: str, row: dict, position: int, config_pos: dict) -> dic
     return {k: v for k, v in r.items() if v is not None}
 
 
-def canonical(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
+def canonical(tables: dict[str, list[Row]]) -> dict[str, list[Row]]:
     """Every table of a run, decoded, each row `canonical_row`."""
-    pos = {c.get("id"): i for i, c in enumerate(tables.get("configs") or [])}
+    pos: dict[int | None, int] = {c.get("id"): i for i, c in enumerate(tables.get("configs") or [])}
     return {t: [canonical_row(t, r, i, pos) for i, r in enumerate(tables.get(t) or [])] for t in Store.RUN_TABLES}
 
 
@@ -478,29 +498,27 @@ def _difference(store: Store, checked: Checked, events: Callable[[], Iterable[Ev
         here, there = store.count(t, rid), checked.counts.get(t, 0)
         if here != there:
             return f"{here} {t} row(s) here, {there} in the file"
-    pos_here = {c["id"]: i for i, c in enumerate(store.rows("configs", rid))}
-    pos_there = {cid: i for i, cid in enumerate(checked.config_ids)}
+    pos_here: dict[int | None, int] = {c["id"]: i for i, c in enumerate(store.rows("configs", rid))}
+    pos_there: dict[int | None, int] = {cid: i for i, cid in enumerate(checked.config_ids)}
     stored = {t: store.rows(t, rid) for t in Store.RUN_TABLES}
     index = dict.fromkeys(Store.RUN_TABLES, 0)
     legacy = checked.legacy
-    for kind, t, row in events():
+    for kind, table, row in events():
         if kind != "row":
             continue
-        assert isinstance(t, str) and isinstance(row, dict)
-        i = index[t]
-        index[t] += 1
-        if t == "trials":
+        assert isinstance(table, str) and isinstance(row, dict)
+        i = index[table]
+        index[table] += 1
+        if table == "trials":
             row = _with_cell(row, legacy)
-        x = canonical_row(t, decode_row(next(stored[t])), i, pos_here)
-        y = canonical_row(t, row, i, pos_there)
+        x = canonical_row(table, decode_row(next(stored[table])), i, pos_here)
+        y = canonical_row(table, row, i, pos_there)
         if x != y:
             k = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))[0]
-            return f"{t} row {i + 1} differs in {k} ({_short(x.get(k))} here, {_short(y.get(k))} in the file)"
+            return f"{table} row {i + 1} differs in {k} ({_short(x.get(k))} here, {_short(y.get(k))} in the file)"
     return None
 
 
-
-
-def _short(v) -> str:
+def _short(v: object) -> str:
     s = json.dumps(v, default=str)
     return s if len(s) <= 60 else s[:57] + "..."

@@ -17,7 +17,7 @@ name they hold that this list lacks makes them "newer" (refused). `migrate` runs
 `_migrations` row in one transaction, so a crash leaves every migration applied whole or not at all.
 
 Databases made before migrations were code (SQL text split on ';') recorded the same names, so they are recognised
-as they are and only what they lack is applied (tests/test_migrations.py opens such databases).
+as they are and only what they lack is applied (tests/store/test_migrations.py opens such databases).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def legacy_cell(study_toml: str | None) -> tuple[int, int]:
     except (tomllib.TOMLDecodeError, TypeError):
         wl = {}
 
-    def one(v, default: int) -> int:
+    def one(v: object, default: int) -> int:
         if isinstance(v, list) and len(v) == 1:
             v = v[0]
         return v if isinstance(v, int) and not isinstance(v, bool) else default

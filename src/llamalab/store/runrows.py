@@ -20,12 +20,13 @@ from __future__ import annotations
 import math
 import tomllib
 from collections import Counter
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import runids
 from ..records import RequestResult
+from . import runids
+from .jsoncol import Row
 
 __all__ = ["Check", "Invalid", "ROWS", "ValidationError", "describe"]
 
@@ -81,7 +82,7 @@ class _Row(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
     @model_validator(mode="after")
-    def _extra_shallow(self):
+    def _extra_shallow(self) -> Self:
         if self.model_extra:
             shallow(self.model_extra)
         return self
@@ -598,6 +599,10 @@ class Invalid(ValueError):
         self.text = text
 
 
+# a trial's key: build, setting, trial, concurrency, and the workload cell's prompt and output tokens
+TrialKey = tuple[str, str, int, int, int | None, int | None]
+
+
 class Check:
     """A run's rows checked one at a time: `row(table, row)` validates the row against its table's model (its JSON
     columns decoded); `done()` makes the checks between rows: one runs row, at most one tunes row, configuration ids
@@ -612,10 +617,10 @@ class Check:
         self.run: RunRow | None = None
         self._ids: Counter[int] = Counter()
         self._refs: dict[str, set[int]] = {"ledgers": set(), "buffers": set(), "trials": set()}
-        self._keys: set[tuple] = set()
-        self._dup_keys: set[tuple] = set()
+        self._keys: set[TrialKey] = set()
+        self._dup_keys: set[TrialKey] = set()
 
-    def row(self, table: str, row: dict) -> _Row:
+    def row(self, table: str, row: Row) -> _Row:
         i = self.counts[table]
         self.counts[table] += 1
         model = ROWS.get(table)
@@ -627,16 +632,17 @@ class Check:
             m = model.model_validate(row)
         except ValidationError as e:
             raise Invalid(describe(e, f"tables.{table}[{i}]")) from None
-        if table == "runs":
-            self.run = m  # type: ignore[assignment]
+        # ROWS gives each table its one model: the isinstance tests are the table tests, for the type checker
+        if isinstance(m, RunRow):
+            self.run = m
             if self.run_id is not None and m.id != self.run_id:
                 raise Invalid(f"run_id {self.run_id} is not the id of the run in tables.runs ({m.id})")
-        elif table == "configs":
+        elif isinstance(m, ConfigRow):
             self.config_ids.append(m.id)
             self._ids[m.id] += 1
-        elif table in self._refs:
+        elif isinstance(m, LedgerRow | BufferRow | TrialRow):
             self._refs[table].add(m.config_id)
-            if table == "trials":
+            if isinstance(m, TrialRow):
                 key = (m.build, m.setting, m.trial, m.concurrency, m.cell_prompt_tokens, m.cell_output_tokens)
                 if key in self._keys:
                     self._dup_keys.add(key)
@@ -670,7 +676,8 @@ def describe(e: ValidationError, where: str = "", limit: int = 3) -> str:
             at += f"[{p}]" if isinstance(p, int) else (f".{p}" if at else str(p))
         msg = err["msg"].removeprefix("Value error, ")
         got = err.get("input")
-        shown = "" if err["type"] in ("missing", "value_error") or isinstance(got, dict | list) else f" (got {got!r:.60})"
+        plain = err["type"] in ("missing", "value_error") or isinstance(got, dict | list)
+        shown = "" if plain else f" (got {got!r:.60})"
         parts.append(f"{at or 'the document'}: {msg}{shown}")
     more = len(e.errors()) - limit
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

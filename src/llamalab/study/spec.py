@@ -14,12 +14,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from ..llamacpp import argv, budget, modelref, sourceref
-from . import endpoints
 from ..errors import ConfigError
+from ..llamacpp import argv, budget, flags, modelref, sourceref
+from . import endpoints
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
 
@@ -57,7 +56,7 @@ class ModelSpec(_Strict):
     path: str | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "ModelSpec":
+    def _one(self) -> ModelSpec:
         if self.path is not None and self.preset not in (None, "tiny"):
             raise ValueError("give either model.path or model.preset, not both")
         if self.path is not None and modelref.is_reference(self.path):  # only --model resolves references
@@ -108,7 +107,7 @@ class RemoteSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _managed(self) -> "RemoteSpec":
+    def _managed(self) -> RemoteSpec:
         if not self.ssh:
             for key in ("rpc_server_path", "ssh_options", "bind", "threads", "remote_dir"):
                 if key in self.model_fields_set:
@@ -125,6 +124,7 @@ class DevicesSpec(_Strict):
     rpc_threads: Threads | None = None
     vram: list[str] | None = None  # per-device memory budgets, e.g. ["16GiB", "12GiB"]
     rpc: list[RemoteSpec] = Field(default_factory=list)  # remote rpc-servers: "host:port" or a table each
+    _budgets_mib: list[int] | None = PrivateAttr(default=None)  # vram, parsed once (budgets_mib)
 
     @field_validator("vram")
     @classmethod
@@ -136,6 +136,15 @@ class DevicesSpec(_Strict):
             except ConfigError as e:
                 raise ValueError(f"{e.message} ({e.tip})" if e.tip else e.message) from None
         return v
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._budgets_mib = budget.parse_budgets(self.vram) if self.vram else None
+
+    @property
+    def budgets_mib(self) -> list[int] | None:
+        """The `vram` budgets in MiB, one per device (None without budgets), as parsed when the study loaded.
+        Every reader of the budgets takes them from here (a --budget override: `with_budgets`)."""
+        return None if self._budgets_mib is None else list(self._budgets_mib)
 
     @field_validator("host")
     @classmethod
@@ -153,7 +162,7 @@ class DevicesSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _remotes(self) -> "DevicesSpec":
+    def _remotes(self) -> DevicesSpec:
         eps = [r.endpoint for r in self.rpc]
         dup = sorted({e for e in eps if eps.count(e) > 1})
         if dup:
@@ -234,7 +243,7 @@ class BuildSpec(_Named):
         return v
 
     @model_validator(mode="after")
-    def _given(self) -> "BuildSpec":
+    def _given(self) -> BuildSpec:
         if self.bin is not None:
             if self.cmake:
                 raise ValueError("bin: a build that runs given binaries cannot also have cmake options (they are "
@@ -286,14 +295,14 @@ class WorkloadSpec(_Strict):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _old_seed(cls, data: Any, handler: Any) -> "WorkloadSpec":
+    def _old_seed(cls, data: Any, handler: Any) -> WorkloadSpec:
         seed = LEGACY_SEED
         if isinstance(data, dict) and "seed" in data:
             data = dict(data)
             seed = data.pop("seed")
             if not isinstance(seed, int) or isinstance(seed, bool):
                 raise ValueError(f"seed {seed!r}: a whole number (the key is no longer used; it can be dropped)")
-        model = handler(data)
+        model: WorkloadSpec = handler(data)
         model._legacy_seed = seed
         return model
 
@@ -325,8 +334,9 @@ class WorkloadSpec(_Strict):
         return [(p, o) for p in self.prompt_lengths for o in self.output_lengths]
 
 
-KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")  # llama.cpp's -ctk/-ctv
-TUNE_SPLITS = ("layer", "layer-nopp", "tensor", "none")
+KV_TYPES = flags.KV_TYPES  # llama.cpp's -ctk/-ctv
+Split = Literal["layer", "layer-nopp", "tensor", "none"]
+TUNE_SPLITS: tuple[Split, ...] = ("layer", "layer-nopp", "tensor", "none")
 
 
 class TuneSpec(_Strict):
@@ -338,7 +348,7 @@ class TuneSpec(_Strict):
     min_gen_tps: Annotated[float, Field(ge=0, le=1e9)] | None = None  # single-stream generation floor (default: the
     # default --fit's own speed, not measurably slower)
     parallel: Annotated[int, Field(ge=1, le=64)] = 1  # K: requests served at once (-np K; aggregate measured at K)
-    splits: list[Literal["layer", "layer-nopp", "tensor", "none"]] = Field(default_factory=lambda: list(TUNE_SPLITS))
+    splits: list[Split] = Field(default_factory=lambda: list(TUNE_SPLITS))
     kv: list[str] = Field(default_factory=lambda: ["f16/f16", "f16/q8_0", "q8_0/q8_0", "f16/q4_0", "q8_0/q4_0"])
     ubatch: list[Annotated[int, Field(ge=16, le=65536)]] = Field(default_factory=lambda: [512, 2048])
     n_cpu_moe: list[Annotated[int, Field(ge=0, le=4096)]] | None = None  # None: chosen from the model and the budgets
@@ -370,7 +380,7 @@ class TuneSpec(_Strict):
 
     @field_validator("splits", "ubatch", "n_cpu_moe")
     @classmethod
-    def _distinct(cls, v: list | None) -> list | None:
+    def _distinct(cls, v: list[Any] | None) -> list[Any] | None:
         if v is not None:
             if not v:
                 raise ValueError("give at least one value")
@@ -392,7 +402,7 @@ class Study(_Strict):
     tune: TuneSpec | None = None  # read by `llamalab tune` only
 
     @model_validator(mode="after")
-    def _unique(self) -> "Study":
+    def _unique(self) -> Study:
         for what, items in (("builds", self.builds), ("settings", self.settings)):
             names = [i.name for i in items]
             dup = {n for n in names if names.count(n) > 1}
@@ -401,6 +411,76 @@ class Study(_Strict):
         if not self.builds:
             raise ValueError("builds: a study needs at least one build")
         return self
+
+
+# ---------------------------------------------------------------- the run hash
+
+# The run hash (`run.session.study_hash`) is the study's `model_dump`, less what it leaves out here. It must not
+# change for a study that measures what it measured before, or an unfinished run of that study no longer resumes
+# (tests/study/test_hash.py pins the committed studies' hashes). So it is derived from the model's fields this way:
+# every field named below — the fields each part of a study had when the hash took its form — is always hashed;
+# any other field (one added since, or added from now on: no edit here) is hashed only where it holds a value other
+# than its default. A field at its default runs what the study ran before the field existed: the fields added since
+# and left out at their defaults are
+#   Study.source        no [source]: the pinned llama.cpp (or --llama-cpp/--llama-bin, which the run records)
+#   Study.tune          no [tune]: read by `llamalab tune` only, which writes the section it runs into the study
+#   builds[].source     the study's one source, as before builds could name their own
+#   builds[].min_devices, settings[].min_devices   no minimum: every arm runs on every rig, as before
+#   tune.exhaustive, tune.seconds, tune.quality, tune.max_kld, tune.max_repeats   the race as it ran before them
+# and one key that is gone stays hashed with its value: `workload.seed` (`WorkloadSpec.legacy_seed`).
+HASHED_FIELDS: dict[str, frozenset[str]] = {
+    "Study": frozenset({"name", "description", "model", "devices", "server", "builds", "settings", "workload"}),
+    "ModelSpec": frozenset({"preset", "path"}),
+    "SourceSpec": frozenset({"llama_cpp", "bin"}),
+    "DevicesSpec": frozenset({"backend", "count", "host", "rpc_threads", "vram", "rpc"}),
+    "RemoteSpec": frozenset({"endpoint", "ssh", "rpc_server_path", "ssh_options", "bind", "remote_dir", "threads",
+                             "backend"}),
+    "ServerSpec": frozenset({"args", "ctx", "parallel", "host", "fit_target_mib", "ready_timeout_s"}),
+    "BuildSpec": frozenset({"name", "label", "args", "cmake", "requires", "bin"}),
+    "SettingSpec": frozenset({"name", "label", "args"}),
+    "WorkloadSpec": frozenset({"prompt_tokens", "output_tokens", "output", "repeats", "warmup", "concurrency",
+                               "order", "threshold", "request_timeout_s"}),
+    "TuneSpec": frozenset({"goal", "min_context", "min_gen_tps", "parallel", "splits", "kv", "ubatch", "n_cpu_moe",
+                           "max_real", "screen"}),
+}
+
+
+def hash_exclusions(model: BaseModel) -> dict[str | int, Any]:
+    """The pydantic `exclude` of what the run hash leaves out of `model`'s dump (see HASHED_FIELDS), nested (pure)."""
+    out: dict[str | int, Any] = {}
+    hashed = HASHED_FIELDS.get(type(model).__name__, frozenset())
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if name not in hashed and value == info.get_default(call_default_factory=True):
+            out[name] = True
+        elif isinstance(value, BaseModel):
+            if sub := hash_exclusions(value):
+                out[name] = sub
+        elif isinstance(value, list):
+            subs: dict[str | int, Any] = {i: e for i, v in enumerate(value)
+                                          if isinstance(v, BaseModel) and (e := hash_exclusions(v))}
+            if subs:
+                out[name] = subs
+    return out
+
+
+def hash_dump(study: Study) -> dict[str, Any]:
+    """What the run hash hashes of a study: its JSON dump less `hash_exclusions`, with `workload.seed` (pure)."""
+    exclude = hash_exclusions(study)
+    dump: dict[str, Any] = json.loads(study.model_dump_json(exclude=exclude or None))  # type: ignore[arg-type]
+    dump["workload"]["seed"] = study.workload.legacy_seed
+    return dump
+
+
+def with_budgets(study: Study, budgets_mib: list[int] | None) -> Study:
+    """The study under `budgets_mib` (--budget, parsed) where given, else the study as it is: the one place where
+    --budget takes precedence over `[devices] vram`. The budgets are written into `vram` as MiB (what a run stores
+    and hashes) and kept parsed beside it."""
+    if not budgets_mib:
+        return study
+    dev = study.devices.model_copy(update={"vram": [f"{b}MiB" for b in budgets_mib]})
+    dev._budgets_mib = list(budgets_mib)
+    return study.model_copy(update={"devices": dev})
 
 
 # ---------------------------------------------------------------- loading
@@ -457,7 +537,8 @@ def load(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Study, 
 def apply_override(data: dict[str, Any], override: str) -> None:
     """`workload.repeats=5`, `devices.vram=["16GiB","12GiB"]`: the value is read as TOML, else as a string."""
     if "=" not in override:
-        raise ConfigError(f"override {override!r} has no '='.", tip="write it as key.path=value, e.g. workload.repeats=5.")
+        raise ConfigError(f"override {override!r} has no '='.",
+                          tip="write it as key.path=value, e.g. workload.repeats=5.")
     key, raw = override.split("=", 1)
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
@@ -499,7 +580,7 @@ def describe(e: ValidationError, data: dict[str, Any] | None = None) -> str:
     return "\n".join(lines)
 
 
-def _loc(loc: tuple, data: dict[str, Any] | None) -> str:
+def _loc(loc: tuple[str | int, ...], data: dict[str, Any] | None) -> str:
     out = ""
     node: Any = data
     for part in loc:

@@ -42,16 +42,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..llamacpp import argv
+from ..llamacpp import flags
 
 if TYPE_CHECKING:
+    from ..llamacpp.sourceref import SourceRef
     from .spec import Study
 
 
 @dataclass(frozen=True)
 class Risk:
     key: str  # as the TOML file spells it: builds[1] (evil).cmake.CMAKE_PROJECT_INCLUDE
-    path: tuple  # ("builds", 1, "cmake", "CMAKE_PROJECT_INCLUDE"): what a --set override of a prefix replaces
+    # ("builds", 1, "cmake", "CMAKE_PROJECT_INCLUDE"): what a --set override of a prefix replaces
+    path: tuple[str | int, ...]
     what: str  # what it does, in words
 
     def line(self) -> str:
@@ -94,40 +96,10 @@ def cmake_risk(key: str, value: object) -> str | None:
 
 # ---------------------------------------------------------------- llama-server flags
 
-_SERVER_FLAGS: dict[str, str] = {}
-for _names, _what in (
-    (("--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json", "--ui-mcp-proxy",
-      "--webui-mcp-proxy"), "lets llama-server run programs or tools (shell commands, file edits, MCP servers)"),
-    (("--video-ffmpeg-dir",), "makes llama-server run ffmpeg from a folder the study names"),
-    (("--log-file", "--slot-save-path", "--log-prompts-dir", "-lcd", "--lookup-cache-dynamic"),
-     "makes llama-server write files where the study says"),
-    (("--path", "--media-path", "--models-dir", "--models-preset"), "makes llama-server serve or load local files"),
-    (("-m", "--model", "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled", "-md",
-      "--model-draft", "--spec-draft-model", "-mm", "--mmproj", "-mv", "--model-vocoder", "--grammar-file", "-jf",
-      "--json-schema-file", "-lcs", "--lookup-cache-static", "--chat-template-file", "--api-key-file",
-      "--ssl-key-file", "--ssl-cert-file", "--ui-config-file", "--webui-config-file", "--prompt-cache",
-      "--prompt-cache-ro", "-f", "--file", "--system-prompt-file"),
-     "makes llama-server read a file the study names (a key, a template, weights in place of the model llamalab "
-     "gives it) and serve or act on what is in it"),
-    (("--rpc",), "sends the model and the prompts to the rpc-servers it names (declare remote devices in "
-                 "[devices] rpc instead)"),
-    (("-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token", "-dr",
-      "--docker-repo", "-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf", "-mmu", "--mmproj-url", "-hfv",
-      "-hfrv", "--hf-repo-v", "-hffv", "--hf-file-v"), "makes llama-server download from the network"),
-):
-    for _n in _names:
-        _SERVER_FLAGS[_n] = _what
-
-
 def server_flag_risk(flag: str) -> str | None:
-    """Why a llama-server argument needs the user's word, or None. The flag is read as llama.cpp reads it
-    (`argv.name_of`: `--log_file=x` is `--log-file`), so no other spelling gets past."""
-    name = argv.name_of(flag)
-    if name in _SERVER_FLAGS:
-        return _SERVER_FLAGS[name]
-    if name.startswith("--") and name.endswith("-default"):  # --gpt-oss-20b-default and the like download weights
-        return "makes llama-server download a model from the network"
-    return None
+    """Why a llama-server argument needs the user's word, or None: `flags`' table says (`Flag.risk`). The flag is
+    read as llama.cpp reads it (`flags.name_of`: `--log_file=x` is `--log-file`), so no other spelling gets past."""
+    return flags.risk(flag)
 
 
 # ---------------------------------------------------------------- ssh options
@@ -165,11 +137,11 @@ def ssh_option_risk(flag: str, value: str) -> str | None:
 
 # ---------------------------------------------------------------- a whole study
 
-def _args_risks(args: Sequence[str], key: str, path: tuple) -> list[Risk]:
+def _args_risks(args: Sequence[str], key: str, path: tuple[str | int, ...]) -> list[Risk]:
     return [Risk(f"{key} {a!r}", path, what) for a in args if a.startswith("-") and (what := server_flag_risk(a))]
 
 
-def _ref(text: str | None):
+def _ref(text: str | None) -> SourceRef | None:
     from ..llamacpp.sourceref import RefError, parse
 
     try:
@@ -178,8 +150,28 @@ def _ref(text: str | None):
         return None
 
 
-def risks(study: "Study") -> list[Risk]:
+def risks(study: Study) -> list[Risk]:
     """Everything in `study` that runs code on this machine or opens it to the network (see the module doc)."""
+    out = _listen_risks(study) + _program_risks(study)
+    out += _args_risks(study.server.args, "server.args", ("server", "args"))
+    for what, items in (("builds", study.builds), ("settings", study.settings)):
+        for i, item in enumerate(items):
+            out += _args_risks(item.args, f"{what}[{i}] ({item.name}).args", (what, i, "args"))
+    for i, b in enumerate(study.builds):
+        for k, v in b.cmake.items():
+            if why := cmake_risk(k, v):
+                out.append(Risk(f"builds[{i}] ({b.name}).cmake.{k}", ("builds", i, "cmake", k), why))
+    for i, r in enumerate(study.devices.rpc):
+        opts = list(r.ssh_options)
+        for flag, value in zip(opts[::2], opts[1::2], strict=False):
+            if why := ssh_option_risk(flag, value):
+                out.append(Risk(f"devices.rpc[{i}] ({r.endpoint}).ssh_options {flag} {value!r}",
+                                ("devices", "rpc", i, "ssh_options"), why))
+    return out
+
+
+def _listen_risks(study: Study) -> list[Risk]:
+    """llama-server or local rpc-servers reachable from the network."""
     out: list[Risk] = []
     if not is_loopback(study.server.host):
         out.append(Risk("server.host", ("server", "host"),
@@ -189,6 +181,12 @@ def risks(study: "Study") -> list[Risk]:
         out.append(Risk("devices.host", ("devices", "host"),
                         f"local rpc-servers listen on {study.devices.host}, not loopback: rpc-server has no "
                         "authentication, whoever reaches it can run code on this machine's devices"))
+    return out
+
+
+def _program_risks(study: Study) -> list[Risk]:
+    """Programs the study names to run, and sources whose CMakeLists.txt would run at configure time."""
+    out: list[Risk] = []
     src = getattr(study, "source", None)
     if src is not None and src.bin:
         out.append(Risk("source.bin", ("source", "bin"),
@@ -205,20 +203,6 @@ def risks(study: "Study") -> list[Risk]:
             out.append(Risk(f"builds[{i}] ({b.name}).source", ("builds", i, "source"),
                             f"builds {ref.text}: a source llamalab has not checked, whose CMakeLists.txt runs as "
                             "code at configure time"))
-    out += _args_risks(study.server.args, "server.args", ("server", "args"))
-    for what, items in (("builds", study.builds), ("settings", study.settings)):
-        for i, item in enumerate(items):
-            out += _args_risks(item.args, f"{what}[{i}] ({item.name}).args", (what, i, "args"))
-    for i, b in enumerate(study.builds):
-        for k, v in b.cmake.items():
-            if why := cmake_risk(k, v):
-                out.append(Risk(f"builds[{i}] ({b.name}).cmake.{k}", ("builds", i, "cmake", k), why))
-    for i, r in enumerate(study.devices.rpc):
-        opts = list(r.ssh_options)
-        for flag, value in zip(opts[::2], opts[1::2]):
-            if why := ssh_option_risk(flag, value):
-                out.append(Risk(f"devices.rpc[{i}] ({r.endpoint}).ssh_options {flag} {value!r}",
-                                ("devices", "rpc", i, "ssh_options"), why))
     return out
 
 
