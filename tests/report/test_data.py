@@ -42,3 +42,39 @@ def test_labels_of_a_real_ledger():
     led = runfixtures.doc()["tables"]["ledgers"][0]["ledger_json"]
     assert list(led["devices"]) == sorted(led["devices"])  # as stored: sorted by endpoint, not in device order
     assert compute_by_label(led) == {"RPC0": 48.1, "RPC1": 48.1}
+
+
+def test_the_stored_study_is_read_through_the_study_model(tmp_path):
+    """A real run's study file comes to the renderers as the study model has it (typed, its defaults filled in)."""
+    from llamalab.report import data as rdata
+    from llamalab.store.db import Store
+    from llamalab.study.spec import BuildSpec, Study
+
+    with Store(tmp_path / "r.db") as store:
+        d = rdata.load(store, runfixtures.fill(store, runfixtures.DEMO))
+    assert isinstance(d.study_spec, Study)
+    assert d.study_names("builds") == [b.name for b in d.study_spec.builds] and "copies4" in d.study_names("builds")
+    b = d.build_spec("copies1")
+    assert isinstance(b, BuildSpec) and b.cmake == {"GGML_SCHED_MAX_COPIES": 1}
+    assert d.build_label("copies4") == "Pipeline parallelism, 4 sched copies"
+    assert d.build_spec("not-in-the-study") == BuildSpec(name="not-in-the-study")
+    assert d.threshold == 0.02 and d.output_mode == "fixed"
+
+
+def test_a_study_the_model_rejects_is_read_by_its_keys(tmp_path):
+    """A stored study this llamalab's model refuses (a key of another version, a wrong type) still labels the report
+    from the keys it has, as the file spells them."""
+    from llamalab.report import data as rdata
+    from llamalab.store.db import Store
+
+    doc = runfixtures.doc(runfixtures.DEMO)
+    run = doc["tables"]["runs"][0]
+    run["study_toml"] = run["study_toml"].replace("[workload]", "[workload]\nfrom_a_newer_llamalab = true\n", 1)
+    run["study_toml"] = run["study_toml"].replace("threshold = 0.02", "threshold = 0.05")
+    with Store(tmp_path / "r.db") as store:
+        d = rdata.load(store, runfixtures.fill(store, document=doc))
+    assert d.study_spec is None
+    assert "copies4" in d.study_names("builds")
+    assert d.build_label("copies4") == "Pipeline parallelism, 4 sched copies"
+    assert d.build_spec("copies1").cmake == {"GGML_SCHED_MAX_COPIES": 1}
+    assert d.threshold == 0.05

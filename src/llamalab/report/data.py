@@ -8,14 +8,17 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
 from ..llamacpp.ledger import device_names, without_endpoint
 from ..store import jsoncol
 from ..store.db import Store
 from . import records
 from .records import BuildRecord, ConfigRecord, RunRecord, TrialRecord
+
+if TYPE_CHECKING:
+    from ..study.spec import BuildSpec, Study
 
 
 @dataclass
@@ -51,15 +54,50 @@ class RunData:
             return {}
         return d if isinstance(d, dict) else {}
 
-    def study_entry(self, table: str, name: str) -> dict:
-        """The `[[builds]]` or `[[settings]]` entry of that name ({} when the study file does not name it)."""
-        for e in self.study.get(table) or []:
-            if isinstance(e, dict) and e.get("name") == name:
-                return e
-        return {}
+    @cached_property
+    def study_spec(self) -> Study | None:
+        """The run's effective study through the study model (`llamalab.study.spec`), once; None where this
+        llamalab's model rejects it (a study stored by another version, or altered): the readers below then take the
+        file's own keys, as far as they go."""
+        from ..study import spec
+
+        try:
+            return spec.parse(self.study, "the run's stored study")
+        except ConfigError:
+            return None
+
+    def study_names(self, table: Literal["builds", "settings"]) -> list[str]:
+        """The names of the study's `[[builds]]` or `[[settings]]`, in the file's order."""
+        if (st := self.study_spec) is not None:
+            return [e.name for e in (st.builds if table == "builds" else st.settings)]
+        return [e["name"] for e in self.study.get(table) or [] if isinstance(e, dict) and "name" in e]
+
+    def build_spec(self, name: str) -> BuildSpec:
+        """The study's `[[builds]]` entry of that name (an empty one named so where the study does not list it)."""
+        from ..study.spec import BuildSpec
+
+        if (st := self.study_spec) is not None:
+            return next((b for b in st.builds if b.name == name), BuildSpec(name=name))
+        raw = next((e for e in self.study.get("builds") or [] if isinstance(e, dict) and e.get("name") == name), {})
+        # a study the model rejects: its entry's keys as they are (a renderer reads them as it read the file's)
+        return BuildSpec.model_construct(**{"name": name, **{k: v for k, v in raw.items() if isinstance(k, str)}})
 
     def build_label(self, name: str) -> str:
-        return self.study_entry("builds", name).get("label") or name
+        return self.build_spec(name).label or name
+
+    @property
+    def server_args(self) -> list[str]:
+        """The study's `[server] args`."""
+        if (st := self.study_spec) is not None:
+            return list(st.server.args)
+        return list((self.study.get("server") or {}).get("args") or [])
+
+    @property
+    def threshold(self) -> float | None:
+        """The study's `[workload] threshold`, where it gives one that can be one."""
+        v = self.study_spec.workload.threshold if self.study_spec is not None else \
+            (self.study.get("workload") or {}).get("threshold")
+        return float(v) if isinstance(v, (int, float)) and v >= 0 else None
 
     def ok_configs(self) -> list[ConfigRecord]:
         """The last successful configuration row per (build, setting) — the one whose ledger describes it."""
@@ -90,7 +128,8 @@ class RunData:
     @property
     def output_mode(self) -> str:
         """`fixed` (exactly the output tokens asked for) or `natural` (stop at end of text)."""
-        v = (self.study.get("workload") or {}).get("output")
+        v = self.study_spec.workload.output if self.study_spec is not None else \
+            (self.study.get("workload") or {}).get("output")
         return v if v in ("fixed", "natural") else "fixed"
 
     @property

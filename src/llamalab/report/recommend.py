@@ -43,14 +43,14 @@ SAME_CONTEXT = 256  # --fit steps the context by 256 tokens: closer than that is
 
 def action(data: RunData, build: str) -> str:
     """What a user does to get this build's configuration: a CMake command or llama-server flags."""
-    spec = data.study_entry("builds", build)
+    args = data.build_spec(build).args
     cmake = study_cmake_of(data, build)
     parts = []
     if cmake:
         defs = " ".join(f"-D{k}={'ON' if v is True else 'OFF' if v is False else v}" for k, v in cmake.items())
         parts.append(f"build llama.cpp with `cmake -B build {defs} && cmake --build build --target llama-server`")
-    if spec.get("args"):
-        parts.append(f"start llama-server with `{shlex.join(spec['args'])}`")
+    if args:
+        parts.append(f"start llama-server with `{shlex.join(args)}`")
     return " and ".join(parts) or "use llama.cpp's defaults"
 
 

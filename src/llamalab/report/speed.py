@@ -142,8 +142,8 @@ def _order(data: RunData) -> tuple[list[str], list[str]]:
 
 def threshold_of(data: RunData) -> float:
     """The study's `[workload] threshold`, else 2%."""
-    v = (data.study.get("workload") or {}).get("threshold")
-    return float(v) if isinstance(v, (int, float)) and v >= 0 else DEFAULT_THRESHOLD
+    v = data.threshold
+    return DEFAULT_THRESHOLD if v is None else v
 
 
 # ---- comparisons ------------------------------------------------------------------------------------------------

@@ -199,7 +199,7 @@ def key_speed_lines(data: RunData) -> list[str]:
 
 
 def study_cmake_of(data: RunData, name: str) -> dict:
-    return dict(data.study_entry("builds", name).get("cmake") or {})
+    return dict(data.build_spec(name).cmake or {})
 
 
 def cmake_flags(build: BuildRecord, study_cmake: dict | None = None) -> str:

@@ -88,8 +88,8 @@ def command(data: RunData, build: str, parallel: int, model: str) -> str:
     """The llama-server command a configuration of the run ran with, as a user types it: the study's server
     arguments, the build's, and the slots (-np K -kvu); the budget emulation's -fitt and the default's `-ts 0,…`
     (llama.cpp's "no split given", there only to keep the emulation from adding one) left out."""
-    server = list((data.study.get("server") or {}).get("args") or [])
-    args = list(data.study_entry("builds", build).get("args") or [])
+    server = data.server_args
+    args = list(data.build_spec(build).args or [])
     if build == DEFAULT and (split := argv.value(args, *argv.TENSOR_SPLIT)) and set(split.replace(",", "")) <= {"0"}:
         args = argv.without(args, with_value=set(argv.TENSOR_SPLIT))
     return shlex.join(["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"])

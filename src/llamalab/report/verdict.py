@@ -12,9 +12,10 @@ from .data import RunData, compute_by_label, device_labels, device_names, host_b
 MOVED_MIB = 0.01  # model buffers print to 0.01 MiB: any larger difference means weights moved
 
 
-def _in_study_order(data: RunData, table: str, column: Literal["build", "setting"]) -> list[str]:
+def _in_study_order(data: RunData, table: Literal["builds", "settings"],
+                    column: Literal["build", "setting"]) -> list[str]:
     """Names the study file lists in `table`, then any others the stored configurations use."""
-    names = [e["name"] for e in data.study.get(table) or [] if isinstance(e, dict) and "name" in e]
+    names = data.study_names(table)
     return names + [n for n in dict.fromkeys(c[column] for c in data.configs) if n not in names]
 
 
