@@ -15,7 +15,6 @@ from ..run import stats, tunepick
 from ..run import tunespace as ts
 from ..run.tunepick import Pick, compare, measured_front
 from .data import RunData
-from .tables import markdown_table
 
 DEFAULT = "default"
 
@@ -374,23 +373,6 @@ def llama_swap(v: View, name: str | None = None) -> str:
             f"  {json.dumps(key)}:\n"
             "    cmd: |\n"
             f"      {cmd}\n")
-
-
-def markdown(data: RunData) -> list[str]:
-    v = view(data)
-    if v is None:
-        return []
-    out = ["## Tune: the front, measured", "", f"**Pick.** {v.pick_sentence}", "", "```", v.command, "```", "",
-           f"llama.cpp's default, measured the same way: `{v.default_command}`", "",
-           markdown_table(*front_table(v)), "",
-           "Context: the n_ctx each server ran with; prompt and generation t/s: median of the single-stream trials; "
-           f"aggregate: median output t/s of {v.parallel} request(s) at once; MiB per device: llama.cpp's dry-run "
-           "projection (model + KV cache + compute) at that context; *Front*: no other measured configuration holds "
-           "as much context without being measurably slower in a speed.", ""]
-    out += [f"- {s}" for s in lines(v)] + [""]
-    out += ["<details><summary>Every stage-one candidate</summary>", "", markdown_table(*candidates_table(v)), "",
-            "</details>", ""]
-    return out
 
 
 def as_json(v: View | None) -> dict:
