@@ -18,18 +18,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from . import context, grid, recommend, speed, summary, tables, verdict, versions
-from . import data as rdata
-from .data import RunData, dumps
+from .data import RunData, dumps, readable  # a row as the report shows it: each `x_json` under `x`
 
 FORMAT = "llamalab-report"
 VERSION = 1
 SUFFIX = "_json"
-
-
-def readable(row: Mapping[str, Any]) -> dict:
-    """A copy of a row of `RunData.tables` as the report shows it: each `x_json` column decoded under the key `x`
-    (`report.data` decoded them; a row still named `x_json` keeps its value under `x`)."""
-    return rdata.readable(row)
 
 
 def stored(row: dict, columns: list[str]) -> dict:
