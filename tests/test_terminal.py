@@ -110,8 +110,10 @@ def test_markdown_has_no_control_sequences(tmp_path):
 def test_html_renders_code_spans_and_strips_control_sequences(tmp_path):
     data = hostile_run(tmp_path)
     page = html.render(data, images={})
-    rec = page[page.index('<p class="rec">'):page.index("</p>", page.index('<p class="rec">'))]
-    assert "`" not in rec and "<code>" in rec  # the recommendation's commands, as code
+    answer = page[page.index('<p id="answer"'):page.index("</p>", page.index('<p id="answer"'))]
+    decision = page[page.index('<table id="decision"'):page.index("</table>", page.index('<table id="decision"'))]
+    assert "`" not in answer and "`" not in decision  # no Markdown code span is left as backticks
+    assert page[page.index("</p>", page.index('<p id="answer"')):].startswith("</p>\n<pre>llama-server -m MODEL.gguf")
     assert "\x1b" not in page and "\x07" not in page and "gemma [/]" in page
     assert html.prose("run `a <b> & c` then `d`") == "run <code>a &lt;b&gt; &amp; c</code> then <code>d</code>"
     assert html.prose("no `closing span") == "no `closing span"

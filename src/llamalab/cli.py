@@ -257,7 +257,7 @@ def _print_table(data) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .report import context, recommend, speed, summary, tables
+    from .report import answer, context, speed, summary, tables
     from .safetext import rich_text as T
 
     console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
@@ -302,7 +302,10 @@ def _print_table(data) -> None:
     for line in summary.fidelity_lines(data):
         console.print(T("• " + line))
     _print_advice(console, data, show)
-    console.print(T("\nRecommendation.", "bold") + T(" " + recommend.recommendation(data)))
+    said = answer.answer(data)
+    console.print(T("\nRecommendation.", "bold") + T(" " + said.text))
+    if said.command:
+        console.print(T(said.command, "cyan"))
 
 
 def _host_overrides(host: str) -> list[str]:
@@ -1056,7 +1059,7 @@ def _print_tune(view, command: bool = True) -> None:
     console.print(_table(f"tune — run {view.run_id}: the front, measured", *rtune.front_table(view)))
     for line in rtune.lines(view):
         console.print(T("• " + line))
-    console.print(T("\nPick.", "bold") + T(" " + view.pick_sentence))
+    console.print(T("\nPick.", "bold") + T(" " + " ".join(filter(None, (view.pick_sentence, view.versus_default)))))
     if command:
         console.print(T(view.command))
 

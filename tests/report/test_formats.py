@@ -167,7 +167,8 @@ def test_cli_report_csv_writes_two_files_and_plots(db, tmp_path):
     assert (tmp_path / "out" / "run.configs.csv").read_text().startswith("config_id,build,setting,path,value")
     names = sorted(p.name for p in (tmp_path / "plots").iterdir())
     rid = runfixtures.doc()["run_id"]
-    assert names == sorted(f"{rid}-{p}.{f}" for p in ("compute", "context", "throughput") for f in ("png", "svg"))
+    assert names == sorted(f"{rid}-{p}.{f}" for p in ("compute", "context", "memory", "throughput")
+                           for f in ("png", "svg"))
     assert stat.S_IMODE(out.stat().st_mode) & 0o044  # readable by others, as any report file
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temporary file left
 
@@ -239,4 +240,4 @@ def test_the_architecture_docs_way_of_adding_a_format_works(run, monkeypatch):
     text = formats.render(run, "txt")
     assert text.splitlines()[0] == markdown.render(run).splitlines()[0].lstrip("# ")
     assert "copies4" in text and "\x1b" not in text
-    assert "txt: the title, the recommendation and the results as plain lines" in formats.help_text()
+    assert "txt: the title, the answer and the results as plain lines" in formats.help_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
 import pytest
@@ -58,12 +59,16 @@ def test_page_is_self_contained(page):
 def test_page_has_summary_table_plots_and_verdict(page):
     found = tags(page)
     imgs = [a for t, a in found if t == "img"]
-    assert [a["id"] for a in imgs] == ["plot-compute", "plot-context", "plot-throughput"]
-    for a in imgs:
+    assert [a["id"] for a in imgs] == ["plot-memory", "plot-compute", "plot-context", "plot-throughput"]
+    for a in imgs:  # SVG, each with its alt text
+        assert a["src"].startswith("data:image/svg+xml;base64,") and a["alt"]
         blob = base64.b64decode(a["src"].split(",", 1)[1])
-        assert blob.startswith(b"\x89PNG\r\n\x1a\n") and len(blob) > 5000
+        assert ET.fromstring(blob).tag.endswith("svg") and len(blob) > 5000
+    assert imgs[0]["alt"].startswith("Memory per device") and "copies4 × kv-f16-q8_0: compute MiB RPC0 48" in \
+        imgs[0]["alt"]
     assert "<dt>CPU</dt><dd>AMD EPYC, 2 cores, 24,105 MiB RAM</dd>" in page
-    assert "<td>48.10</td>" in page and "<td class=\"t\">copies4</td>" in page
+    assert '<td data-label="Compute RPC0 (MiB)">48.10</td>' in page
+    assert '<td class="t" data-label="Build">copies4</td>' in page
     assert "<h2>Verdict</h2>" in page and "compute buffers RPC0 -29.07 MiB" in page
     assert "no measurable difference" in page
     assert "<h2>Builds</h2>" in page and "Pipeline parallelism, 4 sched copies" in page
@@ -82,10 +87,11 @@ def test_markup_from_logs_study_and_machine_is_escaped(hostile, raw):
 def test_hostile_page_has_no_injected_elements(hostile):
     found = tags(hostile)
     assert not [t for t, _ in found if t in ("script", "svg")]
-    assert [a.get("id") for t, a in found if t == "img"] == ["plot-compute", "plot-context", "plot-throughput"]
+    assert [a.get("id") for t, a in found if t == "img"] == ["plot-memory", "plot-compute", "plot-context",
+                                                             "plot-throughput"]
     assert not [a for _, a in found if any(k.startswith("on") for k in a)]
     # the build label from the study file, the failed configuration and the skipped build are all shown, as text
-    assert f'<td class="t">{html.esc(runfixtures.SCRIPT + runfixtures.IMG)}</td>' in hostile
+    assert f'<td class="t" data-label="Label">{html.esc(runfixtures.SCRIPT + runfixtures.IMG)}</td>' in hostile
     assert "copies4 × kv-f16-q8_0: failed — llama-server said: &lt;img src=x" in hostile
     assert "build no-pp-blas: skipped — cmake said: &lt;script&gt;" in hostile
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import runfixtures
+from browser import CHROMIUM, argv, chromium
 from llamalab.report import data as rdata
 from llamalab.report import html
 from llamalab.report.plots import COLORS
@@ -29,40 +30,14 @@ from llamalab.store.db import Store
 from llamalab.write import atomic_write
 from testpaths import ROOT
 
-
-def _chromium() -> str | None:
-    env = os.environ.get("LLAMALAB_CHROMIUM")
-    if env:
-        return env
-    return shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-
-
-CHROMIUM = _chromium()
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed here (Debian: apt-get install "
                                 "chromium); CI installs it in .ci/run, so this test runs there")
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-         "--mute-audio", "--disable-extensions", "--disable-dev-shm-usage"]
 ARTIFACTS = Path(os.environ.get("LLAMALAB_TEST_ARTIFACTS") or ROOT / "test-artifacts")
-PLOTS = ["plot-compute", "plot-context", "plot-throughput"]
-# a run with parallel levels also maps pipeline parallelism's gain, drawn in its own section before the others
-GRID_PLOTS = ["plot-pp_gain", *PLOTS]
+PLOTS = ["plot-memory", "plot-compute", "plot-context", "plot-throughput"]
+# a run with parallel levels also maps pipeline parallelism's gain, drawn in its own section after the decision table
+GRID_PLOTS = ["plot-memory", "plot-pp_gain", *PLOTS[1:]]
 WIDTH = 1280
-
-
-def argv(tmp_path: Path, *args: str) -> list[str]:
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir(exist_ok=True)
-    return [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args]
-
-
-def chromium(tmp_path: Path, *args: str, timeout: float = 180) -> str:
-    argv_ = argv(tmp_path, *args)
-    done = subprocess.run(argv_, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "HOME": str(tmp_path)})
-    assert done.returncode == 0, f"chromium failed ({done.returncode}): {done.stderr[-2000:]}"
-    return done.stdout
 
 
 def write_report(tmp_path: Path, document: dict | None = None, name: str = runfixtures.CONCURRENCY) -> Path:
@@ -131,11 +106,18 @@ def png_size(blob: bytes) -> tuple[int, int]:
     return struct.unpack(">II", blob[16:24])
 
 
-def embedded_pngs(page: str) -> dict[str, bytes]:
+def embedded_svgs(page: str) -> dict[str, bytes]:
     import base64
 
     return {m.group(1): base64.b64decode(m.group(2))
-            for m in re.finditer(r'<img id="([^"]+)" src="data:image/png;base64,([^"]+)"', page)}
+            for m in re.finditer(r'<img id="([^"]+)" src="data:image/svg\+xml;base64,([^"]+)"', page)}
+
+
+def svg_size(blob: bytes) -> tuple[int, int]:
+    """The CSS pixels an SVG's width and height (matplotlib writes them in pt: 1 pt = 4/3 px) come to."""
+    m = re.search(rb'<svg[^>]*\swidth="([\d.]+)pt"[^>]*\sheight="([\d.]+)pt"', blob)
+    assert m, blob[:300]
+    return round(float(m.group(1)) * 4 / 3), round(float(m.group(2)) * 4 / 3)
 
 
 def test_report_renders_in_chromium(tmp_path):
@@ -148,18 +130,19 @@ def test_report_renders_in_chromium(tmp_path):
     assert not [t for t in names if t == "script"]
     imgs = [a for t, a in dom.tags if t == "img"]
     assert [a["id"] for a in imgs] == GRID_PLOTS
-    assert all(a["src"].startswith("data:image/png;base64,") for a in imgs)
+    assert all(a["src"].startswith("data:image/svg+xml;base64,") and a["alt"] for a in imgs)
     assert dom.title.startswith("llamalab: demo — run ")
 
     got = measure(tmp_path, page)
     assert got["scripts"] == 0 and got["title"] == dom.title
-    # the decision tables (one per setting: header + 3 uses) come first, then the seed table: header + 3 builds ×
-    # 2 settings × 3 trials
-    assert got["tables"][:3] == [1 + 3, 1 + 3, 1 + 18]
-    expected = {k: png_size(v) for k, v in embedded_pngs(text).items()}
+    # the decision tables (one per setting: header + 3 uses) come first; the trials (header + 3 builds × 2 settings
+    # × 3 trials) are further down, folded
+    assert got["tables"][:2] == [1 + 3, 1 + 3] and 1 + 18 in got["tables"][2:]
+    expected = {k: svg_size(v) for k, v in embedded_svgs(text).items()}
     assert [i["id"] for i in got["images"]] == GRID_PLOTS
-    for img in got["images"]:  # decoded by the browser, at the size the PNG says
-        assert img["complete"] and (img["w"], img["h"]) == expected[img["id"]], img
+    for img in got["images"]:  # decoded by the browser, at the size the SVG says
+        w, h = expected[img["id"]]
+        assert img["complete"] and abs(img["w"] - w) <= 1 and abs(img["h"] - h) <= 1, (img, w, h)
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "html-report.png"

@@ -159,12 +159,21 @@ def _document(data: RunData, seed: int) -> dict:
         "pp_gain": _pp_gain(data, seed),
         "not_applicable": summary.not_applicable(data),
         "recommendation": recommend.recommendation(data),
+        "answer": _answer(data),
     }
     for name, rows in other_tables(data).items():
         if name in doc:
             raise ValueError(f"table {name!r} collides with a part of the JSON report")
         doc[name] = rows
     return doc
+
+
+def _answer(data: RunData) -> dict:
+    """What the report opens with: the answer's sentences (at most two, 60 words), its command and build."""
+    from . import answer
+
+    a = answer.answer(data)
+    return {"text": a.text, "command": a.command or None, "build": a.build}
 
 
 def _pp_gain(data: RunData, seed: int) -> dict | None:

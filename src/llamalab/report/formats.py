@@ -60,6 +60,8 @@ REGISTRY: dict[str, Format] = {f.name: f for f in (
                "(the per-configuration ledger figures go to FILE.configs.csv when you pass -o FILE.csv)"),)),
     Format("json", "every stored figure plus the derived tables", ".json", "document"),
     Format("html", "one self-contained page", ".html", "html"),
+    Format("forum", "a summary to paste into a forum thread: the memory and decision tables, three lines of verdict, "
+           "the command, the versions (under 40 lines of Markdown)", ".md", "forum"),
 )}
 FORMATS = tuple(REGISTRY)
 

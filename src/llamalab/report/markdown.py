@@ -10,10 +10,11 @@ from .data import RunData
 
 NAME = "md"
 
-# the sections Markdown shows, in its order
-ORDER = ("title", "tune", "recommendation", "decision", "system", "results", "throughput", "pp_gain", "versions",
-         "builds", "not_measured", "not_applicable", "splits", "memory", "speed", "trust", "network", "reproduce",
-         "footnote")
+# the sections Markdown shows, in its order: the answer, the memory table, the decision table, the crossover map,
+# then the details (the long ones folded)
+ORDER = ("title", "tune", "answer", "memory_picture", "decision", "pp_gain", "memory", "versions", "system",
+         "throughput", "results", "speed", "builds", "not_measured", "not_applicable", "splits", "trust", "network",
+         "reproduce", "footnote")
 
 
 def render(data: RunData) -> str:
@@ -59,5 +60,5 @@ def block_lines(b: model.Block) -> list[str]:
         return ["```", b.text, "```", ""]
     if isinstance(b, model.Details):
         inner = [line for x in b.blocks for line in block_lines(x)]
-        return [f"<details><summary>{b.summary}</summary>", "", *inner, "</details>", ""]
+        return [f"<details><summary>{spans(b.summary)}</summary>", "", *inner, "</details>", ""]
     return []  # figures and the fields of the HTML page: Markdown shows neither

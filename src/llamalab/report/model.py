@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from . import context, grid, network, recommend, speed, summary, tables, tune, verdict, versions
+from . import answer, context, grid, network, recommend, speed, summary, tables, tune, verdict, versions
 from .data import RunData
 
 
@@ -51,6 +51,7 @@ def code(v: object) -> Span:
 @dataclass(frozen=True, kw_only=True)
 class Block:
     only: str = ""  # "" (every format) or the one format that shows it ("md", "html")
+    id: str = ""  # the HTML element's id ("answer", "decision"): where a reader, or a test, finds it
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Heading(Block):
 @dataclass(frozen=True)
 class Para(Block):
     text: Text
-    style: str = ""  # "" | "rec" (a conclusion) | "note" | "sub" (the line under the title)
+    style: str = ""  # "" | "rec" (a conclusion) | "note" | "sub" (the line under the title) | "answer"
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ class Figure(Block):
 
 @dataclass(frozen=True)
 class Details(Block):
-    summary: str
+    """Blocks folded away (`<details>`), with a one-line summary of what they hold."""
+    summary: Text
     blocks: tuple[Block, ...]
 
 
@@ -163,33 +165,58 @@ def _title(rep: Report) -> list[Block]:
 
 
 def _tune(rep: Report) -> list[Block]:
-    """A tune run's section: the pick and its command, the plot of the front, the front measured, the stages."""
+    """A tune run's section: the pick and its command, the memory of the front, the front measured (its decision
+    table), the plot of the front, the stages."""
     v = rep.tune
     if v is None:
         return []
     out: list[Block] = [_h("Tune: the front, measured"),
-                        Para(text=(lit("Pick.", bold=True), lit(" "), prose(v.pick_sentence)), style="rec"),
-                        Code(text=v.command),
-                        Para(text=(lit("llama.cpp's default, measured the same way: "), code(v.default_command)),
-                             style="note")]
-    if "tune_front" in rep.figures:
-        out.append(Figure(name="tune_front"))
-    out += [Table(*tune.front_table(v)),
+                        Para(text=(lit("Pick.", bold=True), lit(" "), prose(v.pick_sentence)), style="answer",
+                             id="answer"),
+                        Code(text=v.command)]
+    if v.versus_default:
+        out.append(Para(text=(prose(v.versus_default),), style="note"))
+    out.append(Para(text=(lit("llama.cpp's default, measured the same way: "), code(v.default_command)),
+                    style="note"))
+    if "memory" in rep.figures:
+        out.append(Figure(name="memory"))
+    out += [Table(*tune.front_table(v), id="decision"),
             Para(text=(lit("Context: the n_ctx each server ran with; prompt and generation t/s: median of the "
                            "single-stream trials; aggregate: median output t/s of "), text(v.parallel),
                        lit(" request(s) at once; MiB per device: llama.cpp's dry-run projection (model + KV cache + "
                            "compute) at that context; *Front*: no other measured configuration holds as much context "
-                           "without being measurably slower in a speed.")), only="md"),
-            Items(items=_proses(tune.lines(v)), only="md"), Items(items=_proses(v.stage_lines), only="html"),
-            Details(summary="Every stage-one candidate", blocks=(Table(*tune.candidates_table(v), style="words"),))]
+                           "without being measurably slower in a speed.")), only="md")]
+    if "tune_front" in rep.figures:
+        out.append(Figure(name="tune_front"))
+    out += [Items(items=_proses(tune.lines(v)), only="md"), Items(items=_proses(v.stage_lines), only="html"),
+            Details(summary=(lit("Every stage-one candidate"),),
+                    blocks=(Table(*tune.candidates_table(v), style="words"),))]
     return out
 
 
-def _recommendation(rep: Report) -> list[Block]:
-    if rep.tune is not None:  # a tune run: the front, the pick and its command are its recommendation
+def _answer(rep: Report) -> list[Block]:
+    """The answer (at most two sentences, `answer.WORDS` words) and the command that runs it."""
+    if rep.tune is not None:  # a tune run: the pick and its command are its answer
         return []
-    return [Para(text=(lit("Recommendation.", bold=True), lit(" "), prose(recommend.recommendation(rep.data))),
-                 style="rec")]
+    a = answer.answer(rep.data)
+    out: list[Block] = [Para(text=(lit("Recommendation.", bold=True), lit(" "), prose(a.text)), style="answer",
+                             id="answer")]
+    if a.command:
+        out.append(Code(text=a.command))
+    return out
+
+
+def _memory_picture(rep: Report) -> list[Block]:
+    """Memory per device and the context each configuration fits: the figure in HTML, its table in Markdown."""
+    if rep.tune is not None:
+        return []
+    head, body = tables.memory_table(rep.data)
+    if not body:
+        return []
+    out: list[Block] = [_h("Memory and context", only="md"), Table(head, body, only="md")]
+    if "memory" in rep.figures:
+        out.append(Figure(name="memory", only="html"))
+    return out
 
 
 def _decision(rep: Report) -> list[Block]:
@@ -200,10 +227,11 @@ def _decision(rep: Report) -> list[Block]:
         return []
     settings = [s for s in verdict.study_settings(data) if recommend.decision_table(data, s)]
     out: list[Block] = [_h("Decision by use")] if settings else []
-    for s in settings:
+    for i, s in enumerate(settings):
         if len(settings) > 1:
             out.append(Heading(text=(text(s),), level=3))
-        out.append(Table(*recommend.table_cells(recommend.decision_table(data, s)), style="words"))
+        out.append(Table(*recommend.table_cells(recommend.decision_table(data, s)), style="words",
+                         id="decision" if i == 0 else ""))
     return out
 
 
@@ -219,17 +247,35 @@ def _system(rep: Report) -> list[Block]:
             _h("System", only="html"), Fields(pairs=pairs, only="html")]
 
 
+def _cell_words(prompt: object, output: object = None, level: object = None) -> str:
+    """"2,048-token prompts, 32 output tokens, 4 requests at once" (the parts given)."""
+    parts = [f"{prompt:,}-token prompts" if isinstance(prompt, int) else "prompts of any length"]
+    if output is not None:
+        parts.append(f"{output:,} output tokens" if isinstance(output, int) else str(output))
+    if level is not None:
+        parts.append("1 request" if level == 1 else f"{level} requests at once")
+    return ", ".join(parts)
+
+
 def _results(rep: Report) -> list[Block]:
+    """The trials (one row per build × setting × trial, with each configuration's memory), folded, one fold per
+    workload cell."""
     data = rep.data
     level = _level(data)
-    head, body = tables.table_cells(tables.rows(data, level))
-    out: list[Block] = [_h(f"Results{' (single stream)' if level == 1 else f' at {level} parallel requests'}",
-                           only="html")]
+    out: list[Block] = [_h(f"Trials{' (single stream)' if level == 1 else f' at {level} parallel requests'}")]
     if level != 1:
         out.append(Para(text=(lit(f"At {level} parallel requests:"),), only="md"))
-    out.append(Table(head, body, only="" if body else "md"))
-    if not body:
-        out.append(Para(text=(lit("No trial was stored for this run."),), style="note", only="html"))
+    folds = 0
+    for cell in data.cells:
+        head, body = tables.table_cells(tables.rows(data, level, cell))
+        if not body:
+            continue
+        folds += 1
+        n = len({(r[0], r[1]) for r in body})
+        out.append(Details(summary=(lit(f"{_cell_words(*cell)}: {len(body)} trial(s) of {n} configuration(s)"),),
+                           blocks=(Table(head, body),)))
+    if not folds:
+        out.append(Para(text=(lit("No trial was stored for this run."),), style="note"))
     note: Text = (lit("Compute buffers are llama.cpp's own "), code("compute buffer size"),
                   lit(" lines (MiB); context is the "), code("n_ctx"),
                   lit(" the server ran with; copies is the log's "), code("sched copies"), lit("."))
@@ -239,16 +285,24 @@ def _results(rep: Report) -> list[Block]:
 
 
 def _verdict(rep: Report) -> list[Block]:
-    """Memory sentences and the speed comparisons as one table (the HTML page's verdict)."""
+    """Memory sentences, and the speed comparisons folded, one fold per workload cell (the HTML page's verdict)."""
     data = rep.data
     mem = summary.memory_lines(data) + context.sentences(data)
     comparisons = speed.comparisons(data)
     out: list[Block] = [_h("Verdict")]
     if mem:
         out.append(Items(items=_proses(mem), style="verdict"))
+    by_cell: dict[tuple, list[dict[str, Any]]] = {}
+    for c in comparisons:
+        by_cell.setdefault((c.get("prompt_tokens"), c.get("output_tokens"), c["concurrency"]), []).append(c)
+    for (p, o, lv), group in sorted(by_cell.items(), key=lambda kv: tuple(x or 0 for x in kv[0])):
+        head, body, tones = _speed_cells(group)
+        counts = {v: sum(1 for c in group if c["verdict"] == v) for v in dict.fromkeys(c["verdict"] for c in group)}
+        said = ", ".join(f"{n} {v}" for v, n in counts.items())
+        out.append(Details(summary=(lit(f"Speed at {_cell_words(p, o, lv)}: {len(group)} comparison(s) — "),
+                                    text(said)),
+                           blocks=(Table(head, body, style="speed", tones=tones),)))
     if comparisons:
-        head, body, tones = _speed_cells(comparisons)
-        out.append(Table(head, body, style="speed", tones=tones))
         out.append(Para(text=(lit(f"Speed: candidate / baseline, ratio of medians over trials with a "
                                   f"{comparisons[0]['confidence']:.0%} bootstrap interval; a verdict needs the ratio "
                                   f"beyond the threshold ({speed.threshold_of(data):.0%}) and an interval that "
@@ -261,43 +315,49 @@ def _verdict(rep: Report) -> list[Block]:
 def _speed_cells(comparisons: list[dict[str, Any]]) -> tuple[list[str], list[list[str]], tuple[str, ...]]:
     labels = {m.name: m.label for m in speed.METRICS}
     f = tables.format_cell
-    head = ["Setting", "Candidate vs baseline", "Metric", "Prompt tokens", "Parallel requests", "Baseline",
-            "Candidate", "Ratio", "Interval", "Verdict"]
+    head = ["Setting", "Candidate vs baseline", "Metric", "Baseline", "Candidate", "Ratio", "Interval", "Verdict"]
     body, tones = [], []
     for c in comparisons:
         ci = f"[{c['ci_low']:.2f}, {c['ci_high']:.2f}]" if c["ci_low"] is not None else "no interval"
         body.append([c["setting"], f"{c['candidate']} vs {c['baseline']}", labels.get(c["metric"], c["metric"]),
-                     f(c.get("prompt_tokens")), f(c["concurrency"]), f(c["baseline_median"]),
-                     f(c["candidate_median"]), f"{c['ratio']:.2f}×", ci,
+                     f(c["baseline_median"]), f(c["candidate_median"]), f"{c['ratio']:.2f}×", ci,
                      c["verdict"] + (f" ({c['reason']})" if c.get("reason") else "")])
         tones.append({"faster": "good", "slower": "bad"}.get(c["verdict"], "same"))
     return head, body, tuple(tones)
 
 
 def _throughput(rep: Report) -> list[Block]:
-    """Speed by concurrency: Markdown where the run measured several levels or cells, HTML wherever it has rows."""
+    """Speed by concurrency, folded by prompt length: Markdown where the run measured several levels or cells (its
+    shorter columns), HTML wherever it has rows."""
     data = rep.data
     rows = speed.throughput_table(data)
     f = tables.format_cell
     out: list[Block] = []
-    if len({int(t["concurrency"]) for t in data.trials}) > 1 or len(data.cells) > 1:
-        head = ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials", "Aggregate output t/s",
-                "min–max", "Aggregate prompt t/s", "Output t/s", "TTFT p50 (ms)", "ITL p50 (ms)"]
-        body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
-                 f(r["aggregate_output_tps"]),
-                 f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}",
-                 f(r["aggregate_input_tps"]), f(r["output_tps"]), f(r["ttft_ms_p50"]), f(r["itl_ms_p50"])]
-                for r in rows]
-        out += [_h("Throughput by concurrency", only="md"), Table(head, body, only="md")]
+    many = len({int(t["concurrency"]) for t in data.trials}) > 1 or len(data.cells) > 1
+    md_head = ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials", "Aggregate output t/s",
+               "min–max", "Aggregate prompt t/s", "Output t/s", "TTFT p50 (ms)", "ITL p50 (ms)"]
+    html_head = ["Build", "Setting", "Parallel requests", "Trials", "Aggregate output t/s (median)", "min", "max",
+                 "Aggregate prompt t/s", "Output t/s", "Input t/s", "TTFT p50 (ms)", "TTFT p90 (ms)",
+                 "ITL p50 (ms)", "ITL p90 (ms)"]
     if rows:
-        head = ["Build", "Setting", "Prompt tokens", "Parallel requests", "Trials", "Aggregate output t/s (median)",
-                "min", "max", "Aggregate prompt t/s", "Output t/s", "Input t/s", "TTFT p50 (ms)", "TTFT p90 (ms)",
-                "ITL p50 (ms)", "ITL p90 (ms)"]
-        body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
+        out.append(_h("Throughput by concurrency", only="" if many else "html"))
+    for cell in dict.fromkeys((r["prompt_tokens"], r["output_tokens"]) for r in rows):
+        group = [r for r in rows if (r["prompt_tokens"], r["output_tokens"]) == cell]
+        levels = sorted({r["concurrency"] for r in group})
+        summary_: Text = (lit(f"Throughput at {_cell_words(*cell)}: {len(group)} row(s), "
+                              f"{levels[0]}–{levels[-1]} parallel requests"),)
+        if many:
+            body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
+                     f(r["aggregate_output_tps"]),
+                     f"{f(r['aggregate_output_tps_min'])}–{f(r['aggregate_output_tps_max'])}",
+                     f(r["aggregate_input_tps"]), f(r["output_tps"]), f(r["ttft_ms_p50"]), f(r["itl_ms_p50"])]
+                    for r in group]
+            out.append(Details(summary=summary_, blocks=(Table(md_head, body),), only="md"))
+        body = [[r["build"], r["setting"], f(r["concurrency"]), f(r["n"]),
                  f(r["aggregate_output_tps"]), f(r["aggregate_output_tps_min"]), f(r["aggregate_output_tps_max"]),
                  f(r["aggregate_input_tps"]), f(r["output_tps"]), f(r["input_tps"]), f(r["ttft_ms_p50"]),
-                 f(r["ttft_ms_p90"]), f(r["itl_ms_p50"]), f(r["itl_ms_p90"])] for r in rows]
-        out += [_h("Throughput by concurrency", only="html"), Table(head, body, only="html")]
+                 f(r["ttft_ms_p90"]), f(r["itl_ms_p50"]), f(r["itl_ms_p90"])] for r in group]
+        out.append(Details(summary=summary_, blocks=(Table(html_head, body),), only="html"))
     return out
 
 
@@ -312,7 +372,7 @@ def _pp_gain(rep: Report) -> list[Block]:
                                                                   style="rec")]
     if "pp_gain" in rep.figures:
         out.append(Figure(name="pp_gain"))
-    out += [Table(*grid.table(rows), text_cols=1),
+    out += [Table(*grid.table(rows), text_cols=1, style="words"),
             Para(text=(lit("Each cell: "), text(p.pp), lit(" / "), text(p.no_pp),
                        lit(" in aggregate prompt and output t/s (above 1: pipeline parallelism is faster), ratio of "
                            "medians with its 95% bootstrap interval; *pays* and *costs* need the ratio beyond the "
@@ -343,7 +403,7 @@ def _trust(rep: Report) -> list[Block]:
 
 
 def _plots(rep: Report) -> list[Block]:
-    others = [n for n in rep.figures if n not in ("pp_gain", "tune_front")]
+    others = [n for n in rep.figures if n not in ("pp_gain", "tune_front", "memory")]  # those shown in sections
     return [_h("Plots"), *(Figure(name=n) for n in others)] if others else []
 
 
@@ -379,12 +439,13 @@ def _splits(rep: Report) -> list[Block]:
             Para(text=(lit("Each configuration as it loaded: llama.cpp's `graph splits` (more splits: more hand-offs "
                            "between devices or to the CPU; pipeline parallelism keeps `Copies` copies of every split's "
                            "inputs), and each device's compute and KV buffers."),)),
-            Table(*splits)]
+            Details(summary=(lit(f"Splits and buffers of {len(splits[1])} configuration(s)"),),
+                    blocks=(Table(*splits),))]
 
 
 def _memory(rep: Report) -> list[Block]:
     lines = summary.memory_lines(rep.data) + context.sentences(rep.data)
-    return [_h("Memory and context"), Items(items=_proses(lines))] if lines else []
+    return [_h("Memory, compared"), Items(items=_proses(lines))] if lines else []
 
 
 def _speed(rep: Report) -> list[Block]:
@@ -392,7 +453,8 @@ def _speed(rep: Report) -> list[Block]:
     if not lines:
         return []
     return [_h(f"Speed (ratio of medians, 95% bootstrap interval, threshold {speed.threshold_of(rep.data):.0%})"),
-            Items(items=_proses(lines))]
+            Details(summary=(lit(f"Every speed comparison: {len(lines)} line(s)"),),
+                    blocks=(Items(items=_proses(lines)),))]
 
 
 def _network(rep: Report) -> list[Block]:
@@ -421,7 +483,8 @@ def _reproduce(rep: Report) -> list[Block]:
 
 def _study(rep: Report) -> list[Block]:
     toml = rep.data.study_toml
-    return [_h("Study file"), Code(text=toml)] if toml else []
+    return [_h("Study file"), Details(summary=(lit(f"The study as it ran: {len(toml.splitlines())} lines of TOML"),),
+                                      blocks=(Code(text=toml),))] if toml else []
 
 
 def _footnote(rep: Report) -> list[Block]:
@@ -438,7 +501,8 @@ def _footer(rep: Report) -> list[Block]:
 SECTIONS: dict[str, Callable[[Report], list[Block]]] = {
     "title": _title,
     "tune": _tune,
-    "recommendation": _recommendation,
+    "answer": _answer,
+    "memory_picture": _memory_picture,
     "decision": _decision,
     "system": _system,
     "results": _results,

@@ -1,5 +1,7 @@
 """Plots of a stored run, as matplotlib Figures (Agg canvas, no pyplot state) or PNG / SVG bytes. No file writes.
 
+- `memory_figure`: per device and the host, each configuration's model, KV cache and compute buffers stacked (MiB),
+  the share of compute that the scheduler's extra copies take marked, and the context each configuration fits.
 - `compute_figure`: compute buffer MiB per device (host included) per configuration, grouped bars.
 - `context_figure`: the context (n_ctx, tokens) each configuration ran with.
 - `throughput_figure`: aggregate output t/s against concurrency per configuration, median with min–max bars.
@@ -7,12 +9,14 @@
   one panel each for aggregate prompt and output t/s: ratio and interval per cell (`grid.gains`).
 - `tune_front_figure`: a tune run's measured configurations, context against generation (and aggregate) t/s,
   with the default, the front and the pick marked.
-Each returns None when the run holds nothing to draw.
+Each returns None when the run holds nothing to draw. A build has one colour in every figure (`build_colors`),
+from Okabe and Ito's colour-blind-safe palette; speed axes are zoomed to the data, never pinned at 0.
 """
 
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 from matplotlib import rc_context
@@ -22,13 +26,13 @@ from matplotlib.figure import Figure
 
 from . import grid, speed
 from .data import RunData, compute_by_label, host_compute
-from .verdict import study_builds, study_settings
+from .verdict import by_label, host_sum, study_builds, study_settings
 
 FORMATS = ("png", "svg")
 DPI = 110
-COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974",
-          "#64b5cd"]
-HOST_COLOR = "#7f7f7f"
+# Okabe & Ito (2008), "Color Universal Design": told apart with every common colour-vision deficiency
+COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442"]
+HATCHES = ["", "//", "..", "xx", "\\\\", "++"]  # one per setting, where a figure shows several
 
 
 def _t(s: object) -> str:
@@ -61,7 +65,146 @@ def _label(build: str, setting: str) -> str:
     return f"{_t(build)}\n{_t(setting)}"
 
 
+def build_colors(data: RunData) -> dict[str, str]:
+    """One colour per build, in study order (then any build the store holds that the study does not name)."""
+    names = list(dict.fromkeys([*study_builds(data), *(c["build"] for c in data.configs),
+                                *(t["build"] for t in data.trials)]))
+    return {b: COLORS[i % len(COLORS)] for i, b in enumerate(names)}
+
+
+def _tint(color: str, share: float) -> tuple[float, float, float]:
+    """`color` mixed with white: `share` of the colour left."""
+    rgb = [int(color[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    return (1 - share * (1 - rgb[0]), 1 - share * (1 - rgb[1]), 1 - share * (1 - rgb[2]))
+
+
+MEMORY_PARTS = (("model_mib", "model", 0.3), ("kv_mib", "KV cache", 0.6), ("compute_mib", "compute", 1.0))
+
+
+def memory_bars(data: RunData, builds: list[str] | None = None) -> list[dict]:
+    """What `memory_figure` draws, one row per configuration (those of `builds` only, where given): per place
+    (each device, then "host") its model, KV and compute MiB, and the compute the scheduler's extra copies hold —
+    over the compute of a configuration of the same setting and place with one copy or pipeline parallelism off."""
+    rows: list[dict[str, Any]] = []
+    shown = tune_shown(data)
+    builds = shown if builds is None else builds
+    for b, s, led in _configs(data):
+        if builds is not None and b not in builds:
+            continue
+        places = {d: {k: (by_label(led, k).get(d) or 0.0) for k, _, _ in MEMORY_PARTS} for d in compute_by_label(led)}
+        places["host"] = {k: host_sum(led, k) or 0.0 for k, _, _ in MEMORY_PARTS}
+        rows.append({"build": b, "setting": s, "places": places, "n_ctx": led.get("n_ctx"),
+                     "copies": led.get("sched_copies"), "pp": bool(led.get("pipeline_parallel"))})
+    for r in rows:
+        # a tune run's candidates differ in batch, KV and context as well: no share of theirs is the copies' alone
+        one = [x for x in rows if x["setting"] == r["setting"] and (x["copies"] == 1 or not x["pp"])
+               and _same_shape(data, x, r)] if shown is None else []
+        for place, parts in r["places"].items():
+            ref = [x["places"][place]["compute_mib"] for x in one if place in x["places"]]
+            extra = parts["compute_mib"] - min(ref) if ref and r["pp"] and (r["copies"] or 1) > 1 else 0.0
+            parts["copies_mib"] = max(0.0, extra)
+    return rows
+
+
+SHAPE_FLAGS = ("-ub", "-b", "-ctk", "-ctv", "-np", "-fa")  # what sizes a compute buffer besides the copies
+
+
+def _same_shape(data: RunData, a: dict, b: dict) -> bool:
+    """Whether two configurations' compute buffers differ only by the scheduler's copies: the same batch, KV types,
+    slots and flash attention (a tune run's candidates differ in those, and their compute with them)."""
+    from ..llamacpp import argv, flags
+
+    x, y = data.server_argv(a["build"], a["setting"]), data.server_argv(b["build"], b["setting"])
+    return all(argv.value(x, *flags.names(f)) == argv.value(y, *flags.names(f)) for f in SHAPE_FLAGS)
+
+
+def tune_shown(data: RunData) -> list[str] | None:
+    """A tune run's configurations worth a row (`tune.shown`: the default, the pick, the front with the most
+    context; None for any other run: every configuration)."""
+    from . import tune
+
+    v = tune.view(data)
+    if v is None:
+        return None
+    return [r.build for r in tune.shown(v)]
+
+
+def memory_alt(data: RunData, builds: list[str] | None = None) -> str:
+    """The memory figure in words (its alt text): each configuration's compute per place and its context."""
+    parts = []
+    for r in memory_bars(data, builds):
+        places = ", ".join(f"{p} {v['compute_mib']:,.0f}" + (f" (copies {v['copies_mib']:,.0f})" if v["copies_mib"]
+                                                             else "") for p, v in r["places"].items())
+        ctx = f"{r['n_ctx']:,} tokens" if r["n_ctx"] else "context unknown"
+        parts.append(f"{r['build']} × {r['setting']}: compute MiB {places}; {ctx}")
+    return "Memory per device, model, KV cache and compute stacked. " + "; ".join(parts) + "."
+
+
+def _thousands(ax) -> None:
+    """An x axis from 0 with at most four ticks, written 12,000."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    ax.set_xlim(left=0)
+    ax.xaxis.set_major_locator(MaxNLocator(4))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+    ax.tick_params(labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def memory_figure(data: RunData, builds: list[str] | None = None) -> Figure | None:
+    rows = memory_bars(data, builds)
+    if not rows:
+        return None
+    colors = build_colors(data)
+    places = list(dict.fromkeys(p for r in rows for p in r["places"]))
+    n = len(rows)
+    fig = _figure(12.0, min(1.3 + 0.32 * n, 7.0))
+    axes = fig.subplots(1, len(places) + 1, sharey=True,
+                        gridspec_kw={"width_ratios": [3] * len(places) + [2]})
+    ys = list(range(n))[::-1]  # the study's first configuration on top
+    for ax, place in zip(axes, places):
+        for y, r in zip(ys, rows):
+            parts = r["places"].get(place)
+            if parts is None:
+                continue
+            left = 0.0
+            for key, _, share in MEMORY_PARTS:
+                v = parts[key]
+                ax.barh(y, v, left=left, height=0.7, color=_tint(colors[r["build"]], share),
+                        edgecolor="white", linewidth=0.5)
+                left += v
+            if parts["copies_mib"] > 0.5:  # the copies' share: the right end of the compute segment, hatched
+                ax.barh(y, parts["copies_mib"], left=left - parts["copies_mib"], height=0.7, color="none",
+                        edgecolor="white", hatch="////", linewidth=0)
+            text = f"{parts['compute_mib']:,.0f}" + (f" (+{parts['copies_mib']:,.0f} copies)"
+                                                    if parts["copies_mib"] > 0.5 else "")
+            ax.text(left, y, " " + text, va="center", fontsize=7)
+        ax.set_title(_t(place), fontsize=9)
+        ax.set_xlabel("MiB", fontsize=8)
+        ax.margins(x=0.45)
+        _thousands(ax)
+    ax = axes[-1]
+    for y, r in zip(ys, rows):
+        if r["n_ctx"]:
+            ax.barh(y, r["n_ctx"], height=0.7, color=colors[r["build"]])
+            ax.text(r["n_ctx"], y, f" {r['n_ctx']:,}", va="center", fontsize=7)
+    ax.set_title("context (tokens)", fontsize=9)
+    ax.margins(x=0.35)
+    _thousands(ax)
+    axes[0].set_yticks(ys, [_t(f"{r['build']} × {r['setting']}") for r in rows], fontsize=8)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=_tint("#555555", share), label=label) for _, label, share in MEMORY_PARTS]
+    handles.append(Patch(facecolor="#555555", edgecolor="white", hatch="////", label="compute of the extra copies"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=7, frameon=False)
+    fig.suptitle(_t(f"Memory per device: model, KV cache and compute (MiB; the label: compute), and the context "
+                    f"each configuration fits — run {data.id}"), fontsize=9)
+    return fig
+
+
 def compute_figure(data: RunData) -> Figure | None:
+    """Grouped bars: a group per device (and the host), a bar per configuration, coloured by its build and hatched
+    by its setting."""
     cfgs = _configs(data)
     if not cfgs:
         return None
@@ -70,25 +213,27 @@ def compute_figure(data: RunData) -> Figure | None:
         for d in compute_by_label(led):
             if d not in devs:
                 devs.append(d)
-    series = devs + ["host"]
-    fig = _figure(max(6.0, 1.3 * len(cfgs) * max(1, len(series)) * 0.45 + 2), 4.2)
+    places = devs + ["host"]
+    colors = build_colors(data)
+    settings = list(dict.fromkeys(s for _, s, _ in cfgs))
+    fig = _figure(max(6.0, 0.45 * len(cfgs) * len(places) + 2.5), 4.2)
     ax = fig.add_subplot()
-    width = 0.8 / len(series)
-    for j, name in enumerate(series):
+    width = 0.8 / len(cfgs)
+    for j, (b, s, led) in enumerate(cfgs):
         xs, ys = [], []
-        for i, (_, _, led) in enumerate(cfgs):
-            v = host_compute(led) if name == "host" else compute_by_label(led).get(name)
+        for i, place in enumerate(places):
+            v = host_compute(led) if place == "host" else compute_by_label(led).get(place)
             if v is not None:
                 xs.append(i - 0.4 + width * (j + 0.5))
                 ys.append(v)
-        color = HOST_COLOR if name == "host" else COLORS[j % len(COLORS)]
-        bars = ax.bar(xs, ys, width=width * 0.95, label=_t(name), color=color)
+        bars = ax.bar(xs, ys, width=width * 0.95, label=_t(f"{b} × {s}"), color=colors[b],
+                      hatch=HATCHES[settings.index(s) % len(HATCHES)], edgecolor="white", linewidth=0.5)
         ax.bar_label(bars, labels=[f"{y:,.0f}" if y >= 100 else f"{y:,.1f}" for y in ys], fontsize=7, padding=1)
-    ax.set_xticks(range(len(cfgs)), [_label(b, s) for b, s, _ in cfgs], fontsize=8)
+    ax.set_xticks(range(len(places)), [_t(p) for p in places], fontsize=8)
     ax.set_ylabel("compute buffer (MiB)")
     ax.set_title(_t(f"Compute buffers per device — run {data.id}"), fontsize=10)
-    ax.legend(fontsize=8, ncols=min(len(series), 6))
-    ax.margins(y=0.15)
+    ax.legend(fontsize=7, ncols=min(len(cfgs), 3))
+    ax.margins(y=0.2)
     ax.grid(axis="y", alpha=0.3)
     return fig
 
@@ -99,10 +244,11 @@ def context_figure(data: RunData) -> Figure | None:
         return None
     fig = _figure(max(5.0, 1.1 * len(cfgs) + 2), 3.8)
     ax = fig.add_subplot()
-    builds = list(dict.fromkeys(b for b, _, _ in cfgs))
-    colors = [COLORS[builds.index(b) % len(COLORS)] for b, _, _ in cfgs]
+    by_build = build_colors(data)
+    settings = list(dict.fromkeys(s for _, s, _ in cfgs))
     ys = [led["n_ctx"] for _, _, led in cfgs]
-    bars = ax.bar(range(len(cfgs)), ys, color=colors, width=0.6)
+    bars = ax.bar(range(len(cfgs)), ys, color=[by_build[b] for b, _, _ in cfgs], width=0.6, edgecolor="white",
+                  hatch=[HATCHES[settings.index(s) % len(HATCHES)] for _, s, _ in cfgs], linewidth=0.5)
     ax.bar_label(bars, labels=[f"{y:,}" for y in ys], fontsize=8, padding=1)
     ax.set_xticks(range(len(cfgs)), [_label(b, s) for b, s, _ in cfgs], fontsize=8)
     ax.set_ylabel("context (tokens)")
@@ -125,8 +271,10 @@ def throughput_figure(data: RunData) -> Figure | None:
     fig = _figure(7.0 if len(cells) == 1 else 9.5, 4.2)
     ax = fig.add_subplot()
     markers = "osD^vP*X"
+    colors = build_colors(data)
+    settings = list(dict.fromkeys(s for _, s in configs))
     for i, (cfg, cell) in enumerate(keys):
-        # one line per configuration and workload cell: colour by configuration, marker by prompt length
+        # one line per configuration and workload cell: colour by build, line style by setting, marker by prompt
         rows = [r for r in table if (r["build"], r["setting"], r["prompt_tokens"], r["output_tokens"]) == (*cfg, *cell)]
         # a small sideways offset keeps overlapping interval bars readable
         xs = [levels.index(r["concurrency"]) + (i - (n - 1) / 2) * min(0.06, 0.6 / n) for r in rows]
@@ -135,7 +283,8 @@ def throughput_figure(data: RunData) -> Figure | None:
         hi = [r["aggregate_output_tps_max"] - y for y, r in zip(ys, rows)]
         label = f"{cfg[0]} × {cfg[1]}" + (f", {cell[0]:,}+{cell[1]:,} tokens" if len(cells) > 1 else "")
         ax.errorbar(xs, ys, yerr=[lo, hi], marker=markers[cells.index(cell) % len(markers)], markersize=4,
-                    capsize=3, linewidth=1.2, color=COLORS[configs.index(cfg) % len(COLORS)], label=_t(label))
+                    capsize=3, linewidth=1.2, color=colors[cfg[0]], label=_t(label),
+                    linestyle=("-", "--", ":", "-.")[settings.index(cfg[1]) % 4])
     ax.set_xticks(range(len(levels)), [str(x) for x in levels])
     ax.set_xlim(-0.5, len(levels) - 0.5)
     ax.set_xlabel("parallel requests")
@@ -214,6 +363,7 @@ def tune_front_figure(data: RunData) -> Figure | None:
     if v.parallel > 1:
         metrics.append(("aggregate_output_tps", f"aggregate output at {v.parallel} requests (tokens/s)"))
     fig = _figure(6.2 * len(metrics), 4.4)
+    colors = build_colors(data)
     stage_one = [c.get("n_ctx") for c in v.doc.get("candidates") or [] if c.get("status") == "front" and c.get("n_ctx")]
     for k, (metric, ylabel) in enumerate(metrics):
         ax = fig.add_subplot(1, len(metrics), k + 1)
@@ -227,7 +377,7 @@ def tune_front_figure(data: RunData) -> Figure | None:
             pts.append((r.n_ctx, y, r))
             style = dict(marker="s", color="black", markersize=7) if r.build == tune.DEFAULT else dict(
                 marker="*" if r.picked else "o", markersize=13 if r.picked else 7,
-                color=COLORS[v.rows.index(r) % len(COLORS)])
+                color=colors.get(r.build, COLORS[v.rows.index(r) % len(COLORS)]))
             filled = len(xs) > 1 or r.build == tune.DEFAULT
             ax.errorbar([r.n_ctx], [y], yerr=[[y - min(xs)], [max(xs) - y]], capsize=3, linestyle="none",
                         markerfacecolor=style["color"] if filled else "white", **style)
@@ -236,10 +386,10 @@ def tune_front_figure(data: RunData) -> Figure | None:
         if len(front) > 1:
             ax.plot([p[0] for p in front], [p[1] for p in front], color="#999999", linewidth=1, zorder=0,
                     label="measured front")
-        if stage_one:
-            ax.plot(stage_one, [0] * len(stage_one), "|", color="#4c72b0", markersize=12, clip_on=False,
-                    label="stage one's front (dry runs)")
-        ax.set_ylim(bottom=0)
+        if stage_one:  # along the bottom of the axes, whatever the speed axis shows
+            ax.plot(stage_one, [0] * len(stage_one), "|", color="#555555", markersize=12, clip_on=False,
+                    transform=ax.get_xaxis_transform(), label="stage one's front (dry runs)")
+        ax.margins(y=0.15)  # the speed axis zoomed to the measurements: a 10% difference is a tenth of it
         ax.set_xlabel("context (tokens)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -252,10 +402,10 @@ def tune_front_figure(data: RunData) -> Figure | None:
 def _cmap():
     from matplotlib import colormaps
 
-    return colormaps["RdYlGn"]
+    return colormaps["RdBu"]  # diverging and colour-blind safe: red costs, blue pays
 
 
-PLOTS = {"tune_front": tune_front_figure, "compute": compute_figure, "context": context_figure,
+PLOTS = {"tune_front": tune_front_figure, "memory": memory_figure, "compute": compute_figure, "context": context_figure,
          "throughput": throughput_figure, "pp_gain": pp_gain_figure}
 
 

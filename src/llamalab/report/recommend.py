@@ -29,7 +29,7 @@ from ..run import stats
 from . import context, speed
 from .data import RunData
 from .summary import study_cmake_of
-from .verdict import memory_comparisons, study_builds, study_settings
+from .verdict import memory_comparisons, placed_otherwise, study_builds, study_settings
 
 SHORT, LONG, SERVING = "short", "long", "serving"
 TITLES = {SHORT: "One user, short prompts", LONG: "One user, long prompts (RAG, agents, code)",
@@ -180,10 +180,9 @@ def _weigh_memory(a: Assessment, mem: dict) -> None:
     """The compute the build frees, the weights it moves (a cost, or a note for a split mode's own placement) and
     the compute buffer it grows (a cost)."""
     a.freed_mib = -sum(v for v in mem["compute_delta_mib"].values() if v is not None)
-    if mem["weights_moved"] and mem["candidate_split_mode"] != mem["baseline_split_mode"]:
-        # a split mode's own placement: stated, but not the warning meant for an override that moves weights
-        a.notes.append(f"split mode {mem['candidate_split_mode']} places the weights otherwise "
-                       f"({mem['weights_moved_text']})")
+    if mem["weights_moved"] and placed_otherwise(mem):
+        # a split change's own placement: stated, but not the warning meant for an override that moves weights
+        a.notes.append(f"{placed_otherwise(mem)} places the weights otherwise ({mem['weights_moved_text']})")
     elif mem["weights_moved"]:
         a.moved = True
         a.costs.append(Claim("weights", f"moves weights ({mem['weights_moved_text']}): not a no-op"))
@@ -399,7 +398,7 @@ def _kept(alt: Assessment, scope: Scope) -> tuple[list[Claim], list[Claim], list
 # ---------------------------------------------------------------- the paragraph
 
 
-def _join(items: list[str]) -> str:
+def join_and(items: list[str]) -> str:
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]
@@ -408,12 +407,12 @@ def _join(items: list[str]) -> str:
 def _untested_text(untested: list[dict]) -> str:
     """"untested with one trial: prompt t/s 0.85×, …": measured once, neither a gain nor a cost."""
     names = list(dict.fromkeys(f"{speed.metric(c['metric']).short} {ratio_text(c)}" for c in untested))
-    return f"untested with one trial: {_join(names)}" if names else ""
+    return f"untested with one trial: {join_and(names)}" if names else ""
 
 
 def _same_text(same: list[dict]) -> str:
     names = list(dict.fromkeys(speed.metric(c["metric"]).short for c in same))
-    return f"no measurable difference in {_join(names)}" if names else ""
+    return f"no measurable difference in {join_and(names)}" if names else ""
 
 
 def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = None) -> str:
@@ -429,7 +428,7 @@ def row_sentence(r: Row, data: RunData | None = None, said: set[str] | None = No
 
 def _unlike_text(unlike: list[dict]) -> str:
     """"not comparable: prompt t/s (foreign CPU load …)": each metric's comparison that had no verdict, once."""
-    return "not comparable: " + _join(list(dict.fromkeys(
+    return "not comparable: " + join_and(list(dict.fromkeys(
         f"{speed.metric(c['metric']).short} ({c['reason']})" for c in unlike)))
 
 
@@ -441,7 +440,7 @@ def _keep_sentence(r: Row) -> str:
     reasons = []
     said_same = False
     if r.buys:
-        reasons.append(f"it keeps {_join([c.text for c in r.buys])}, where {r.versus} is slower")
+        reasons.append(f"it keeps {join_and([c.text for c in r.buys])}, where {r.versus} is slower")
     else:
         what = [n.removeprefix(f"{r.versus} ") for n in r.notes]
         if r.same:
@@ -449,13 +448,13 @@ def _keep_sentence(r: Row) -> str:
             said_same = True
         if r.context_unknown:
             reasons.append(f"{r.context_unknown}, so what {r.versus} buys here is not known"
-                           + (f"; it {_join(what)}" if what else ""))
+                           + (f"; it {join_and(what)}" if what else ""))
         else:
-            reasons.append(f"{r.versus} buys nothing measurable here" + (f": it {_join(what)}" if what else ""))
+            reasons.append(f"{r.versus} buys nothing measurable here" + (f": it {join_and(what)}" if what else ""))
     if r.costs:
-        reasons.append(f"keeping it costs {_join([c.text for c in r.costs])}")
+        reasons.append(f"keeping it costs {join_and([c.text for c in r.costs])}")
     if r.notes and r.buys:
-        reasons.append(_join(r.notes))
+        reasons.append(join_and(r.notes))
     if r.same and not said_same:
         reasons.append(f"{_same_text(r.same)} ({r.versus} vs {r.baseline})")
     if r.untested:
@@ -468,8 +467,8 @@ def _keep_sentence(r: Row) -> str:
 def _run_sentence(r: Row, data: RunData | None, said: set[str]) -> str:
     """A row that picks a build, as a sentence: what it buys and costs, then the builds that give the same (named
     with what a user does to get them the first time, where `data` is given)."""
-    buys = _join([c.text for c in r.buys])
-    costs = _join([c.text for c in r.costs])
+    buys = join_and([c.text for c in r.buys])
+    costs = join_and([c.text for c in r.costs])
     head = f"{r.title}: " + (f"if you need the context, {r.run}" if r.context_only else r.run)
     s = f"{head} — it buys {buys}"
     s += f"; it costs {costs}" if costs else "; no measured cost"

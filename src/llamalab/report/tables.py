@@ -5,14 +5,15 @@ from __future__ import annotations
 from .data import RunData, compute_by_label, host_compute
 
 
-def rows(data: RunData, concurrency: int = 1) -> list[dict]:
-    """Rows of the table, in study order, at one concurrency level (single stream by default)."""
+def rows(data: RunData, concurrency: int = 1, cell: tuple[int, int] | None = None) -> list[dict]:
+    """Rows of the table, in study order, at one concurrency level (single stream by default), of one workload
+    cell (prompt, output tokens) where `cell` is given."""
     from .context import rows as context_rows
 
     within = {(r["build"], r["setting"]): r for r in context_rows(data) if r.get("budget_fit") is not None}
     out = []
     for t in data.trials:
-        if t["concurrency"] != concurrency:
+        if t["concurrency"] != concurrency or (cell is not None and data.cell(t) != cell):
             continue
         led = _ledger_of_config(data, t["config_id"]) or {}
         w = within.get((t["build"], t["setting"]))
@@ -90,6 +91,22 @@ def table_cells(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
               else []),
             format_cell(r["copies"]),
         ])
+    return head, body
+
+
+def memory_table(data: RunData) -> tuple[list[str], list[list[str]]]:
+    """The original study's table, one row per configuration: compute per device and on the host (MiB), the
+    context it ran with, its scheduler copies."""
+    from .verdict import study_builds, study_settings
+
+    order = {k: i for i, k in enumerate((b, s) for b in study_builds(data) for s in study_settings(data))}
+    configs = sorted(data.ok_configs(), key=lambda c: order.get((c["build"], c["setting"]), 1 << 30))
+    ledgers = [(c["build"], c["setting"], c["ledger"] or {}) for c in configs]
+    devs = list(dict.fromkeys(d for _, _, led in ledgers for d in compute_by_label(led)))
+    head = ["Build", "Setting", *[f"Compute {d} (MiB)" for d in devs], "Compute host (MiB)", "Context (tokens)",
+            "Copies"]
+    body = [[b, s, *[format_cell(compute_by_label(led).get(d)) for d in devs], format_cell(host_compute(led)),
+             format_cell(led.get("n_ctx")), format_cell(led.get("sched_copies"))] for b, s, led in ledgers]
     return head, body
 
 

@@ -44,12 +44,13 @@ class View:
     doc: dict
     rows: list[Row]
     pick: Pick
-    pick_sentence: str
+    pick_sentence: str  # the pick and why, and its KV cache's cost in quality (at most two sentences)
     command: str
     default_command: str
     devices: list[str]
     parallel: int
     stage_lines: list[str] = field(default_factory=list)
+    versus_default: str = ""  # the pick against llama.cpp's default: context and each speed, with its verdict
     undecided: list[str] = field(default_factory=list)  # what the measurements leave open about the pick
     rule: tunepick.Rule | None = None
     repeats: int = 1
@@ -132,6 +133,7 @@ def view(data: RunData) -> View | None:
     base_row = next((r for r in rows if r.build == DEFAULT), None)
     sentence = _pick_sentence(p, pick_row, base_row)
     v = View(run_id=data.id, doc=doc, rows=rows, pick=p, pick_sentence=sentence,
+             versus_default=_versus_default(pick_row, base_row),
              command=command(data, p.name, k, model), default_command=command(data, DEFAULT, k, model),
              devices=list((doc.get("rig") or {}).get("devices") or []), parallel=k)
     v.stage_lines = stage_lines(doc)
@@ -236,11 +238,16 @@ def _pick_sentence(p: Pick, row: Row | None, base: Row | None) -> str:
     parts = [f"{row.build} ({row.label}): {p.reason}."]
     if row.kld:
         parts.append(f"Its KV cache ({row.kv}) costs {kld_text(row.kld)} against f16/f16.")
-    if base is not None and base.n_ctx:
-        speeds = "; ".join(f"{SPEED_WORDS[k]} {v}" for k, v in row.vs_default.items())
-        parts.append(f"Against llama.cpp's default: context {row.n_ctx:,} vs {base.n_ctx:,} tokens "
-                     f"({(row.n_ctx - base.n_ctx) / base.n_ctx:+.0%})" + (f"; {speeds}" if speeds else "") + ".")
     return " ".join(parts)
+
+
+def _versus_default(row: Row | None, base: Row | None) -> str:
+    """"Against llama.cpp's default: context 79,360 vs 76,032 tokens (+4%); prompt 0.99× [0.95, 1.00] — …"."""
+    if row is None or row.build == DEFAULT or base is None or not base.n_ctx:
+        return ""
+    speeds = "; ".join(f"{SPEED_WORDS[k]} {v}" for k, v in row.vs_default.items())
+    return (f"Against llama.cpp's default: context {row.n_ctx:,} vs {base.n_ctx:,} tokens "
+            f"({(row.n_ctx - base.n_ctx) / base.n_ctx:+.0%})" + (f"; {speeds}" if speeds else "") + ".")
 
 
 def kld_text(k: dict) -> str:
@@ -321,6 +328,18 @@ def _stage_two_lines(s2: dict) -> list[str]:
                    f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
                                                               "(clearly dominated)" if screened else ""))
     return out
+
+
+SHOWN = 8  # the rows a short view of the front keeps
+
+
+def shown(v: View) -> list[Row]:
+    """The rows a short view of the front shows (the memory figure, the forum summary): llama.cpp's default, the
+    pick, and the front's configurations with the most context, `SHOWN` in all, in the table's order."""
+    keep = {r.build for r in v.rows if r.picked or r.build == DEFAULT}
+    rest = sorted((r for r in v.rows if r.on_front and r.build not in keep), key=lambda r: -r.n_ctx)
+    keep |= {r.build for r in rest[:max(0, SHOWN - len(keep))]}
+    return [r for r in v.rows if r.build in keep]
 
 
 def front_table(v: View) -> tuple[list[str], list[list[str]]]:

@@ -95,7 +95,9 @@ def _comparison(data: RunData, setting: str, baseline: tuple[str, dict], candida
     b, led = candidate
     bc, cc = compute_by_label(base), compute_by_label(led)
     moved = weights_moved(base, led)
-    modes = (argv.split_mode(data.server_argv(base_name, setting)), argv.split_mode(data.server_argv(b, setting)))
+    argvs = (data.server_argv(base_name, setting), data.server_argv(b, setting))
+    modes = (argv.split_mode(argvs[0]), argv.split_mode(argvs[1]))
+    splits = (split_text(argvs[0]), split_text(argvs[1]))
     return {
         "setting": setting, "baseline": base_name, "candidate": b,
         "compute_delta_mib": {d: _delta(cc.get(d), bc.get(d)) for d in bc},
@@ -107,6 +109,8 @@ def _comparison(data: RunData, setting: str, baseline: tuple[str, dict], candida
         # another split mode places the weights differently by design: the move is what it is, not a side
         # effect of an arm meant to change something else
         "baseline_split_mode": modes[0], "candidate_split_mode": modes[1],
+        # and so does another tensor split (-ts): a tune candidate's own placement, not a no-op that moved weights
+        "baseline_tensor_split": splits[0], "candidate_tensor_split": splits[1],
         "baseline_copies": base.get("sched_copies"), "candidate_copies": led.get("sched_copies"),
         "baseline_pp": pp_label_of(base), "candidate_pp": pp_label_of(led),
         "baseline_n_ctx": base.get("n_ctx"), "candidate_n_ctx": led.get("n_ctx"),
@@ -115,6 +119,32 @@ def _comparison(data: RunData, setting: str, baseline: tuple[str, dict], candida
         "input_delta_mib": _delta(input_total(led), input_total(base)),
         "baseline_pp_dropped": pp_dropped(base), "candidate_pp_dropped": pp_dropped(led),
     }
+
+
+def split_text(args: list[str]) -> str | None:
+    """The `-ts` value as given ("22,15"), or None where there is none (or all zeros: llama.cpp's own split)."""
+    from ..llamacpp.argv import TENSOR_SPLIT
+
+    return argv.value(args, *TENSOR_SPLIT) if sum(argv.tensor_split(args) or []) > 0 else None
+
+
+def _shares(ts: str | None) -> tuple[float, ...] | None:
+    """A `-ts` value as shares of its sum (22,15 and 44,30 are one placement)."""
+    parts = argv.tensor_split(["-ts", ts]) if ts else None
+    total = sum(parts or [])
+    return tuple(round(x / total, 3) for x in parts) if parts and total > 0 else None
+
+
+def placed_otherwise(c: dict) -> str:
+    """Why the candidate's weights sit elsewhere by design ("split mode row", "tensor split -ts 22,15 (not
+    llama.cpp's by free memory)"), or "" where they moved though neither changed (an override that is no no-op)."""
+    if c["candidate_split_mode"] != c["baseline_split_mode"]:
+        return f"split mode {c['candidate_split_mode']}"
+    cand, base = c.get("candidate_tensor_split"), c.get("baseline_tensor_split")
+    if _shares(cand) != _shares(base):
+        free = "llama.cpp's, by free memory"
+        return f"tensor split {'-ts ' + cand if cand else free} (not {'-ts ' + base if base else free})"
+    return ""
 
 
 def pp_dropped(ledger: dict) -> str | None:
@@ -167,9 +197,8 @@ def memory_sentences(data: RunData, contexts: dict[tuple[str, str], dict] | None
         kv = {d: v for d, v in c["kv_delta_mib"].items() if v}
         if kv:
             s += "; KV " + ", ".join(f"{d} {_signed(v)} MiB" for d, v in kv.items())
-        if c["weights_moved"] and c["candidate_split_mode"] != c["baseline_split_mode"]:
-            s += (f"; weights placed by split mode {c['candidate_split_mode']} instead of "
-                  f"{c['baseline_split_mode']}: {c['weights_moved_text']}")
+        if c["weights_moved"] and placed_otherwise(c):
+            s += f"; a split change: weights placed by {placed_otherwise(c)}: {c['weights_moved_text']}"
         elif c["weights_moved"]:
             s += (f"; WEIGHTS MOVED: {c['weights_moved_text']} — {c['candidate']} is not a no-op: it changes where "
                   "the model's weights live (and so which device computes with them)")
