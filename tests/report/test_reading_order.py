@@ -4,7 +4,8 @@ DOM: the answer, the memory figure and the decision table start on the first scr
 edge is past the viewport and the page never scrolls sideways at either width — with every fold closed and with
 every fold open; every image has alt text and every inline SVG a title.
 
-The H200 study runs in the fast suite; the Vulkan, split-modes and tune reports are `slow` (`make test` runs them).
+All `slow` (about 20 s each; `make test` runs them); the fast suite's browser test (test_html_browser.py) renders a
+fixture run's page.
 Skipped only where Chromium is absent (CI installs it).
 """
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not instal
                                 "chromium); CI installs it in .ci/run, so this test runs there")
 
 SIZES = ((1400, 900), (390, 844))
-REPORTS = [pytest.param("h200/export.json", id="h200"),
+REPORTS = [pytest.param("h200/export.json", id="h200", marks=pytest.mark.slow),
            pytest.param("vulkan-h200/export.json", id="vulkan", marks=pytest.mark.slow),
            pytest.param("split-modes-h200/export.json", id="split-modes", marks=pytest.mark.slow),
            pytest.param("tune-h200/export-8b-race.json", id="tune-8b-race", marks=pytest.mark.slow),
