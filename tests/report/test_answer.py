@@ -74,9 +74,13 @@ def test_h200_answer(tmp_path):
 def test_a_picked_build_with_cmake_options_gives_the_build_command(tmp_path):
     a = check(fixture_run(tmp_path, runfixtures.BUDGET))
     assert a.build == "no-pp-blas" and a.sentences[0].startswith("For short and long prompts, use no-pp-blas:")
+    # a build per use: each one's command, under the uses it serves
     assert a.command.splitlines() == [
+        "# short and long prompts: no-pp-blas",
         "cmake -B build -DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS && cmake --build build --target llama-server",
-        "build/bin/llama-server -m MODEL.gguf -fa on -ngl 999 --no-op-offload -ctk f16 -ctv q8_0"]
+        "build/bin/llama-server -m MODEL.gguf -fa on -ngl 999 --no-op-offload -ctk f16 -ctv q8_0",
+        "# serving 4 requests at once: no-pp-override",
+        "llama-server -m MODEL.gguf -fa on -ngl 999 --no-op-offload -ctk f16 -ctv q8_0 -ot 'token_embd\\.weight=CPU'"]
 
 
 def test_too_many_words_drop_the_brackets_first(tmp_path):

@@ -25,7 +25,8 @@ USES = {recommend.SHORT: "short prompts", recommend.LONG: "long prompts"}
 @dataclass(frozen=True)
 class Answer:
     sentences: tuple[str, ...]  # at most two, written with Markdown code spans
-    command: str  # the shell lines that run `build` ("" where nothing ran)
+    command: str  # the shell lines that run `build` ("" where nothing ran); where the answer picks a build per use,
+    # each one's lines under a `# uses: build` comment
     build: str | None  # the build the command runs: the first one the answer picks, else the baseline
 
     @property
@@ -65,8 +66,14 @@ def _answer(data: RunData) -> Answer:
     else:  # the other decisions, too many to say in the words left: the table has them
         sentences = [phrases[0], "the decision table has the other uses"]
     sentences = [s[0].upper() + s[1:] + "." for s in sentences]
-    pick = next((rows[0].build for (keep, _, _), rows in groups.items() if not keep), base)
-    return Answer(tuple(sentences), command(data, pick, table[0].setting), pick)
+    picks = {rows[0].build: rows for (keep, _, _), rows in groups.items() if not keep}
+    setting = table[0].setting
+    if len(picks) <= 1:
+        pick = next(iter(picks), base)
+        return Answer(tuple(sentences), command(data, pick, setting), pick)
+    # a build per use: each one's command, under a comment that says which uses it serves
+    lines = [f"# {_uses(rows, False)}: {b}\n{command(data, b, setting)}" for b, rows in picks.items()]
+    return Answer(tuple(sentences), "\n".join(lines), next(iter(picks)))
 
 
 def _uses(rows: list[recommend.Row], every: bool) -> str:
