@@ -5,6 +5,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 PYTEST_ARGS ?=
+# Python may cache compiled modules in __pycache__ (git ignores it) even where the environment says not to: each
+# pytest worker otherwise compiles every test module again (and rewrites its asserts), and each `llamalab` the tests
+# start in a subprocess compiles every llamalab module it imports (`make test-fast`: collection 9 s -> 4 s a worker,
+# the suite 119 s -> 109 s on two cores; benchmarks/ci-time/README.md).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup demo lint test test-fast test-offline docs clean
 
