@@ -23,6 +23,7 @@ from llamalab.rig import remote
 from testpaths import FIXTURES
 
 LOGS = FIXTURES / "logs"
+pytestmark = pytest.mark.spread
 
 
 def every_parser(lines: list[str]) -> None:
