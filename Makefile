@@ -5,6 +5,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 PYTEST_ARGS ?=
+# Python may cache compiled modules in __pycache__ (git ignores it) even where the environment says not to: each
+# pytest worker otherwise compiles every test module again (and rewrites its asserts), and each `llamalab` the tests
+# start in a subprocess compiles every llamalab module it imports (`make test-fast`: collection 9 s -> 4 s a worker,
+# the suite 119 s -> 109 s on two cores; benchmarks/ci-time/README.md).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup demo lint test test-fast test-offline docs clean
 
@@ -27,8 +32,11 @@ lint: setup
 	$(BIN)/ruff check . && $(BIN)/mypy
 
 # `make test`: the whole suite, in two passes. First everything but the `timed` tests, one pytest-xdist worker per
-# core (`TEST_WORKERS`), a test module to a worker (`--dist loadscope`: a module's fixtures, such as a study it runs
-# once for all its tests, are made once); the workers share one build cache, whose trees and downloads are built
+# core (`TEST_WORKERS`), a test module to a worker (`--dist loadgroup`, each module its own group, tests/conftest.py:
+# a module's fixtures, such as a study it runs once for all its tests, are made once), except that the tests of a
+# module marked `spread` (no module fixture) go to whichever worker is free; the heaviest modules start first
+# (conftest's HEAVY_FIRST, `--no-loadscope-reorder` keeping that order), so no long module is left to one worker at
+# the end while the other idles. The workers share one build cache, whose trees and downloads are built
 # under a lock, once. Then the `timed` tests alone, one at a time: they compare speeds measured on this machine or
 # hold a wall-time bar, which another worker's load would move. Both passes run whatever the first gave; pytest's 5
 # (no test collected, as under a `-k` that matches none) is no failure. `JUNIT=DIR` writes each pass's JUnit XML there.
@@ -40,7 +48,7 @@ kept = || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }
 
 test: setup lint
 	@rc=0; \
-	$(BIN)/python -m pytest -m "not timed" -n $(TEST_WORKERS) --maxprocesses 8 --dist loadscope \
+	$(BIN)/python -m pytest -m "not timed" -n $(TEST_WORKERS) --maxprocesses 8 --dist loadgroup --no-loadscope-reorder \
 	  $(call junit,parallel) $(PYTEST_ARGS) $(kept); \
 	$(BIN)/python -m pytest -m timed $(call junit,timed) $(PYTEST_ARGS) $(kept); \
 	exit $$rc

@@ -75,3 +75,36 @@ def loopback() -> None:
     interface is down, as in a bare `unshare -n` (`ip link set lo up` inside it brings it back)."""
     if not _loopback_works():
         pytest.skip("127.0.0.1 is not reachable (loopback interface down: `unshare -n` without `ip link set lo up`)")
+
+
+# ---------------------------------------------------------------- how `make test` shares the tests between workers
+
+# The modules that take longest in `make test`, heaviest first (seconds summed over workers, benchmarks/ci-time/
+# README.md, 2026-12-03): they start first, so that no long module is left for one worker at the end while the
+# other idles. Only the order depends on this list; a module missing from it runs after these, in collection order.
+HEAVY_FIRST = [
+    "tests/e2e/test_tune_race_e2e.py", "tests/e2e/test_hostile_round3.py", "tests/test_remote_plan.py",
+    "tests/e2e/test_versions_e2e.py", "tests/e2e/test_tune_e2e.py", "tests/e2e/test_demo_e2e.py",
+    "tests/e2e/test_budget_context_e2e.py", "tests/llamacpp/test_ledger_fuzz.py", "tests/test_faults.py",
+    "tests/llamacpp/test_parse_bounds.py", "tests/report/test_golden.py", "tests/test_vulkan_lavapipe.py",
+    "tests/e2e/test_grid_e2e.py", "tests/e2e/test_interrupt.py", "tests/run/test_faults.py", "tests/run/test_bos.py",
+    "tests/e2e/test_speed_e2e.py", "tests/e2e/test_split_modes_e2e.py", "tests/llamacpp/test_remote_models.py",
+    "tests/run/test_plan.py", "tests/rig/test_rpc_netns.py",
+]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    """Heavy modules first (HEAVY_FIRST), and under `--dist loadgroup` (`make test`) each module's tests on one
+    worker, as `--dist loadscope` would (a module-scoped fixture, such as a study run once for all its tests, is
+    made once), except in a module marked `spread`: its tests share nothing but session fixtures, so they go to
+    whichever worker is free."""
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+
+    def module(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    items.sort(key=lambda item: rank.get(module(item), len(rank)))  # stable: the rest keep their order
+    for item in items:
+        if item.get_closest_marker("spread") is None:
+            item.add_marker(pytest.mark.xdist_group(module(item)))

@@ -12,7 +12,7 @@ from llamahelp import FAST, run_study
 from llamalab import net, proc
 from llamalab.run.progress import Progress
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.spread]
 
 ONE_BUILD = ['builds=[{name="copies4"}]'] + FAST[1:]
 

@@ -28,6 +28,7 @@ from llamalab.llamacpp import models
 from llamalab.store.db import Store
 
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[H\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\\x9b31m\u202eevil\u2066"
+pytestmark = pytest.mark.spread
 RAW = ("\x1b", "\x9b", "\u202e", "\u2066", "\x07")
 
 
@@ -504,11 +505,15 @@ def _json_keys(doc: dict, depth: int):
                     yield t, col, p
 
 
-def _sweep(tmp_path: Path, env: dict, name: str, depth: int, wrong: list) -> int:
+def _sweep(tmp_path: Path, env: dict, name: str, depth: int, wrong: list, shard: tuple[int, int] = (0, 1)) -> int:
+    """Import and report each case of the run `name` changed `depth` deep; the cases i with i % n == k of the
+    shard (k, n)."""
     base = runfixtures.doc(name)
     rid = base["run_id"]
     rendered = 0
     for i, (t, col, path) in enumerate(_json_keys(base, depth)):
+        if i % shard[1] != shard[0]:
+            continue
         for j, bad in enumerate(wrong):
             # a copy of the one JSON value changed, the rest shared: the document written is the same as from a
             # deep copy of all of it, at a fraction of the time (the tune run's has 1,290 cases)
@@ -539,10 +544,16 @@ def test_a_wrong_type_anywhere_in_a_json_column_is_refused_or_rendered(tmp_path,
     _sweep(tmp_path, env, runfixtures.DEMO, 1, ["x"])
 
 
+# The tune run's 1,290 cases (about 190 s) in 6 shards, the others' whole: `make test` runs them on whichever worker
+# is free (the module is marked `spread`); together they are every case.
+SHARDS = {runfixtures.DEMO: 1, runfixtures.TUNE: 6, runfixtures.VERSIONS: 1}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [runfixtures.DEMO, runfixtures.TUNE, runfixtures.VERSIONS])
-def test_a_wrong_type_anywhere_two_levels_deep_is_refused_or_rendered(tmp_path, env, name):
-    _sweep(tmp_path, env, name, 2, WRONG)
+@pytest.mark.parametrize("name, shard", [pytest.param(name, (k, n), id=f"{name}-{k + 1}of{n}")
+                                         for name, n in SHARDS.items() for k in range(n)])
+def test_a_wrong_type_anywhere_two_levels_deep_is_refused_or_rendered(tmp_path, env, name, shard):
+    _sweep(tmp_path, env, name, 2, WRONG, shard)
 
 
 def test_a_stored_study_of_another_shape_is_refused_or_rendered(tmp_path, env):

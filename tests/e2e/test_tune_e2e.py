@@ -18,7 +18,7 @@ from llamalab.run import stats
 from llamalab.run import tunespace as ts
 from llamalab.store.db import Store
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.spread]
 
 
 def _tune(tmp_path, *args: str, timeout: int = 900) -> tuple[dict, float, str]:

@@ -31,7 +31,7 @@ from llamalab.run import quality, tunepick
 from llamalab.run.progress import Progress
 from llamalab.store.db import Store
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.spread]
 
 NARROW = ["--set", 'tune.kv=["f16/f16","q8_0/q8_0"]', "--set", "tune.ubatch=[512]", "--set", "workload.threshold=0.1"]
 FLOOR = ["--min-gen-tps", "1"]

@@ -26,6 +26,8 @@ from llamalab.rig import remote
 from llamalab.run import plan
 from testpaths import FIXTURES
 
+pytestmark = pytest.mark.spread
+
 settings.register_profile("ledger-fuzz", deadline=None, derandomize=True, database=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                  HealthCheck.large_base_example])
