@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from . import context, recommend, speed
 from .data import RunData
-from .summary import study_cmake_of
+from .summary import cmake_defs, study_cmake_of
 
 WORDS = 60
 USES = {recommend.SHORT: "short prompts", recommend.LONG: "long prompts"}
@@ -164,7 +164,7 @@ def command(data: RunData, build: str, setting: str) -> str:
     lines = []
     cmake = study_cmake_of(data, build)
     if cmake:
-        defs = " ".join(f"-D{k}={'ON' if v is True else 'OFF' if v is False else v}" for k, v in cmake.items())
+        defs = cmake_defs(cmake)
         lines.append(f"cmake -B build {defs} && cmake --build build --target llama-server")
     st = data.study_spec
     set_args = next((list(s.args) for s in st.settings if s.name == setting), []) if st is not None else []

@@ -265,16 +265,13 @@ def _results(rep: Report) -> list[Block]:
     out: list[Block] = [_h(f"Trials{' (single stream)' if level == 1 else f' at {level} parallel requests'}")]
     if level != 1:
         out.append(Para(text=(lit(f"At {level} parallel requests:"),), only="md"))
-    folds = 0
-    for cell in data.cells:
-        head, body = tables.table_cells(tables.rows(data, level, cell))
-        if not body:
-            continue
-        folds += 1
+    by_cell = tables.rows_by_cell(data, level)
+    for cell, rows in by_cell.items():
+        head, body = tables.table_cells(rows)
         n = len({(r[0], r[1]) for r in body})
         out.append(Details(summary=(lit(f"{_cell_words(*cell)}: {len(body)} trial(s) of {n} configuration(s)"),),
                            blocks=(Table(head, body),)))
-    if not folds:
+    if not by_cell:
         out.append(Para(text=(lit("No trial was stored for this run."),), style="note"))
     note: Text = (lit("Compute buffers are llama.cpp's own "), code("compute buffer size"),
                   lit(" lines (MiB); context is the "), code("n_ctx"),

@@ -81,18 +81,25 @@ def _tint(color: str, share: float) -> tuple[float, float, float]:
 MEMORY_PARTS = (("model_mib", "model", 0.3), ("kv_mib", "KV cache", 0.6), ("compute_mib", "compute", 1.0))
 
 
-def memory_bars(data: RunData, builds: list[str] | None = None) -> list[dict]:
-    """What `memory_figure` draws, one row per configuration (those of `builds` only, where given): per place
-    (each device, then "host") its model, KV and compute MiB, and the compute the scheduler's extra copies hold —
-    over the compute of a configuration of the same setting and place with one copy or pipeline parallelism off."""
+def memory_bars(data: RunData) -> list[dict]:
+    """What `memory_figure` draws (and its alt text says), one row per configuration — a tune run's shown ones
+    (`tune_shown`) — made once per run: per place (each device, then "host") its model, KV and compute MiB, and the
+    compute the scheduler's extra copies hold — over the compute of a configuration of the same setting and place
+    with one copy or pipeline parallelism off."""
+    if "memory_bars" not in data.memo:
+        data.memo["memory_bars"] = _memory_bars(data)
+    return data.memo["memory_bars"]
+
+
+def _memory_bars(data: RunData) -> list[dict]:
     rows: list[dict[str, Any]] = []
     shown = tune_shown(data)
-    builds = shown if builds is None else builds
     for b, s, led in _configs(data):
-        if builds is not None and b not in builds:
+        if shown is not None and b not in shown:
             continue
-        places = {d: {k: (by_label(led, k).get(d) or 0.0) for k, _, _ in MEMORY_PARTS} for d in compute_by_label(led)}
-        places["host"] = {k: host_sum(led, k) or 0.0 for k, _, _ in MEMORY_PARTS}
+        per = {k: by_label(led, k) for k, _, _ in MEMORY_PARTS}
+        places = {d: {k: per[k].get(d) or 0.0 for k in per} for d in compute_by_label(led)}
+        places["host"] = {k: host_sum(led, k) or 0.0 for k in per}
         rows.append({"build": b, "setting": s, "places": places, "n_ctx": led.get("n_ctx"),
                      "copies": led.get("sched_copies"), "pp": bool(led.get("pipeline_parallel"))})
     for r in rows:
@@ -129,10 +136,10 @@ def tune_shown(data: RunData) -> list[str] | None:
     return [r.build for r in tune.shown(v)]
 
 
-def memory_alt(data: RunData, builds: list[str] | None = None) -> str:
+def memory_alt(data: RunData) -> str:
     """The memory figure in words (its alt text): each configuration's compute per place and its context."""
     parts = []
-    for r in memory_bars(data, builds):
+    for r in memory_bars(data):
         places = ", ".join(f"{p} {v['compute_mib']:,.0f}" + (f" (copies {v['copies_mib']:,.0f})" if v["copies_mib"]
                                                              else "") for p, v in r["places"].items())
         ctx = f"{r['n_ctx']:,} tokens" if r["n_ctx"] else "context unknown"
@@ -151,8 +158,8 @@ def _thousands(ax) -> None:
     ax.grid(axis="x", alpha=0.3)
 
 
-def memory_figure(data: RunData, builds: list[str] | None = None) -> Figure | None:
-    rows = memory_bars(data, builds)
+def memory_figure(data: RunData) -> Figure | None:
+    rows = memory_bars(data)
     if not rows:
         return None
     colors = build_colors(data)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ..run import stats
 from . import context, speed
 from .data import RunData
-from .summary import study_cmake_of
+from .summary import cmake_defs, study_cmake_of
 from .verdict import memory_comparisons, placed_otherwise, study_builds, study_settings
 
 SHORT, LONG, SERVING = "short", "long", "serving"
@@ -47,7 +47,7 @@ def action(data: RunData, build: str) -> str:
     cmake = study_cmake_of(data, build)
     parts = []
     if cmake:
-        defs = " ".join(f"-D{k}={'ON' if v is True else 'OFF' if v is False else v}" for k, v in cmake.items())
+        defs = cmake_defs(cmake)
         parts.append(f"build llama.cpp with `cmake -B build {defs} && cmake --build build --target llama-server`")
     if args:
         parts.append(f"start llama-server with `{shlex.join(args)}`")

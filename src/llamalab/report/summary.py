@@ -210,6 +210,11 @@ def cmake_flags(build: BuildRecord, study_cmake: dict | None = None) -> str:
         opts = study_cmake or {}
     if not opts:
         return "(defaults)"
+    return cmake_defs(opts)
+
+
+def cmake_defs(opts: dict) -> str:
+    """CMake options as `cmake` takes them: "-DGGML_BLAS=ON -DGGML_SCHED_MAX_COPIES=1" (True/False as ON/OFF)."""
     return " ".join(f"-D{k}={_cm(v)}" for k, v in opts.items())
 
 

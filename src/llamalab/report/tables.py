@@ -5,19 +5,31 @@ from __future__ import annotations
 from .data import RunData, compute_by_label, host_compute
 
 
-def rows(data: RunData, concurrency: int = 1, cell: tuple[int, int] | None = None) -> list[dict]:
-    """Rows of the table, in study order, at one concurrency level (single stream by default), of one workload
-    cell (prompt, output tokens) where `cell` is given."""
+def rows(data: RunData, concurrency: int = 1) -> list[dict]:
+    """Rows of the table, in study order, at one concurrency level (single stream by default)."""
+    return [r for _, r in _rows(data, concurrency)]
+
+
+def rows_by_cell(data: RunData, concurrency: int = 1) -> dict[tuple[int, int], list[dict]]:
+    """`rows`, grouped by workload cell (prompt, output tokens), the cells in order; made in one pass."""
+    out: dict[tuple[int, int], list[dict]] = {}
+    for cell, r in sorted(_rows(data, concurrency), key=lambda cr: cr[0]):  # stable: study order within a cell
+        out.setdefault(cell, []).append(r)
+    return out
+
+
+def _rows(data: RunData, concurrency: int) -> list[tuple[tuple[int, int], dict]]:
+    """(workload cell, row) of each trial at the level, in study order."""
     from .context import rows as context_rows
 
     within = {(r["build"], r["setting"]): r for r in context_rows(data) if r.get("budget_fit") is not None}
     out = []
     for t in data.trials:
-        if t["concurrency"] != concurrency or (cell is not None and data.cell(t) != cell):
+        if t["concurrency"] != concurrency:
             continue
         led = _ledger_of_config(data, t["config_id"]) or {}
         w = within.get((t["build"], t["setting"]))
-        out.append({
+        out.append((data.cell(t), {
             "build": t["build"],
             "setting": t["setting"],
             "trial": t["trial"],
@@ -34,9 +46,9 @@ def rows(data: RunData, concurrency: int = 1, cell: tuple[int, int] | None = Non
             "copies": led.get("sched_copies"),
             "pipeline_parallel": led.get("pipeline_parallel"),
             "errors": t["errors"],
-        })
+        }))
     order = config_order(data)
-    out.sort(key=lambda r: (order.get((r["build"], r["setting"]), 1 << 30), r["trial"]))
+    out.sort(key=lambda cr: (order.get((cr[1]["build"], cr[1]["setting"]), 1 << 30), cr[1]["trial"]))
     return out
 
 
@@ -97,9 +109,7 @@ def table_cells(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
 def memory_table(data: RunData) -> tuple[list[str], list[list[str]]]:
     """The original study's table, one row per configuration: compute per device and on the host (MiB), the
     context it ran with, its scheduler copies."""
-    from .verdict import study_builds, study_settings
-
-    order = {k: i for i, k in enumerate((b, s) for b in study_builds(data) for s in study_settings(data))}
+    order = config_order(data)
     configs = sorted(data.ok_configs(), key=lambda c: order.get((c["build"], c["setting"]), 1 << 30))
     ledgers = [(c["build"], c["setting"], c["ledger"] or {}) for c in configs]
     devs = list(dict.fromkeys(d for _, _, led in ledgers for d in compute_by_label(led)))
