@@ -47,6 +47,9 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 MICRO = models.ModelShape("micro", n_layer=2, n_embd=128, n_head=4, n_head_kv=2, n_ff=256, n_vocab=20000,
                           n_ctx_train=4096)
 TOKEN = "hf_localtesttoken"
+# the origins (API and blob host) of every Hub this process started, oldest first: a test that must clear what its
+# own hubs left in a shared cache tells its entries from another session's by these
+STARTED: list[str] = []
 
 
 @dataclass
@@ -136,6 +139,7 @@ class Hub:
         for s in (self._api, self._blob):
             s.daemon_threads = True
             threading.Thread(target=s.serve_forever, daemon=True).start()
+        STARTED.extend((self.endpoint, self.blob_base))
         return self
 
     def __exit__(self, *exc) -> None:

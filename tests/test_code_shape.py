@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,9 @@ class Module:
     tree: ast.Module
 
 
-def _modules() -> list[Module]:
+@functools.cache
+def modules() -> list[Module]:
+    """Every module of the package, parsed once a worker, when a test first asks (not at collection)."""
     out = []
     for p in sorted(PKG.rglob("*.py")):
         rel = p.relative_to(PKG.parent)
@@ -41,8 +44,10 @@ def _modules() -> list[Module]:
     return out
 
 
-MODULES = _modules()
-BY_NAME = {m.name: m for m in MODULES}
+
+@functools.cache
+def by_name() -> dict[str, Module]:
+    return {m.name: m for m in modules()}
 
 
 # ---------------------------------------------------------------- function length
@@ -63,7 +68,7 @@ def functions(node: ast.AST, prefix: str = "") -> list[tuple[str, int]]:
 
 
 def long_functions() -> dict[str, int]:
-    return {f"{m.path}::{name}": n for m in MODULES for name, n in functions(m.tree) if n > MAX_LINES}
+    return {f"{m.path}::{name}": n for m in modules() for name, n in functions(m.tree) if n > MAX_LINES}
 
 
 def test_no_function_is_longer_than_the_limit():
@@ -113,7 +118,9 @@ def _defined(tree: ast.AST) -> set[str]:
     return out
 
 
-DEFINED = {m.name: _defined(m.tree) for m in MODULES}
+@functools.cache
+def defined() -> dict[str, set[str]]:
+    return {m.name: _defined(m.tree) for m in modules()}
 
 
 def private_uses(m: Module) -> set[str]:
@@ -124,16 +131,16 @@ def private_uses(m: Module) -> set[str]:
         if isinstance(n, ast.ImportFrom):
             source = _absolute(m, n)
             for a in n.names:
-                if f"{source}.{a.name}" in BY_NAME:
+                if f"{source}.{a.name}" in by_name():
                     modules[a.asname or a.name] = f"{source}.{a.name}"
-                elif _private(a.name) and source in BY_NAME and source != m.name:
+                elif _private(a.name) and source in by_name() and source != m.name:
                     out.add(f"{m.path}: {source.rsplit('.', 1)[-1]}.{a.name}")
         elif isinstance(n, ast.Import):
             for a in n.names:
-                if a.asname and a.name in BY_NAME:
+                if a.asname and a.name in by_name():
                     modules[a.asname] = a.name
     mine = _defined(m.tree)
-    elsewhere = set().union(*(names for name, names in DEFINED.items() if name != m.name))
+    elsewhere = set().union(*(names for name, names in defined().items() if name != m.name))
     for n in ast.walk(m.tree):
         if not (isinstance(n, ast.Attribute) and _private(n.attr)):
             continue
@@ -148,7 +155,7 @@ def private_uses(m: Module) -> set[str]:
 
 
 def test_no_module_uses_another_modules_private_names():
-    found = set().union(*(private_uses(m) for m in MODULES))
+    found = set().union(*(private_uses(m) for m in modules()))
     assert not found, f"private names used from another module (make them public, or move the code): {sorted(found)}"
 
 
@@ -158,7 +165,7 @@ def test_the_private_reader_sees_imports_module_attributes_and_instances():
 
     # `_fmt` would be report/tables.py's (a module the reader knows), `_check_fit_on` run/plan.py's; `_finish` is
     # defined in llamacpp/ledger.py
-    assert "_finish" in DEFINED["llamalab.llamacpp.ledger"]
+    assert "_finish" in defined()["llamalab.llamacpp.ledger"]
     assert uses("from ..report.tables import _fmt\n") == {"run/x.py: tables._fmt"}
     assert uses("from . import plan as p\np._check_fit_on()\n") == {"run/x.py: p._check_fit_on"}
     assert uses("from llamalab.run import plan\nplan._check_fit_on()\n") == {"run/x.py: plan._check_fit_on"}

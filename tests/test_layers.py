@@ -6,6 +6,7 @@ module sits where it does; a new top-level module or package must be placed in L
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shutil
 from pathlib import Path
@@ -49,6 +50,13 @@ def _target(name: str, node: ast.ImportFrom, is_pkg: bool) -> str | None:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+@functools.lru_cache(maxsize=1024)
+def _imports(text: str) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """Every import statement of a module's source, anywhere in it: a file's text is parsed once a session (the
+    planted-edge tests copy the tree and change one file)."""
+    return tuple(n for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
 def import_graph(src: Path) -> dict[str, set[str]]:
     """Module → the llamalab modules it imports, anywhere in its file. `from P import x` points at P.x where that is a
     module, else at P (for a package: its __init__)."""
@@ -56,11 +64,11 @@ def import_graph(src: Path) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         is_pkg = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for node in _imports(path.read_text(encoding="utf-8")):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 base = _target(name, node, is_pkg)
                 if base is None:
                     continue

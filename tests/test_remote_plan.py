@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import hubserver
 from hubserver import MICRO, Hub
 from llamalab import cli
 from llamalab.llamacpp import models, packaged
@@ -65,13 +66,28 @@ def hub(gemma, gemma_split, tmp_path, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def own_stand_ins(llama_home):
-    """The stand-ins a test makes in the shared cache ($LLAMALAB_HOME/remote, beside the builds) go with it."""
+def own_stand_ins(llama_home, tmp_path):
+    """The stand-ins this test's hubs made in the shared cache ($LLAMALAB_HOME/remote, beside the builds) go with
+    it, and only those: another session's suite on this machine may be planning on its own stand-ins there at the
+    same moment (told apart by the hub origins their source.json names), and the sha256 marks of files downloaded
+    into this test's folder."""
     root = llama_home / "remote"
-    before = set(root.iterdir()) if root.is_dir() else set()
+    first = len(hubserver.STARTED)
     yield
-    for p in (set(root.iterdir()) if root.is_dir() else set()) - before:
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    origins = tuple(hubserver.STARTED[first:])
+    if not origins or not root.is_dir():
+        return
+    for folder in root.iterdir():
+        try:
+            doc = json.loads((folder / "source.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if any(str(p.get("url", "")).startswith(origins) for p in doc.get("parts", [])):
+            (root / f".{folder.name}.lock").unlink(missing_ok=True)
+            shutil.rmtree(folder, ignore_errors=True)
+    for mark in (root / "verified").glob("*") if (root / "verified").is_dir() else ():
+        if mark.read_text(errors="replace").startswith(str(tmp_path.resolve())):
+            mark.unlink(missing_ok=True)
 
 
 def plan_json(capsys, *args: str) -> dict:
@@ -97,6 +113,19 @@ def figures(plan: dict) -> list:
                                         if k not in ("path", "fingerprint", "size_bytes")}]
 
 
+def differences(got: list, want: list) -> list[str]:
+    """Each figure that differs, as `entry.key: got != want` (the first 8): what a failing comparison prints."""
+    out = [f"entries: {len(got)} != {len(want)}"] if len(got) != len(want) else []
+    for i, (g, w) in enumerate(zip(got, want, strict=False)):
+        if not (isinstance(g, dict) and isinstance(w, dict)):
+            out += [f"[{i}]: {g!r} != {w!r}"] if g != w else []
+            continue
+        for k in sorted(set(g) | set(w), key=str):
+            if g.get(k) != w.get(k):
+                out.append(f"[{i}].{k}: {g.get(k)!r} != {w.get(k)!r}")
+    return out[:8]
+
+
 def test_gemma_from_hf_ollama_and_a_split_plans_as_the_local_files(hub, gemma, gemma_split, llama_home, capsys):
     local = figures(plan_json(capsys, "--model", str(gemma)))
     size = gemma.stat().st_size
@@ -106,7 +135,8 @@ def test_gemma_from_hf_ollama_and_a_split_plans_as_the_local_files(hub, gemma, g
         before = hub.fetched()
         remote = plan_json(capsys, "--model", ref)
         fetched = hub.fetched() - before
-        assert remote["model_standin"] and figures(remote) == local, ref
+        assert remote["model_standin"], ref
+        assert figures(remote) == local, f"{ref}: {differences(figures(remote), local)}"
         assert 0 < fetched < 0.02 * size, f"{ref}: {fetched:,} bytes of {size:,} ({100 * fetched / size:.2f}%)"
         said.append(f"{ref}: {fetched:,} of {size:,} bytes fetched ({100 * fetched / size:.2f}%)")
     # the split model: named by any part, read part by part, planned as the local split (and as the whole file)
@@ -114,7 +144,7 @@ def test_gemma_from_hf_ollama_and_a_split_plans_as_the_local_files(hub, gemma, g
     split = plan_json(capsys, "--model", "hf://llamalab/gemma-3-270m-GGUF/split/gemma-3-270m-Q4_K_M-00002-of-00003.gguf")
     fetched = hub.fetched() - before
     local_split = figures(plan_json(capsys, "--model", str(gemma_split[0])))
-    assert figures(split) == local_split
+    assert figures(split) == local_split, differences(figures(split), local_split)
     assert [c["n_ctx"] for c in local_split[:-2]] == [c["n_ctx"] for c in local[:-2]]
     assert 0 < fetched < 0.02 * size, fetched
     said.append(f"split into 3: {fetched:,} of {size:,} bytes fetched ({100 * fetched / size:.2f}%)")
@@ -192,7 +222,7 @@ def test_tune_from_a_header_runs_stage_one_and_says_stage_two_needs_the_weights(
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     monkeypatch.setenv("LLAMALAB_DATA", str(tmp_path / "data"))
     with Hub() as hub:
-        hub.add_repo("llamalab/Tiny-GGUF", {"tiny-F16.gguf": header})
+        hub.add_repo("llamalab/Tiny-GGUF", {"tiny-F16.gguf": header}, salt=uuid.uuid4().hex)  # its own stand-in
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         code = cli.entry(["tune", "tune-demo", "--model", "hf://llamalab/Tiny-GGUF:F16", "--json"])
     out = capsys.readouterr()

@@ -4,6 +4,7 @@ llama.cpp, the synthetic tiny models. Issue 20's bar: on 2 cores the whole tune 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,6 +13,8 @@ import time
 
 import pytest
 
+from llamalab import cli
+from llamalab.llamacpp import models
 from llamalab.report import data as rdata
 from llamalab.report import tune as rtune
 from llamalab.run import stats
@@ -89,3 +92,20 @@ def test_tune_moe_searches_experts_in_host_memory(tmp_path):
     trials = [t for t in data.trials if t["build"] == moved[0]["build"] and t["concurrency"] == 1]
     assert trials and all(t["output_tokens"] == 32 and t["output_tps"] > 0 for t in trials)
     assert ts.Candidate("layer", n_cpu_moe=moved[0]["n_cpu_moe"]).args()[-1] == str(moved[0]["n_cpu_moe"])
+
+
+def test_a_model_llama_cpp_cannot_load_stops_tune_with_its_words(tmp_path, llama_home, monkeypatch, capsys):
+    """A header llamalab reads but llama.cpp refuses (an architecture it does not know): tune stops at its first dry
+    run with llama.cpp's reason and a non-zero exit, and keeps no stage one for reuse (a stage one of only such
+    failures, once cached, was reused as an empty front: CI of 2026-12-03)."""
+    shape = dataclasses.replace(models.preset("tiny"), name="tiny-nonesuch", arch="nonesuch")
+    model = models.write_synthetic(shape, tmp_path / "nonesuch.gguf", data=False)
+    monkeypatch.setenv("LLAMALAB_DATA", str(tmp_path / "data"))
+    cache = llama_home / "tune"
+    before = set(cache.glob("*.json")) if cache.is_dir() else set()
+    code = cli.entry(["tune", "tune-demo", "--model", str(model), "--json"])
+    out = capsys.readouterr()
+    assert code != 0 and out.out == ""
+    assert "llama.cpp could not load" in out.err and "unknown model architecture: 'nonesuch'" in out.err, out.err
+    made = set(cache.glob("*.json")) - before if cache.is_dir() else set()
+    assert not [p for p in made if str(model) in p.read_text()]

@@ -1358,6 +1358,9 @@ _FAILURES: list[tuple[Callable[[str], object], str]] = [
     (_oom, "out of memory"),
     (_has(r"invalid magic characters|not a gguf file|gguf_init_from_\w{1,64}: failed to read magic"),
      "the model file is not a GGUF file"),
+    # the loader's own words for why ("failed to open GGUF file '…' (No such file or directory)", "failed to read
+    # key-value pairs"), printed before llama_model_load's "failed to load model from …", which says only that
+    (_has(r"gguf_init_from_\w{1,64}: (?:failed|invalid)"), "model load error"),
     (_has(r"error: (?:invalid argument|unknown argument|invalid value)"), "unsupported flag"),
     (_has(r"unknown argument|error while handling argument"), "unsupported flag"),
     (_has(r"failed to load model|error loading model|llama_model_load: error|unable to load model"),

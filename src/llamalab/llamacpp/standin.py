@@ -136,9 +136,46 @@ class Reader:
     def string(self, what: str = "a string's length") -> bytes:
         return self.take(self.length(what, MAX_STRING))
 
+    def skip_strings(self, n: int) -> None:
+        """Skip `n` strings (each a u64 length and its bytes) as `n` × (`length`, `skip`) would, failing where they
+        would, but from a few large reads: a 150k-token vocabulary is 300k small reads otherwise."""
+        limit = min(self.avail, MAX_HEADER)
+        start = p = self.pos  # p: where the next string starts
+        buf, base = b"", p  # buf holds the bytes from base on; the file stands at base + len(buf)
+        for i in range(n):
+            if i and not i % 4096:  # read-ahead for the rest, at the mean length so far
+                self.expect((n - i) * (p - start) // i + 4096)
+            if p + 8 > base + len(buf):
+                buf, base = self._window(p, 8, limit, base + len(buf))
+            k = int.from_bytes(buf[p - base:p - base + 8], "little")
+            if k > MAX_STRING:
+                raise _damaged(f"a string's length claims {k:,} (more than {MAX_STRING:,})")
+            if p + 8 + k > limit:
+                self._at(p + 8, base + len(buf))
+                self._need(k)
+            p += 8 + k
+        self._at(p, base + len(buf))
+
+    def _window(self, p: int, need: int, limit: int, filepos: int) -> tuple[bytes, int]:
+        """The bytes from `p` on (at least `need`, up to 64 KiB, never past `limit`), read from a file at `filepos`;
+        the file then stands at their end. At most 64 KiB past the strings is read (a remote file fetches it)."""
+        self._at(p, filepos)
+        self._need(need)
+        out = self.f.read(max(need, min(WINDOW, limit - p)))
+        if len(out) < need:  # the file shrank while being read
+            raise HeaderIncomplete(p + len(out), p + need)
+        return out, p
+
+    def _at(self, p: int, filepos: int) -> None:
+        """Move the file (now at `filepos`) and the reader's position to `p`."""
+        if p != filepos:
+            self.f.seek(p - filepos, os.SEEK_CUR)
+        self.pos = p
+
 
 # GGUF value types → struct format (8: string, 9: array)
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+WINDOW = 64 << 10  # Reader.skip_strings reads this much at a time
 LIST_MAX = 4096  # arrays of numbers up to this length are read (per-layer values); longer ones only counted
 
 
@@ -178,10 +215,7 @@ def _value(r: Reader, vtype: int, key: str) -> Value:
                 raise _damaged(f"the array {key!r} claims {n:,} strings")
             at = r.pos
             r.expect(n * 16)
-            for i in range(n):
-                if i and not i % 4096:  # read-ahead for the rest, at the mean length so far
-                    r.expect((n - i) * (r.pos - at) // i + 4096)
-                r.skip(r.length("a string's length", MAX_STRING))
+            r.skip_strings(n)
             return ArrayInfo(itype, n, at)
         if itype == 9:  # llama.cpp refuses arrays of arrays too
             raise _damaged(f"{key!r} is an array of arrays")

@@ -14,10 +14,9 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from scipy import stats as _sps
 
 Verdict = Literal["faster", "slower", "no measurable difference", "untested (one trial)"]
 NO_DIFFERENCE: Verdict = "no measurable difference"
@@ -122,10 +121,19 @@ def _median_ratio(baseline: np.ndarray, candidate: np.ndarray, axis: int = -1) -
     return np.median(candidate, axis=axis) / np.median(baseline, axis=axis)
 
 
+@functools.cache
+def _scipy_stats() -> Any:
+    """scipy.stats, imported on the first interval asked for: its import (1.5 s on two cores) is most of the start
+    of a `llamalab` command that computes none (an error, a plan, a listing)."""
+    from scipy import stats
+
+    return stats
+
+
 def _rng_kwargs(seed: int) -> dict:
     # scipy ≥ 1.15 takes `rng`; older releases take `random_state`. Both give the same seeded Generator.
     gen = np.random.default_rng(seed)
-    params = inspect.signature(_sps.bootstrap).parameters
+    params = inspect.signature(_scipy_stats().bootstrap).parameters
     return {"rng": gen} if "rng" in params else {"random_state": gen}
 
 
@@ -195,7 +203,7 @@ def _resampled(base: tuple[float, ...], cand: tuple[float, ...], confidence: flo
     seed, and a report asks for the same comparison more than once (the speed table and the tune's pick), as do
     report, compare and export of one run in one process. Samples beyond EXACT_FROM take the exact draw instead
     and are not kept."""
-    res = _sps.bootstrap(
+    res = _scipy_stats().bootstrap(
         (np.asarray(base), np.asarray(cand)), _median_ratio, paired=False, vectorized=True,
         n_resamples=n_resamples, confidence_level=confidence, method="percentile", **_rng_kwargs(seed),
     )

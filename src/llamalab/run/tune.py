@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -27,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from .. import proc
+from ..errors import ConfigError, ModelError
 from ..llamacpp import budget, maxctx, standin
 from ..llamacpp import server as servermod
 from ..llamacpp.cmake import cmake_true
@@ -205,6 +207,7 @@ def _default(prep, art, dev, env, emu, logs, timeout_s, dr: _Runner, rig: ts.Rig
         cp = planmod.plan_config(prep, cfg2, art, dev, env, dataclasses.replace(emu, tensor_split=None), logs,
                                  timeout_s)
         dr.count += cp.dry_runs
+    _check_loads(prep, cp)
     devs = {d.name: d for d in cp.devices}
     used = [devs[n].used_mib if n in devs else 0.0 for n in rig.names]
     over = [round(u - a, 2) for u, a in zip(used, rig.avail_mib, strict=True) if u is not None]
@@ -214,6 +217,25 @@ def _default(prep, art, dev, env, emu, logs, timeout_s, dr: _Runner, rig: ts.Rig
            "devices_mib": used, "host_mib": cp.host.used_mib if cp.host else None,
            "over_budget": any(o > 0 for o in over), "fit_split": bool(extra), "args": list(b.args)}
     return rec, extra
+
+
+# what llama.cpp says when it cannot read the model itself, whatever the flags: nothing can be searched then
+_UNREADABLE = ("model load error", "the model file is not a GGUF file")
+_ERROR_LINE = re.compile(r"^\S+ E ")  # an error line of llama.cpp's log ("0.00.135.079 E llama_model_load: …")
+
+
+def _check_loads(prep: session.Prepared, cp: planmod.ConfigPlan) -> None:
+    """A ModelError, with llama.cpp's words, where its default dry run could not read the model: every candidate's
+    would fail the same way, and a stage one of only such failures must not be kept for reuse."""
+    if cp.status != "failed" or not (cp.reason or "").startswith(_UNREADABLE):
+        return
+    tail = [ln for log in cp.logs[:1] for ln in proc.tail_lines(Path(log), 40)]
+    said = [ln for ln in tail if _ERROR_LINE.match(ln)][-4:] or tail[-4:]
+    raise ModelError(f"llama.cpp could not load {prep.model_path} in tune's first dry run: {cp.reason}"
+                     + "".join(f"\n  {ln}" for ln in said),
+                     tip="check the file with `llamalab plan --model M`; an architecture this llama.cpp does not "
+                         "know needs a newer one (--llama-cpp DIR or --llama-bin DIR). A stand-in that went "
+                         "missing is made again on the next run.")
 
 
 def _calibrate(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout, dr: _Runner, progress: Progress
