@@ -105,6 +105,8 @@ def pytest_collection_modifyitems(config, items):
         return item.nodeid.split("::", 1)[0]
 
     items.sort(key=lambda item: rank.get(module(item), len(rank)))  # stable: the rest keep their order
+    if getattr(config.option, "dist", "no") != "loadgroup":  # xdist_group exists only where pytest-xdist is loaded
+        return
     for item in items:
         if item.get_closest_marker("spread") is None:
             item.add_marker(pytest.mark.xdist_group(module(item)))

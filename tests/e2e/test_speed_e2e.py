@@ -37,10 +37,15 @@ def test_identical_configurations_show_no_measurable_difference(a_vs_a):
         assert c["n_baseline"] == c["n_candidate"] == 5
         assert c["ci_low"] is not None and c["ci_low"] <= c["ratio"] <= c["ci_high"]
         assert (c["prompt_tokens"], c["output_tokens"]) == (128, 32)
-        # per-request speeds at 4 parallel requests swing most with the machine's load: the verdict is checked on
-        # the single stream and on the level's aggregate throughput (as before these were compared at every level)
-        if c["concurrency"] == 1 or c["metric"] == "aggregate_output_tps":
-            assert c["verdict"] == "no measurable difference", c
+    # per-request speeds at 4 parallel requests swing most with the machine's load: the verdict is checked on the
+    # single stream and on the level's aggregate throughput (4 comparisons). An interval is wrong at its stated rate,
+    # and A/A studies on this machine gave a false verdict in about 1 of 96 comparisons: one of the 4 may say
+    # "faster" or "slower" (it failed a CI run: prompt t/s at one stream, "slower"), but never by more than 10%, and
+    # two false verdicts in one run (about 1 run in 1,500 at that rate) mean the intervals are too narrow.
+    checked = [c for c in key if c["concurrency"] == 1 or c["metric"] == "aggregate_output_tps"]
+    false = [c for c in checked if c["verdict"] != "no measurable difference"]
+    assert len(checked) == 4 and len(false) <= 1, false
+    assert all(0.9 <= c["ratio"] <= 1.1 for c in false), false
 
 
 def test_every_level_has_throughput_with_spread(a_vs_a):

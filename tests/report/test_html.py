@@ -15,16 +15,16 @@ from llamalab.report import html
 from llamalab.store.db import Store
 
 
-@pytest.fixture
-def page(tmp_path):
-    with Store(tmp_path / "r.db") as s:
+@pytest.fixture(scope="module")  # a page is a str: rendered once for the tests that read it
+def page(tmp_path_factory):
+    with Store(tmp_path_factory.mktemp("page") / "r.db") as s:
         d = rdata.load(s, runfixtures.fill(s))
     return html.render(d)
 
 
-@pytest.fixture
-def hostile(tmp_path):
-    with Store(tmp_path / "h.db") as s:
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    with Store(tmp_path_factory.mktemp("hostile") / "h.db") as s:
         d = rdata.load(s, runfixtures.fill(s, document=runfixtures.hostile_doc()))
     return html.render(d)
 

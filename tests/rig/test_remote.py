@@ -454,3 +454,81 @@ def test_install_scp_failure_says_what_to_do(tmp_path):
     with pytest.raises(LaunchError) as e:
         remote.install(spec, _fake_art(tmp_path), capture=rec)
     assert "No space left" in e.value.message and "scp" in e.value.message
+
+
+# What ssh printed in CI when the sshd in a test namespace dropped a new connection before key exchange (exit 255)
+DROPPED = (255, "kex_exchange_identification: read: Connection reset by peer\r\n"
+                "Connection reset by 10.211.99.2 port 22")
+
+
+@pytest.mark.parametrize("rc, out, dropped", [
+    pytest.param(*DROPPED, True, id="reset-before-kex"),
+    pytest.param(255, "kex_exchange_identification: Connection closed by remote host\nConnection closed by 10.0.0.3 "
+                 "port 22", True, id="closed-before-kex"),
+    pytest.param(255, "Connection timed out during banner exchange\nConnection to 10.0.0.3 port 22 timed out", True,
+                 id="banner-timeout"),
+    pytest.param(1, "scp: Connection closed by 10.0.0.3 port 22", True, id="scp-closed"),
+    pytest.param(255, "me@h3: Permission denied (publickey).", False, id="refused-login"),
+    pytest.param(255, "Host key verification failed.", False, id="host-key"),
+    pytest.param(255, "ssh: connect to host 10.0.0.3 port 22: Connection refused", False, id="no-sshd"),
+    pytest.param(255, "ssh: Could not resolve hostname nowhere: Name or service not known", False, id="no-name"),
+    pytest.param(0, "Connection reset by nothing: the command's own output", False, id="success"),
+])
+def test_a_connection_dropped_while_set_up_is_told_apart(rc, out, dropped):
+    assert remote.connection_dropped(rc, out) is dropped
+
+
+class Flaky(Recorder):
+    """A `capture` whose first `drops` calls end as a dropped connection."""
+
+    def __init__(self, drops: int, then: tuple[int, str] = (0, "")):
+        super().__init__()
+        self.drops, self.then = drops, then
+
+    def __call__(self, argv, timeout_s=30.0, env=None):
+        self.calls.append(list(argv))
+        return DROPPED if len(self.calls) <= self.drops else self.then
+
+
+@pytest.fixture
+def no_waits(monkeypatch):
+    waits: list[float] = []
+    monkeypatch.setattr(remote.time, "sleep", waits.append)
+    return waits
+
+
+def test_a_dropped_ssh_connection_is_tried_again(no_waits):
+    spec = _study({"rpc": [{"endpoint": "10.0.0.3:50052", "ssh": "me@h3"}]}).devices.rpc[0]
+    rec = Flaky(drops=2)
+    remote.check_login(spec, capture=rec)
+    assert len(rec.calls) == 3 and no_waits == list(remote.RETRY_WAITS_S)
+
+
+def test_a_connection_dropped_every_time_is_reported_with_what_ssh_said(no_waits):
+    spec = _study({"rpc": [{"endpoint": "10.0.0.3:50052", "ssh": "me@h3"}]}).devices.rpc[0]
+    rec = Flaky(drops=99)
+    with pytest.raises(LaunchError) as e:
+        remote.check_login(spec, capture=rec)
+    assert len(rec.calls) == 1 + len(remote.RETRY_WAITS_S)
+    assert "Connection reset by 10.211.99.2 port 22" in e.value.message and "exit status 255" in e.value.message
+
+
+def test_a_refused_login_is_not_tried_again(no_waits):
+    spec = _study({"rpc": [{"endpoint": "10.0.0.3:50052", "ssh": "me@h3"}]}).devices.rpc[0]
+    rec = Recorder({"true": (255, "me@h3: Permission denied (publickey).")})
+    with pytest.raises(LaunchError):
+        remote.check_login(spec, capture=rec)
+    assert len(rec.calls) == 1 and no_waits == []
+
+
+def test_install_tries_a_dropped_copy_again(tmp_path, no_waits):
+    spec = _study({"rpc": [{"endpoint": "10.0.0.3:50052", "ssh": "me@h3"}]}).devices.rpc[0]
+    answers = iter([(3, ""), (1, "scp: Connection closed by 10.0.0.3 port 22"), (0, ""), (0, "")])
+    calls: list[list[str]] = []
+
+    def capture(argv, timeout_s=30.0, env=None):
+        calls.append(list(argv))
+        return next(answers)
+
+    remote.install(spec, _fake_art(tmp_path), capture=capture)
+    assert [c[0] for c in calls] == ["ssh", "scp", "scp", "ssh"] and no_waits == [1.0]

@@ -197,8 +197,19 @@ def _ssh_remotes(lab, sshd, bin_dir: Path) -> list[dict]:
              "rpc_server_path": str(bin_dir / "ggml-rpc-server")}]
 
 
-def _pidfiles(sshd) -> list[Path]:
-    return sorted(Path(sshd["remote_dir"]).glob("*.pid"))
+def _pidfiles(sshd, wait_s: float = 10.0) -> list[Path]:
+    """The rpc-servers' pid files left in the remote folder, once those being removed are gone (the rpc-server's
+    wrapper removes its file a moment after its port closes)."""
+    deadline = time.monotonic() + wait_s
+    while (left := sorted(Path(sshd["remote_dir"]).glob("*.pid"))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def _sshd_logs(sshd) -> str:
+    """The last lines each namespace's sshd printed: why it dropped or refused a connection."""
+    logs = sorted(Path(sshd["remote_dir"]).parent.glob("sshd-*.log"))
+    return "\n".join(f"{p.name}:\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs)
 
 
 def test_ssh_managed_rpc_servers_run_and_stop(lab, sshd, runs, llama_home, tmp_path):
@@ -222,7 +233,7 @@ def test_ssh_managed_rpc_servers_run_and_stop(lab, sshd, runs, llama_home, tmp_p
     for o in offered:  # nothing left running, nothing left behind
         ep = remote.parse_endpoint(o["endpoint"])
         assert not net.port_open(ep.host, ep.port), f"an rpc-server still listens at {ep}"
-    assert _pidfiles(sshd) == []
+    assert _pidfiles(sshd) == [], _sshd_logs(sshd)
 
 
 def test_ssh_managed_rpc_server_stops_on_failure(lab, sshd, runs, llama_home, tmp_path):
@@ -239,7 +250,7 @@ def test_ssh_managed_rpc_server_stops_on_failure(lab, sshd, runs, llama_home, tm
             assert remote.server_devices(m.log_lines), m.log_lines
             raise RuntimeError("boom")
     assert not net.wait_port(ep.host, ep.port, 1.0), "the rpc-server outlived the failure"
-    assert not m.child.alive() and _pidfiles(sshd) == []
+    assert not m.child.alive() and _pidfiles(sshd) == [], _sshd_logs(sshd)
 
 
 def test_ssh_hangup_alone_stops_the_rpc_server(lab, sshd, runs, llama_home, tmp_path):
@@ -256,7 +267,7 @@ def test_ssh_hangup_alone_stops_the_rpc_server(lab, sshd, runs, llama_home, tmp_
         m.child.popen.kill()  # the ssh client alone, as a SIGKILLed llamalab's would go; no stop command yet
         m.child.popen.wait(10)
         assert _closes(ep, 10.0), "the rpc-server outlived its ssh connection"
-    assert _pidfiles(sshd) == []
+    assert _pidfiles(sshd) == [], _sshd_logs(sshd)
 
 
 def _closes(ep, timeout_s: float) -> bool:
@@ -290,7 +301,8 @@ def test_ctrl_c_leaves_no_rpc_server_on_the_ssh_hosts(lab, sshd, runs, llama_hom
     try:
         deadline = time.monotonic() + 120
         while not all(net.port_open(e.host, e.port) for e in eps):
-            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else ""
+            assert p.poll() is None and time.monotonic() < deadline, \
+                (p.stderr.read() if p.poll() is not None else "") + "\n" + _sshd_logs(sshd)
             time.sleep(0.1)
         time.sleep(1.0)  # into the workload
         p.send_signal(signal.SIGINT)
@@ -301,4 +313,4 @@ def test_ctrl_c_leaves_no_rpc_server_on_the_ssh_hosts(lab, sshd, runs, llama_hom
     assert p.returncode == 130, err[-2000:]
     for e in eps:
         assert _closes(e, 10.0), f"an rpc-server still listens at {e} after Ctrl-C"
-    assert _pidfiles(sshd) == []
+    assert _pidfiles(sshd) == [], _sshd_logs(sshd)

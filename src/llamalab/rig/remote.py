@@ -344,15 +344,39 @@ def _ssh_fail(spec: RemoteSpec, what: str, rc: int, out: str) -> LaunchError:
                            "BatchMode=yes: use a key, e.g. ssh-copy-id); pass -i/-F/-o options in ssh_options.")
 
 
+# What ssh (or scp) prints when the server dropped the connection before it was set up: an sshd throttling new
+# connections (MaxStartups drops some of them at random once several are unauthenticated), restarting, or short of
+# processes. Worth another try; a refused login, an unknown host key or a name that does not resolve is not.
+_DROPPED = re.compile(r"kex_exchange_identification|ssh_exchange_identification|Connection reset by|"
+                      r"Connection closed by|Connection timed out during banner exchange")
+RETRY_WAITS_S = (1.0, 2.0)
+
+
+def connection_dropped(rc: int, out: str) -> bool:
+    """True where an ssh or scp command failed because the connection was dropped while being set up."""
+    return rc != 0 and _DROPPED.search(out) is not None
+
+
+def _over_ssh(capture: Callable[..., tuple[int, str]], argv: list[str], timeout_s: float) -> tuple[int, str]:
+    """`capture(argv)`, tried again (after 1 s, then 2 s) while the connection is dropped during set-up."""
+    rc, out = capture(argv, timeout_s=timeout_s)
+    for wait in RETRY_WAITS_S:
+        if not connection_dropped(rc, out):
+            break
+        time.sleep(wait)
+        rc, out = capture(argv, timeout_s=timeout_s)
+    return rc, out
+
+
 def check_login(spec: RemoteSpec, capture: Callable[..., tuple[int, str]] = proc.capture) -> None:
     """ssh works without a prompt, and the rpc-server named by rpc_server_path is there."""
     assert spec.ssh
-    rc, out = capture(ssh_argv(spec.ssh, ["true"], spec.ssh_options), timeout_s=30.0)
+    rc, out = _over_ssh(capture, ssh_argv(spec.ssh, ["true"], spec.ssh_options), 30.0)
     if rc != 0:
         raise _ssh_fail(spec, "ssh", rc, out)
     if spec.rpc_server_path:
-        rc, out = capture(ssh_argv(spec.ssh, check_command(remote_path(spec.rpc_server_path)), spec.ssh_options),
-                          timeout_s=30.0)
+        rc, out = _over_ssh(capture, ssh_argv(spec.ssh, check_command(remote_path(spec.rpc_server_path)),
+                                              spec.ssh_options), 30.0)
         if rc != 0:
             raise LaunchError(f"rpc_server_path {spec.rpc_server_path} is not an executable on {spec.ssh}.",
                               tip="give the full path of rpc-server there, or leave rpc_server_path out so that "
@@ -367,12 +391,12 @@ def install(spec: RemoteSpec, art: BuildArtifact, capture: Callable[..., tuple[i
         raise LaunchError(f"rpc-server not found at {files['ggml-rpc-server']}",
                           tip="the build needs -DGGML_RPC=ON and the ggml-rpc-server target.")
     remote_dir = f"{remote_path(spec.remote_dir or REMOTE_HOME)}/{content_stamp(files)}"
-    rc, out = capture(ssh_argv(spec.ssh, prepare_dir_command(remote_dir), spec.ssh_options), timeout_s=30.0)
+    rc, out = _over_ssh(capture, ssh_argv(spec.ssh, prepare_dir_command(remote_dir), spec.ssh_options), 30.0)
     if rc == 3:
-        rc, out = capture(scp_argv(spec.ssh, list(files.values()), remote_dir, spec.ssh_options), timeout_s=600.0)
+        rc, out = _over_ssh(capture, scp_argv(spec.ssh, list(files.values()), remote_dir, spec.ssh_options), 600.0)
         if rc != 0:
             raise _ssh_fail(spec, "copying rpc-server with scp", rc, out)
-        rc, out = capture(ssh_argv(spec.ssh, mark_complete_command(remote_dir), spec.ssh_options), timeout_s=30.0)
+        rc, out = _over_ssh(capture, ssh_argv(spec.ssh, mark_complete_command(remote_dir), spec.ssh_options), 30.0)
         if rc != 0:
             raise _ssh_fail(spec, f"touch {remote_dir}/{COMPLETE}", rc, out)
     elif rc != 0:
@@ -399,7 +423,7 @@ def managed(spec: RemoteSpec, art: BuildArtifact, log_dir: Path, *, ready_timeou
     home = remote_path(spec.remote_dir or REMOTE_HOME)
     pidfile = f"{home}/rpc-{ep.port}-{uuid.uuid4().hex[:8]}.pid"
     if spec.rpc_server_path:
-        rc, out = capture(ssh_argv(ssh, ["mkdir", "-p", home], spec.ssh_options), timeout_s=30.0)
+        rc, out = _over_ssh(capture, ssh_argv(ssh, ["mkdir", "-p", home], spec.ssh_options), 30.0)
         if rc != 0:
             raise _ssh_fail(spec, f"mkdir {home}", rc, out)
     log_path = log_dir / f"rpc-server-{ep.host}-{ep.port}.log"
@@ -408,7 +432,7 @@ def managed(spec: RemoteSpec, art: BuildArtifact, log_dir: Path, *, ready_timeou
     with ExitStack() as stack:
         child = spawn(argv, log_path=log_path)
         stack.callback(child.terminate)
-        stack.callback(lambda: capture(ssh_argv(ssh, stop_command(pidfile), spec.ssh_options), timeout_s=30.0))
+        stack.callback(lambda: _over_ssh(capture, ssh_argv(ssh, stop_command(pidfile), spec.ssh_options), 30.0))
         if not net.wait_port(ep.host, ep.port, ready_timeout_s, alive=child.alive):
             tail = "\n".join("    " + ln for ln in child.log_tail(10))
             raise LaunchError(f"the rpc-server started over ssh on {spec.ssh} did not answer at {ep} within "
