@@ -105,7 +105,9 @@ def pytest_collection_modifyitems(config, items):
         return item.nodeid.split("::", 1)[0]
 
     items.sort(key=lambda item: rank.get(module(item), len(rank)))  # stable: the rest keep their order
-    if getattr(config.option, "dist", "no") != "loadgroup":  # xdist_group exists only where pytest-xdist is loaded
+    # xdist_group is known only where pytest-xdist is loaded (`pytest -p no:xdist` runs without it). Not
+    # `config.option.dist`: a worker, where the tests are collected and the group is read, runs with dist "no".
+    if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
         if item.get_closest_marker("spread") is None:

@@ -168,12 +168,13 @@ def sshd(lab, tmp_path_factory):
         f"Port 22\nHostKey {tmp / 'host'}\nAuthorizedKeysFile {tmp / 'authorized_keys'}\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "UsePAM no\nStrictModes no\nPidFile none\nSubsystem sftp internal-sftp\n")
-    privsep = Path("/run/sshd")
-    made_privsep = not privsep.exists()
+    # sshd checks its privilege separation folder at start and again in each connection's child. Made here where
+    # absent and left in place (empty, as openssh-server's own start-up leaves it): removing it would make every
+    # other sshd on this machine drop new connections ("Missing privilege separation directory: /run/sshd"), this
+    # fixture's in another pytest process included.
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     children = []
     try:
-        if made_privsep:
-            privsep.mkdir(mode=0o755)
         for h in lab.hosts:
             c = proc.spawn(["ip", "netns", "exec", h.ns, str(SSHD), "-D", "-e", "-f", str(tmp / "sshd_config"),
                             "-o", f"ListenAddress={h.address}"], log_path=tmp / f"sshd-{h.ns}.log")
@@ -185,8 +186,6 @@ def sshd(lab, tmp_path_factory):
     finally:
         for c in children:
             c.terminate(grace_s=3.0)
-        if made_privsep:
-            shutil.rmtree(privsep, ignore_errors=True)
 
 
 def _ssh_remotes(lab, sshd, bin_dir: Path) -> list[dict]:
