@@ -152,7 +152,8 @@ class Lab:
             relay = self.shaping.get("mode") == "tbf+relay"
             port = h.port + 1 if relay else h.port
             c = proc.spawn(["ip", "netns", "exec", h.ns, str(binary), "-H", h.address, "-p", str(port),
-                            "-t", str(threads)], log_path=log_dir / f"{h.ns}-rpc-server.log", env=env)
+                            "-t", str(threads)], log_path=log_dir / f"{h.ns}-rpc-server.log", env=env,
+                           ignore_sigpipe=True)  # as docs/rpc.md tells users to start theirs
             self.children.append(c)
             if not net.wait_port(h.address, port, 30, alive=c.alive):
                 raise RuntimeError(f"rpc-server in {h.ns} did not listen on {h.address}:{port}: {c.log_tail(10)}")

@@ -79,3 +79,23 @@ def test_a_stop_request_survives_a_swallowed_interrupt():
     finally:
         proc.STOP.clear()
     proc.check_stop()  # no request: nothing happens
+
+
+def _sigignored(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+
+
+def test_spawn_can_start_a_child_with_sigpipe_ignored(tmp_path):
+    """rpc-servers start with SIGPIPE ignored (a client gone mid-request must not kill them); others keep the
+    default, which Python's own SIG_IGN must not leak into."""
+    pipe_bit = 1 << (13 - 1)
+    plain = proc.spawn(["sleep", "30"], log_path=tmp_path / "a.log")
+    ignoring = proc.spawn(["sleep", "30"], log_path=tmp_path / "b.log", ignore_sigpipe=True)
+    try:
+        time.sleep(0.1)
+        assert not _sigignored(plain.pid) & pipe_bit
+        assert _sigignored(ignoring.pid) & pipe_bit
+    finally:
+        plain.terminate(grace_s=0.5)
+        ignoring.terminate(grace_s=0.5)

@@ -107,6 +107,16 @@ def _die_with_parent() -> None:
             pass
 
 
+def _die_with_parent_no_sigpipe() -> None:
+    """`_die_with_parent`, and SIGPIPE ignored (an ignored signal stays ignored across exec). For a server whose
+    clients may go away mid-request: llama.cpp's rpc-server writes its replies with plain send(), so a reply to a
+    client that closed its socket (a llama-server killed once its memory fit is printed) raises SIGPIPE and the
+    rpc-server dies (exit -13) for every later client; with SIGPIPE ignored the send fails with EPIPE, the
+    rpc-server drops that client and accepts the next."""
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    _die_with_parent()
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -120,15 +130,17 @@ def spawn(
     log_path: Path,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    ignore_sigpipe: bool = False,
 ) -> Child:
-    """Start `argv` in a new process group with stdout and stderr appended to `log_path`."""
+    """Start `argv` in a new process group with stdout and stderr appended to `log_path`. `ignore_sigpipe`: the
+    child starts with SIGPIPE ignored (`_die_with_parent_no_sigpipe` says why: rpc-servers)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return _start(argv, log_path, log, env, cwd)
+        return _start(argv, log_path, log, env, cwd, ignore_sigpipe=ignore_sigpipe)
 
 
 def _start(argv: Sequence[str], log_path: Path, stdout: int | IO[bytes], env: Mapping[str, str] | None,
-           cwd: Path | None) -> Child:
+           cwd: Path | None, *, ignore_sigpipe: bool = False) -> Child:
     """Popen in a new session (its own process group), dying with llamalab, registered as live."""
     argv = [str(a) for a in argv]
     try:
@@ -140,7 +152,7 @@ def _start(argv: Sequence[str], log_path: Path, stdout: int | IO[bytes], env: Ma
             env={**os.environ, **(env or {})},
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with_parent_no_sigpipe if ignore_sigpipe else _die_with_parent,
         )
     except OSError as e:
         raise _cannot_start(argv[0], e) from None

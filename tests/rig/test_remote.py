@@ -410,6 +410,17 @@ def test_start_and_stop_commands_work_in_a_posix_shell(tmp_path):
     subprocess.run(["sh", "-c", shlex.join(remote.stop_command(pidfile))], check=True)  # twice: still fine
 
 
+def test_the_remote_rpc_server_starts_with_sigpipe_ignored(tmp_path):
+    """A client gone mid-request must not kill the rpc-server llamalab starts over ssh (proc.spawn's
+    ignore_sigpipe says why): the start snippet ignores SIGPIPE, and exec keeps it ignored."""
+    probe = tmp_path / "probe"
+    probe.write_text('#!/bin/sh\ngrep SigIgn: /proc/$$/status\n')
+    probe.chmod(0o755)
+    cmd = remote.start_command(str(probe), "10.0.0.3", 50052, None, str(tmp_path / "rpc.pid"))
+    out = subprocess.run(["sh", "-c", shlex.join(cmd)], capture_output=True, text=True, check=True).stdout
+    assert int(out.split()[1], 16) & (1 << (13 - 1)), out
+
+
 def test_prepare_dir_command_copies_again_until_a_copy_completed(tmp_path):
     d = tmp_path / "rpc" / "abc"
     cmd = remote.prepare_dir_command(str(d))

@@ -80,7 +80,8 @@ def local_rpc(build: BuildArtifact, count: int, log_dir: Path, *, host: str = "1
             for attempt in range(3):  # a port taken between choosing and binding: choose again
                 port = net.free_port(host)
                 log_path = log_dir / f"rpc-server-{i}.log"
-                child = proc.spawn(rpc_server_argv(binary, host, port, threads), log_path=log_path, env=build.env())
+                child = proc.spawn(rpc_server_argv(binary, host, port, threads), log_path=log_path, env=build.env(),
+                                   ignore_sigpipe=True)  # a client killed mid-request must not kill it
                 stack.callback(child.terminate)
                 if net.wait_port(host, port, ready_timeout_s, alive=child.alive):
                     break

@@ -309,10 +309,12 @@ def mark_complete_command(remote_dir: str) -> list[str]:
 
 def start_command(binary: str, bind: str, port: int, threads: int | None, pidfile: str,
                   lib_dir: str | None = None) -> list[str]:
-    """Run rpc-server in the foreground of the ssh session, its pid written to `pidfile` for `stop_command`."""
+    """Run rpc-server in the foreground of the ssh session, its pid written to `pidfile` for `stop_command`, with
+    SIGPIPE ignored (it stays ignored across exec): rpc-server writes replies with plain send(), and a client gone
+    mid-request (a llama-server killed after its memory fit) would otherwise kill it (proc.spawn's ignore_sigpipe)."""
     argv = [binary, "-H", bind, "-p", str(port)] + (["-t", str(threads)] if threads else [])
     env = ["env", f"LD_LIBRARY_PATH={lib_dir}"] if lib_dir else []
-    return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', pidfile, *env, *argv]
+    return ["sh", "-c", 'trap "" PIPE; echo $$ > "$0" && exec "$@"', pidfile, *env, *argv]
 
 
 def stop_command(pidfile: str) -> list[str]:
