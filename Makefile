@@ -54,7 +54,7 @@ test: setup lint
 	exit $$rc
 
 # The fast suite: no llama.cpp and no network (it passes inside `unshare -n` once `make setup` has installed
-# everything), under two minutes on two cores (issue 27 aims at one; benchmarks/ci-time/README.md). Its tests are
+# everything), under a minute on two cores (about 50 s with `make lint`; benchmarks/ci-time/README.md). Its tests are
 # independent of each other, so they run on one pytest-xdist worker per core (at most 8; an idle worker takes tests
 # queued for a busy one), the heaviest modules first (tests/conftest.py). `make test` keeps a module on one worker
 # (above): the llama.cpp tests share one build and time real servers.

@@ -138,7 +138,8 @@ class Hub:
         self._blob = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         for s in (self._api, self._blob):
             s.daemon_threads = True
-            threading.Thread(target=s.serve_forever, daemon=True).start()
+            # a short poll: shutdown() waits for serve_forever's next poll (0.5 s by default), twice a hub
+            threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         STARTED.extend((self.endpoint, self.blob_base))
         return self
 

@@ -30,8 +30,10 @@ from llamalab.store.db import Store
 from llamalab.write import atomic_write
 from testpaths import ROOT
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed here (Debian: apt-get install "
-                                "chromium); CI installs it in .ci/run, so this test runs there")
+# `slow`: a Chromium start and render is 3-4 s a test, the fast suite's longest; `make test` runs both
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed here (Debian: apt-get install "
+                                 "chromium); CI installs it in .ci/run, so this test runs there")]
 
 ARTIFACTS = Path(os.environ.get("LLAMALAB_TEST_ARTIFACTS") or ROOT / "test-artifacts")
 PLOTS = ["plot-memory", "plot-compute", "plot-context", "plot-throughput"]
