@@ -21,10 +21,21 @@ def _configs(store, run_id):
     return {(c["build"], c["setting"]): c for c in store.configs(run_id)}
 
 
+def _ctx_beyond_memory() -> int:
+    """A context whose KV cache is four times this machine's memory and swap: its allocation fails while loading.
+    The tiny model's cache takes 3,072 bytes a token on RPC0 (f16/q8_0). Not larger than needed: llama.cpp sets up
+    ~20 bytes of host bookkeeping a cell before it allocates (200,000,000 tokens took 22 s and 4 GB to fail)."""
+    with open("/proc/meminfo") as f:
+        kib = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f)}
+    total = (kib["MemTotal"] + kib.get("SwapTotal", 0)) * 1024
+    return max(16_000_000, -(-4 * total // 3072))
+
+
 def test_server_that_fails_to_start_is_recorded_and_the_study_goes_on(demo_prep, llama_home, tmp_path):
     # a context no machine has memory for: the KV cache allocation fails while loading
+    huge = _ctx_beyond_memory()
     store, rid = run_study(llama_home, tmp_path, ONE_BUILD + [
-        'settings=[{name="huge-ctx",args=["-c","200000000","-fit","off"]},{name="ok",args=[]}]'])
+        f'settings=[{{name="huge-ctx",args=["-c","{huge}","-fit","off"]}},{{name="ok",args=[]}}]'])
     c = _configs(store, rid)
     assert c[("copies4", "huge-ctx")]["status"] == "failed"
     assert "out of memory" in c[("copies4", "huge-ctx")]["reason"]

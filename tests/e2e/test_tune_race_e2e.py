@@ -10,8 +10,9 @@ the exhaustive run's configuration with fewer trials. The race's decisions under
 the throughput goal) are checked where noise cannot enter: replayed over the exhaustive run's own trials, they
 must pick what the same rule picks from all of them.
 
-Gemma 3 270M (a real model from PyPI): llama-perplexity's KL divergence of f16/q8_0, q8_0/q8_0 and q4_0/q4_0 caches
-against f16/f16; q4_0/q4_0 must change the output more than q8_0/q8_0.
+Gemma 3 270M (a real model from PyPI): llama-perplexity's KL divergence of q8_0/q8_0 and q4_0/q4_0 caches against
+f16/f16; q4_0/q4_0 must change the output more than q8_0/q8_0 (f16/q8_0, between them, is in docs/tune.md's table;
+each pair is a llama-perplexity run of about 20 s here).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_kld_of_quantized_kv_caches_on_gemma(llama_home, tmp_path, demo_prep):
     info = models.read_info(model)
     t0 = time.monotonic()
     q = quality.for_pairs(art.binary("llama-perplexity"), model, info.fingerprint, demo_prep.source.path,
-                          ["f16/q8_0", "q8_0/q8_0", "q4_0/q4_0"], tmp_path / "home", tmp_path / "logs", art.env(),
+                          ["q8_0/q8_0", "q4_0/q4_0"], tmp_path / "home", tmp_path / "logs", art.env(),
                           Progress())
     assert q.measured and not q.notes, q.notes
     k = q.by_pair
