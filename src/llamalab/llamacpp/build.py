@@ -331,6 +331,7 @@ class Builder:
                 if reconfigure:
                     forget_other_source(tree, src)
                     run_step(configure, log_path, what, "configure", env=env or None, progress=self.progress)
+                ccache.relative_unity_includes(tree)
                 run_step(cmake_build_argv(tree, targets, self.jobs), log_path, what, "build", env=env or None,
                          progress=self.progress)
 

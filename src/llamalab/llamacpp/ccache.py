@@ -10,6 +10,12 @@ compile reads `.src/ggml/src/ggml.c` whatever the tree, the llama.cpp version or
 variant, a forced rebuild, another version and each bisect commit then compile only the files whose preprocessed
 text or flags differ. `hash_dir` is off (release builds carry no debug information naming the directory).
 
+One kind of file escapes the link: CMake's unity sources. llama.cpp builds libllama's model files 16 to a file
+(`UNITY_BUILD`), and CMake (before 4.0's `UNITY_BUILD_RELOCATABLE`) writes each as `#include "<tree>/.src/src/models/
+x.cpp"`, an absolute path inside the tree, so their text differs from tree to tree and ccache missed the ten
+heaviest compiles of libllama in every new tree of the same source (the BLAS and Vulkan trees, each bisect build).
+`relative_unity_includes` rewrites those includes relative to the unity file after CMake has written them.
+
 The cache is `$CCACHE_DIR` where the user set one, else `<home>/ccache`, capped at `$CCACHE_MAXSIZE` or 5 GiB;
 `LLAMALAB_CCACHE=0` turns it off (`CCACHE_DISABLE`: the compilers run directly). `counted` reads
 `ccache --print-stats` before and after a build, so each build records how many of its compiles the cache answered.
@@ -18,6 +24,7 @@ The cache is `$CCACHE_DIR` where the user set one, else `<home>/ccache`, capped 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -65,6 +72,45 @@ def source_link(tree: Path, source: Path) -> Path:
         link.unlink()
     link.symlink_to(target, target_is_directory=True)
     return link
+
+
+_UNITY_SOURCE = re.compile(r"unity_\d+_\w+\.(?:c|cxx|cu|m|mm)")
+_INCLUDE = re.compile(r'^#include "(/[^"\n]+)"$', re.MULTILINE)
+
+
+def relative_include_text(text: str, unity_dir: str, tree: str) -> str:
+    """A unity source's text with each `#include "/abs/path"` under `tree` made relative to `unity_dir` (pure)."""
+    prefix = tree.rstrip("/") + "/"
+
+    def rel(m: re.Match[str]) -> str:
+        path = m.group(1)
+        if not path.startswith(prefix):
+            return m.group(0)
+        return f'#include "{os.path.relpath(path, unity_dir)}"'
+
+    return _INCLUDE.sub(rel, text)
+
+
+def relative_unity_includes(tree: Path) -> int:
+    """Rewrite the includes of every CMake unity source in `tree` relative to that source (module docstring), so
+    that its compile reads the same in every tree; returns how many files changed. Run between CMake's configure and
+    the build. The included path names the same file either way; where CMake writes a unity source again during the
+    build (a regeneration), it is compiled as CMake wrote it: a cache miss, never a different build."""
+    changed = 0
+    for folder, dirs, files in os.walk(tree):
+        dirs[:] = [d for d in dirs if d != SOURCE_LINK]  # the source, never generated files
+        if os.path.basename(folder) != "Unity":
+            continue
+        for name in files:
+            if not _UNITY_SOURCE.fullmatch(name):
+                continue
+            path = Path(folder) / name
+            text = path.read_text()
+            new = relative_include_text(text, folder, str(tree))
+            if new != text:
+                path.write_text(new)
+                changed += 1
+    return changed
 
 
 @dataclass(frozen=True)

@@ -349,6 +349,7 @@ class Tree:
 
         def steps() -> None:
             buildmod.run_step(configure, log, what, "configure", env=env or None, progress=progress)
+            ccache.relative_unity_includes(b)
             buildmod.run_step(buildmod.cmake_build_argv(b, self.targets, self.jobs), log, what, "build",
                               env=env or None, progress=progress)
 
