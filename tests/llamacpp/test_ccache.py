@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import subprocess
@@ -103,6 +104,13 @@ def test_unity_includes_under_the_tree_become_relative_to_the_unity_file():
     assert ccache.relative_include_text(got, "/t/b/src/CMakeFiles/llama.dir/Unity", "/t/b") == got
 
 
+def _configure(link: Path, tree: Path, gen: list[str], env: dict, written: list[str]) -> None:
+    """CMake's configure of the unity project; what it wrote as the unity source goes into `written`."""
+    subprocess.run(["cmake", "-S", str(link), "-B", str(tree), *gen, "-DCMAKE_C_COMPILER_LAUNCHER=ccache"],
+                   env=env, check=True, capture_output=True)
+    written.append(next(tree.glob("CMakeFiles/u.dir/Unity/unity_0_c.c")).read_text())
+
+
 UNITY_PROJECT = """cmake_minimum_required(VERSION 3.16)
 project(u C)
 add_library(u STATIC a.c b.c c.c)
@@ -129,13 +137,21 @@ def test_a_unity_build_in_a_second_tree_is_a_cache_hit(tmp_path, monkeypatch):
         tree.mkdir(parents=True)
         link = ccache.source_link(tree, src)
         env = {**os.environ, **ccache.env(tree, tmp_path / "home")}
-        subprocess.run(["cmake", "-S", str(link), "-B", str(tree), *gen, "-DCMAKE_C_COMPILER_LAUNCHER=ccache"],
-                       env=env, check=True, capture_output=True)
+        written: list[str] = []
+        configure = functools.partial(_configure, link, tree, gen, env, written)
+        assert ccache.relative_unity_includes(tree, configure) == 1
+        assert f'#include "{link}/a.c"' in written[0]  # what CMake writes
         unity = next(tree.glob("CMakeFiles/u.dir/Unity/unity_0_c.c"))
-        assert f'#include "{link}/a.c"' in unity.read_text()  # what CMake writes
-        assert ccache.relative_unity_includes(tree) == 1 and ccache.relative_unity_includes(tree) == 0
-        assert '#include "../../../.src/a.c"' in unity.read_text()
+        assert '#include "../../../.src/a.c"' in unity.read_text() and ccache.relative_unity_includes(tree) == 0
         before = ccache.stats(env)
         subprocess.run(["cmake", "--build", str(tree)], env=env, check=True, capture_output=True)
         counts.append(ccache.delta(before, ccache.stats(env)))
     assert (counts[0].misses, counts[1].hits, counts[1].misses) == (1, 1, 0), counts
+    # configured again (as each bisect commit is): CMake writes the absolute includes again, the rewrite gives the
+    # same text back with its old time, and the build has nothing to compile
+    mtime = unity.stat().st_mtime_ns
+    assert ccache.relative_unity_includes(tree, configure) == 1 and f'"{link}/a.c"' in written[-1]
+    assert unity.stat().st_mtime_ns == mtime
+    before = ccache.stats(env)
+    subprocess.run(["cmake", "--build", str(tree)], env=env, check=True, capture_output=True)
+    assert ccache.delta(before, ccache.stats(env)).total == 0

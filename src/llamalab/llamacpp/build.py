@@ -327,11 +327,12 @@ class Builder:
             reconfigure = not (tree / "CMakeCache.txt").exists() or not done or \
                 not same_configure(done.get("configure"), configure)
 
+            def configure_step() -> None:
+                forget_other_source(tree, src)
+                run_step(configure, log_path, what, "configure", env=env or None, progress=self.progress)
+
             def steps() -> None:
-                if reconfigure:
-                    forget_other_source(tree, src)
-                    run_step(configure, log_path, what, "configure", env=env or None, progress=self.progress)
-                ccache.relative_unity_includes(tree)
+                ccache.relative_unity_includes(tree, configure_step if reconfigure else None)
                 run_step(cmake_build_argv(tree, targets, self.jobs), log_path, what, "build", env=env or None,
                          progress=self.progress)
 

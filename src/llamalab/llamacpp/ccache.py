@@ -91,25 +91,38 @@ def relative_include_text(text: str, unity_dir: str, tree: str) -> str:
     return _INCLUDE.sub(rel, text)
 
 
-def relative_unity_includes(tree: Path) -> int:
-    """Rewrite the includes of every CMake unity source in `tree` relative to that source (module docstring), so
-    that its compile reads the same in every tree; returns how many files changed. Run between CMake's configure and
-    the build. The included path names the same file either way; where CMake writes a unity source again during the
-    build (a regeneration), it is compiled as CMake wrote it: a cache miss, never a different build."""
-    changed = 0
+def unity_sources(tree: Path) -> dict[Path, tuple[str, int]]:
+    """Every CMake unity source in `tree`: its text and modification time (ns)."""
+    out = {}
     for folder, dirs, files in os.walk(tree):
         dirs[:] = [d for d in dirs if d != SOURCE_LINK]  # the source, never generated files
-        if os.path.basename(folder) != "Unity":
-            continue
-        for name in files:
-            if not _UNITY_SOURCE.fullmatch(name):
-                continue
-            path = Path(folder) / name
-            text = path.read_text()
-            new = relative_include_text(text, folder, str(tree))
-            if new != text:
-                path.write_text(new)
-                changed += 1
+        if os.path.basename(folder) == "Unity":
+            for name in files:
+                if _UNITY_SOURCE.fullmatch(name):
+                    path = Path(folder) / name
+                    out[path] = (path.read_text(), path.stat().st_mtime_ns)
+    return out
+
+
+def relative_unity_includes(tree: Path, configure: Callable[[], None] | None = None) -> int:
+    """Run `configure` (CMake, which writes every unity source again), then rewrite the includes of the unity sources
+    in `tree` relative to each source (module docstring), so that its compile reads the same in every tree; returns
+    how many files were rewritten. A unity source whose text ends as it was before the configure gets its old
+    modification time back: ninja would otherwise compile it (and relink libllama) again at every configure. The
+    included path names the same file either way; where CMake writes a unity source again during the build (a
+    regeneration ninja starts), it is compiled as CMake wrote it: a cache miss, never a different build."""
+    before = unity_sources(tree) if configure is not None else {}
+    if configure is not None:
+        configure()
+    changed = 0
+    for path, (text, _) in unity_sources(tree).items():
+        new = relative_include_text(text, str(path.parent), str(tree))
+        if new != text:
+            path.write_text(new)
+            changed += 1
+        old = before.get(path)
+        if old is not None and old[0] == new and path.stat().st_mtime_ns != old[1]:
+            os.utime(path, ns=(old[1], old[1]))
     return changed
 
 

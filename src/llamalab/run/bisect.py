@@ -348,8 +348,8 @@ class Tree:
         progress = self.progress.build if self.progress else None
 
         def steps() -> None:
-            buildmod.run_step(configure, log, what, "configure", env=env or None, progress=progress)
-            ccache.relative_unity_includes(b)
+            ccache.relative_unity_includes(b, lambda: buildmod.run_step(configure, log, what, "configure",
+                                                                         env=env or None, progress=progress))
             buildmod.run_step(buildmod.cmake_build_argv(b, self.targets, self.jobs), log, what, "build",
                               env=env or None, progress=progress)
 
