@@ -4,8 +4,8 @@ DOM: the answer, the memory figure and the decision table start on the first scr
 edge is past the viewport and the page never scrolls sideways at either width — with every fold closed and with
 every fold open; every image has alt text and every inline SVG a title.
 
-All `slow` (about 20 s each; `make test` runs them); the fast suite's browser test (test_html_browser.py) renders a
-fixture run's page.
+All `slow` (about 20 s each; `make test` runs them), as is test_html_browser.py, which renders a fixture run's page
+(3-4 s a browser start).
 Skipped only where Chromium is absent (CI installs it).
 """
 
