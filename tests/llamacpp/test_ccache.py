@@ -142,7 +142,8 @@ def test_a_unity_build_in_a_second_tree_is_a_cache_hit(tmp_path, monkeypatch):
         assert ccache.relative_unity_includes(tree, configure) == 1
         assert f'#include "{link}/a.c"' in written[0]  # what CMake writes
         unity = next(tree.glob("CMakeFiles/u.dir/Unity/unity_0_c.c"))
-        assert '#include "../../../.src/a.c"' in unity.read_text() and ccache.relative_unity_includes(tree) == 0
+        assert '#include "../../../.src/a.c"' in unity.read_text()
+        assert ccache.relative_unity_includes(tree, lambda: None) == 0  # nothing left to rewrite
         before = ccache.stats(env)
         subprocess.run(["cmake", "--build", str(tree)], env=env, check=True, capture_output=True)
         counts.append(ccache.delta(before, ccache.stats(env)))

@@ -332,7 +332,8 @@ class Builder:
                 run_step(configure, log_path, what, "configure", env=env or None, progress=self.progress)
 
             def steps() -> None:
-                ccache.relative_unity_includes(tree, configure_step if reconfigure else None)
+                if reconfigure:  # a tree configured as it is keeps its unity sources (and the objects made of them)
+                    ccache.relative_unity_includes(tree, configure_step)
                 run_step(cmake_build_argv(tree, targets, self.jobs), log_path, what, "build", env=env or None,
                          progress=self.progress)
 

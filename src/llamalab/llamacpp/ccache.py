@@ -104,16 +104,15 @@ def unity_sources(tree: Path) -> dict[Path, tuple[str, int]]:
     return out
 
 
-def relative_unity_includes(tree: Path, configure: Callable[[], None] | None = None) -> int:
+def relative_unity_includes(tree: Path, configure: Callable[[], None]) -> int:
     """Run `configure` (CMake, which writes every unity source again), then rewrite the includes of the unity sources
     in `tree` relative to each source (module docstring), so that its compile reads the same in every tree; returns
     how many files were rewritten. A unity source whose text ends as it was before the configure gets its old
     modification time back: ninja would otherwise compile it (and relink libllama) again at every configure. The
     included path names the same file either way; where CMake writes a unity source again during the build (a
     regeneration ninja starts), it is compiled as CMake wrote it: a cache miss, never a different build."""
-    before = unity_sources(tree) if configure is not None else {}
-    if configure is not None:
-        configure()
+    before = unity_sources(tree)
+    configure()
     changed = 0
     for path, (text, _) in unity_sources(tree).items():
         new = relative_include_text(text, str(path.parent), str(tree))
