@@ -1,6 +1,8 @@
 """`llamalab tune` for real on the CPU demo rig: two local rpc-servers standing for 300 MiB cards, the pinned
 llama.cpp, the synthetic tiny models. Issue 20's bar: on 2 cores the whole tune (both stages) finishes in under
-10 minutes, and its pick holds at least llama.cpp's default context without generating measurably slower."""
+10 minutes, and its pick holds at least llama.cpp's default context without generating measurably slower than the
+speed floor (the default's, or where the default does not fit the budgets and nothing that fits is as fast, the
+fastest configuration that fits)."""
 
 from __future__ import annotations
 
@@ -55,13 +57,25 @@ def test_tune_demo_beats_or_keeps_the_default(tmp_path):
         if c.get("build") and c["build"] in ledger_ctx:
             assert ledger_ctx[c["build"]] == c["n_ctx"]
             assert all(u <= 236 for u in c["devices_mib"])
-    # the pick: at least the default's context, generation not measurably slower (its stored trials, recomputed)
+    # the pick: at least the default's context, generation not measurably slower than the speed floor (its stored
+    # trials, recomputed). The floor is the default's generation, but here the default does not fit the budgets
+    # (llama.cpp's own fit leaves RPC1 at ~300 of the 236 MiB a card may use): where nothing that fits is as fast as
+    # it, the floor is the fastest configuration that fits (docs/tune.md, "What the pick means"). Which applies is
+    # the machine's noise: a run with a compile beside it measured everything that fits 0.91-0.95x the default's.
     by = {m.name: m for m in rtune.measures_of(data, v)}
     pick, default = by[v.pick.name], by["default"]
     assert pick.n_ctx >= default.n_ctx
-    if v.pick.name != "default":
-        r = stats.ratio(default.samples["output_tps"], pick.samples["output_tps"])
-        assert stats.verdict(r, doc["threshold"]) != "slower", stats.format_ratio(r)
+    assert v.rule.default_fits == (not doc["default"]["over_budget"])
+    floor = by[v.pick.floor or "default"]
+    if floor.name != "default":
+        assert not v.rule.default_fits and "the fastest configuration that fits" in v.pick.reason, v.pick
+        for m in by.values():  # the default's floor passed nothing that fits: that is why the floor moved
+            if m.name in v.pick.considered:
+                r = stats.ratio(default.samples["output_tps"], m.samples["output_tps"])
+                assert stats.verdict(r, doc["threshold"]) == "slower" or r.ratio < 1 - 2 * doc["threshold"], m.name
+    if v.pick.name != floor.name:
+        r = stats.ratio(floor.samples["output_tps"], pick.samples["output_tps"])
+        assert stats.verdict(r, doc["threshold"]) != "slower", (floor.name, stats.format_ratio(r))
     assert out["pick"]["command"].startswith("llama-server -m ") and "-np 2 -kvu" in out["pick"]["command"]
     if v.pick.name != "default":
         assert f"-c {pick.n_ctx}" in out["pick"]["command"]
