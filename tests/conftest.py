@@ -79,14 +79,17 @@ def loopback() -> None:
 
 # ---------------------------------------------------------------- how `make test` shares the tests between workers
 
-# The modules that take longest in `make test`, heaviest first (seconds summed over workers, benchmarks/ci-time/
-# README.md, 2026-12-03): they start first, so that no long module is left for one worker at the end while the
-# other idles. Only the order depends on this list; a module missing from it runs after these, in collection order.
+# The modules that take longest in `make test` (seconds summed over workers, benchmarks/ci-time/README.md): they
+# start first, so that no long module is left for one worker at the end while the other idles. Only the order depends
+# on this list; a module missing from it runs after these, in collection order. The versions module leads: on a
+# machine that has not built b11434 yet its fixture compiles it (about 600 s of one core), and that compile should
+# run beside the tests that only use the CPU in Python (the hostile sweeps, the golden reports, fuzzing, parse bounds,
+# the remote plans' dry runs) rather than beside the tune tests, whose races run more trials the noisier the machine.
 HEAVY_FIRST = [
-    "tests/e2e/test_tune_race_e2e.py", "tests/e2e/test_hostile_round3.py", "tests/test_remote_plan.py",
-    "tests/e2e/test_versions_e2e.py", "tests/e2e/test_tune_e2e.py", "tests/e2e/test_demo_e2e.py",
-    "tests/e2e/test_budget_context_e2e.py", "tests/llamacpp/test_ledger_fuzz.py", "tests/test_faults.py",
-    "tests/llamacpp/test_parse_bounds.py", "tests/report/test_golden.py", "tests/test_vulkan_lavapipe.py",
+    "tests/e2e/test_versions_e2e.py", "tests/e2e/test_hostile_round3.py", "tests/test_remote_plan.py",
+    "tests/report/test_golden.py", "tests/llamacpp/test_ledger_fuzz.py", "tests/llamacpp/test_parse_bounds.py",
+    "tests/e2e/test_tune_race_e2e.py", "tests/e2e/test_tune_e2e.py", "tests/e2e/test_demo_e2e.py",
+    "tests/e2e/test_budget_context_e2e.py", "tests/test_faults.py", "tests/test_vulkan_lavapipe.py",
     "tests/e2e/test_grid_e2e.py", "tests/e2e/test_interrupt.py", "tests/run/test_faults.py", "tests/run/test_bos.py",
     "tests/e2e/test_speed_e2e.py", "tests/e2e/test_split_modes_e2e.py", "tests/llamacpp/test_remote_models.py",
     "tests/run/test_plan.py", "tests/rig/test_rpc_netns.py",
