@@ -19,7 +19,7 @@ from llamalab import cli
 from llamalab.llamacpp import models
 from llamalab.report import data as rdata
 from llamalab.report import tune as rtune
-from llamalab.run import stats
+from llamalab.run import stats, tunepick
 from llamalab.run import tunespace as ts
 from llamalab.store.db import Store
 
@@ -69,13 +69,12 @@ def test_tune_demo_beats_or_keeps_the_default(tmp_path):
     floor = by[v.pick.floor or "default"]
     if floor.name != "default":
         assert not v.rule.default_fits and "the fastest configuration that fits" in v.pick.reason, v.pick
-        for m in by.values():  # the default's floor passed nothing that fits: that is why the floor moved
-            if m.name in v.pick.considered:
-                r = stats.ratio(default.samples["output_tps"], m.samples["output_tps"])
-                assert stats.verdict(r, doc["threshold"]) == "slower" or r.ratio < 1 - 2 * doc["threshold"], m.name
+        for name in v.pick.considered:  # the default's floor passed none of them: that is why the floor moved
+            got = tunepick.compare(default, by[name], "output_tps", doc["threshold"])
+            assert got is not None and (got[1] == "slower" or got[0].ratio < 1 - 2 * doc["threshold"]), name
     if v.pick.name != floor.name:
-        r = stats.ratio(floor.samples["output_tps"], pick.samples["output_tps"])
-        assert stats.verdict(r, doc["threshold"]) != "slower", (floor.name, stats.format_ratio(r))
+        got = tunepick.compare(floor, pick, "output_tps", doc["threshold"])
+        assert got is not None and got[1] != "slower", (floor.name, stats.format_ratio(got[0]) if got else None)
     assert out["pick"]["command"].startswith("llama-server -m ") and "-np 2 -kvu" in out["pick"]["command"]
     if v.pick.name != "default":
         assert f"-c {pick.n_ctx}" in out["pick"]["command"]
