@@ -5,10 +5,11 @@
 
 --phases: `name seconds` lines that .ci/run writes (apt, the Vulkan toolchain, make test); --junit: pytest's
 JUnit XML, one file per pass of `make test` (each pass's wall time, and test time by module summed over the passes
-and their workers); --home: the build cache (default $LLAMALAB_HOME or ~/.cache/llamalab), whose trees
-each recorded their compile time and ccache counts in llamalab-build.json; --bisect-root: where the bisect tests'
-own homes were (pytest's basetemp), for their per-commit ccache counts; --since: trees whose marker is older
-show as reused. Prints Markdown; reads only files.
+and their workers, with the CPU seconds tests/conftest.py records for each test: two busy workers inflate the wall
+time, not the CPU); --home: the build cache (default $LLAMALAB_HOME or ~/.cache/llamalab), whose trees each
+recorded their compile time and ccache counts in llamalab-build.json; --bisect-root: where the bisect tests' own
+homes were (pytest's basetemp), for their per-commit ccache counts; --since: trees whose marker is older show as
+reused. Prints Markdown; reads only files.
 """
 from __future__ import annotations
 
@@ -52,16 +53,25 @@ def bisects(root: Path) -> list[tuple[str, str]]:
     return rows
 
 
-def modules(roots: list[ET.Element]) -> list[tuple[str, float, int]]:
-    by: dict[str, list[float]] = defaultdict(list)
+def _cpu(case: ET.Element) -> tuple[float, float]:
+    """A test's CPU seconds as tests/conftest.py records them: (the pytest process, the processes it reaped)."""
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    return float(props.get("cpu_s") or 0), float(props.get("child_cpu_s") or 0)
+
+
+def modules(roots: list[ET.Element]) -> list[tuple[str, float, int, float, float]]:
+    """Each test module: (name, seconds summed over the workers, tests, CPU seconds of the pytest process, of the
+    processes its tests started), the slowest first."""
+    by: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for root in roots:
         for case in root.iter("testcase"):
             # tests.report.test_grid[.TestClass] → tests.report.test_grid: the module, however deep its folder
             mod = (case.get("classname") or "?").split(".")
             i = next((i for i, part in enumerate(mod) if part.startswith("test_")), 0)
             name = ".".join(mod[: i + 1]) if mod[0] == "tests" else mod[0]
-            by[name].append(float(case.get("time") or 0))
-    return sorted(((m, sum(t), len(t)) for m, t in by.items()), key=lambda r: -r[1])
+            by[name].append((float(case.get("time") or 0), *_cpu(case)))
+    rows = [(m, sum(t[0] for t in ts), len(ts), sum(t[1] for t in ts), sum(t[2] for t in ts)) for m, ts in by.items()]
+    return sorted(rows, key=lambda r: -r[1])
 
 
 def passes(junits: dict[str, ET.Element]) -> list[tuple[str, float, int]]:
@@ -104,13 +114,19 @@ def main() -> None:
             print(f"| {stem} | {sec:.0f} | {n} |")
         print()
         rows = modules(list(junits.values()))
-        print("| Test module | Seconds (summed over workers) | Tests |\n|---|---|---|")
-        for m, sec, n in rows[:a.top]:
-            print(f"| {m} | {sec:.0f} | {n} |")
+        print("| Test module | Seconds (summed over workers) | CPU s: pytest + what it started | Tests |\n"
+              "|---|---|---|---|")
+
+        def line(name: str, part: list, bold: str = "") -> None:
+            sec, n, me, children = (sum(r[k] for r in part) for k in (1, 2, 3, 4))
+            print(f"| {name} | {bold}{sec:.0f}{bold} | {bold}{me:.0f} + {children:.0f}{bold} | {bold}{n}{bold} |")
+
+        for row in rows[:a.top]:
+            line(row[0], [row])
         rest = rows[a.top:]
         if rest:
-            print(f"| ({len(rest)} more modules) | {sum(r[1] for r in rest):.0f} | {sum(r[2] for r in rest)} |")
-        print(f"| **all** | **{sum(r[1] for r in rows):.0f}** | **{sum(r[2] for r in rows)}** |")
+            line(f"({len(rest)} more modules)", rest)
+        line("**all**", rows, "**")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ build cache (LLAMALAB_HOME, default ~/.cache/llamalab) and reused by every later
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,32 @@ HEAVY_FIRST = [
     "tests/e2e/test_speed_e2e.py", "tests/e2e/test_split_modes_e2e.py", "tests/llamacpp/test_remote_models.py",
     "tests/run/test_plan.py", "tests/rig/test_rpc_netns.py",
 ]
+
+
+# Each test's CPU seconds go into the JUnit XML (`make test JUNIT=DIR`) as the properties `cpu_s` (the pytest process:
+# in-process tests) and `child_cpu_s` (the processes it started and reaped: llama-server, rpc-servers, `llamalab` run
+# as a command, compilers), from its setup (module fixtures count to the module's first test) to its teardown.
+# scripts/ci-phases.py sums them by module beside the wall time, which two busy workers inflate: where the CPU goes.
+_CPU_AT_SETUP = pytest.StashKey[tuple[float, float]]()
+
+
+def _cpu() -> tuple[float, float]:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)  # before the fixtures are set up
+def pytest_runtest_setup(item):
+    item.stash[_CPU_AT_SETUP] = _cpu()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:  # JUnit XML takes the teardown report's properties
+        (me0, children0), (me1, children1) = item.stash[_CPU_AT_SETUP], _cpu()
+        report.user_properties += [("cpu_s", f"{me1 - me0:.2f}"), ("child_cpu_s", f"{children1 - children0:.2f}")]
+    return report
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 SCRIPT = Path(__file__).parent.parent / "scripts" / "ci-phases.py"
@@ -27,8 +28,11 @@ def test_phase_table(tmp_path):
     (b / "ccache-abc.json").write_text(json.dumps({"hits": 193, "misses": 2}))
     (tmp_path / "phases").write_text("apt 60\nmake test 1292\n")
     (tmp_path / "parallel.xml").write_text(
-        '<testsuites><testsuite tests="2" time="3.1"><testcase classname="tests.test_a" name="x" time="2.5"/>'
-        '<testcase classname="tests.test_b" name="z" time="7"/></testsuite></testsuites>')
+        '<testsuites><testsuite tests="2" time="3.1"><testcase classname="tests.test_a" name="x" time="2.5">'
+        '<properties><property name="cpu_s" value="0.5"/><property name="child_cpu_s" value="1.9"/></properties>'
+        '</testcase><testcase classname="tests.test_b" name="z" time="7"><properties>'
+        '<property name="cpu_s" value="6.2"/><property name="child_cpu_s" value="0.0"/></properties></testcase>'
+        '</testsuite></testsuites>')
     (tmp_path / "timed.xml").write_text('<testsuites><testsuite tests="1" time="1.2">'
                                         '<testcase classname="tests.test_a" name="y" time="1"/>'
                                         '</testsuite></testsuites>')
@@ -42,7 +46,23 @@ def test_phase_table(tmp_path):
     assert "| b11312-x/cpu-rpc-y/variants/copies1 | 264 | llama-server | 8 / 9 (89%) |" in out
     assert "| b11434-z/cpu-rpc-y | reused | llama-server | — |" in out
     assert "| bisect: test_bisect0 commit abc | — | — | 193 / 195 (99%) |" in out
-    assert out.index("tests.test_b | 7 | 1") < out.index("tests.test_a | 4 | 2")
+    assert out.index("tests.test_b | 7 | 6 + 0 | 1") < out.index("tests.test_a | 4 | 0 + 2 | 2")  # timed: no CPU
     shutil.rmtree(tmp_path / "pt")  # under pytest's basetemp, which .ci/run's table reads: no made-up bisect row
-    assert "| **all** | **10** | **3** |" in out  # both passes, their workers' time summed
+    assert "| **all** | **10** | **7 + 2** | **3** |" in out  # both passes, their workers' time summed
     assert "| parallel | 3 | 2 |" in out and "| timed | 1 | 1 |" in out  # each pass's wall time
+
+
+def test_each_test_records_its_cpu_and_its_childrens(tmp_path):
+    """tests/conftest.py puts each test's CPU seconds into the JUnit XML: the pytest process's own, and those of the
+    processes it started and reaped (a test that burns 0.3 s itself and starts a child that burns 0.6 s)."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < {}: pass\n"
+    (tmp_path / "test_burn.py").write_text(
+        "import subprocess, sys\n\n\ndef test_burn():\n"
+        f"    exec({burn.format(0.3)!r})\n"
+        f"    subprocess.run([sys.executable, '-c', {burn.format(0.6)!r}], check=True)\n")
+    xml = tmp_path / "t.xml"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}  # where `-p conftest` finds tests/conftest.py
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", "-p", "no:xdist",
+                    f"--junitxml={xml}", "test_burn.py"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    props = {p.get("name"): float(p.get("value")) for p in ET.parse(xml).getroot().iter("property")}
+    assert 0.3 <= props["cpu_s"] < 3 and 0.6 <= props["child_cpu_s"] < 3, props
