@@ -62,16 +62,19 @@ def _cpu(case: ET.Element) -> tuple[float, float]:
 def modules(roots: list[ET.Element]) -> list[tuple[str, float, int, float, float]]:
     """Each test module: (name, seconds summed over the workers, tests, CPU seconds of the pytest process, of the
     processes its tests started), the slowest first."""
-    by: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    by: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0.0, 0.0])  # seconds, tests, CPU: pytest, children
     for root in roots:
         for case in root.iter("testcase"):
             # tests.report.test_grid[.TestClass] → tests.report.test_grid: the module, however deep its folder
             mod = (case.get("classname") or "?").split(".")
             i = next((i for i, part in enumerate(mod) if part.startswith("test_")), 0)
-            name = ".".join(mod[: i + 1]) if mod[0] == "tests" else mod[0]
-            by[name].append((float(case.get("time") or 0), *_cpu(case)))
-    rows = [(m, sum(t[0] for t in ts), len(ts), sum(t[1] for t in ts), sum(t[2] for t in ts)) for m, ts in by.items()]
-    return sorted(rows, key=lambda r: -r[1])
+            row = by[".".join(mod[: i + 1]) if mod[0] == "tests" else mod[0]]
+            me, children = _cpu(case)
+            row[0] += float(case.get("time") or 0)
+            row[1] += 1
+            row[2] += me
+            row[3] += children
+    return sorted(((m, sec, int(n), me, children) for m, (sec, n, me, children) in by.items()), key=lambda r: -r[1])
 
 
 def passes(junits: dict[str, ET.Element]) -> list[tuple[str, float, int]]:

@@ -61,7 +61,9 @@ def test_each_test_records_its_cpu_and_its_childrens(tmp_path):
         f"    exec({burn.format(0.3)!r})\n"
         f"    subprocess.run([sys.executable, '-c', {burn.format(0.6)!r}], check=True)\n")
     xml = tmp_path / "t.xml"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}  # where `-p conftest` finds tests/conftest.py
+    # where `-p conftest` finds tests/conftest.py, ahead of whatever PYTHONPATH already held
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                                      os.environ.get("PYTHONPATH")]))}
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", "-p", "no:xdist",
                     f"--junitxml={xml}", "test_burn.py"], cwd=tmp_path, env=env, check=True, capture_output=True)
     props = {p.get("name"): float(p.get("value")) for p in ET.parse(xml).getroot().iter("property")}
