@@ -21,11 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from llamalab.llamacpp import models
-from llamalab.paths import cache_home
-from llamalab.run import plancheck, session
-from llamalab.run.options import RunOptions, parse_budget_option
-from llamalab.run.progress import StderrProgress
+from llamalab.core.paths import cache_home
+from llamalab.models import synthetic as models
+from llamalab.plan import check as plancheck
+from llamalab.setup import prepare as session
+from llamalab.setup.options import RunOptions, parse_budget_option
+from llamalab.setup.progress import StderrProgress
 from llamalab.study import spec as studymod
 
 HERE = Path(__file__).resolve().parent

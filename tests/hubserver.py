@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from llamalab.llamacpp import models
 from llamalab.llamacpp.source import sha256_file
+from llamalab.models import synthetic as models
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 # A real model small enough to serve, download and run in seconds: 2 layers, a 20,000-token vocabulary (5.6 MB)

@@ -8,9 +8,10 @@ import struct
 import time
 from pathlib import Path
 
-from llamalab.run import runner, session
-from llamalab.run.options import RunOptions
-from llamalab.run.progress import Progress
+from llamalab.run import runner
+from llamalab.setup import prepare as session
+from llamalab.setup.options import RunOptions
+from llamalab.setup.progress import Progress
 from llamalab.store.db import Store
 from llamalab.study import spec as studymod
 

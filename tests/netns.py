@@ -4,7 +4,7 @@ Each "host" is a namespace joined to the root namespace by a veth pair on its ow
 root side is .1, the namespace side .2), with the link shaped on both ends: `tc netem delay D rate R` where the kernel
 has sch_netem; where it has not (some VM kernels), `tbf rate R` limits the rate and a user-space relay
 (netdelay.py) in the namespace adds D per direction. An rpc-server runs inside each namespace, bound to the
-namespace's address. Every command is an argv list run through llamalab.proc; `down()` removes everything
+namespace's address. Every command is an argv list run through llamalab.core.proc; `down()` removes everything
 `up()` made and is safe to call twice or after a partial `up()`.
 """
 
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llamalab import net, proc
+from llamalab.core import net, proc
 
 RPC_PORT = 50052
 RELAY = Path(__file__).with_name("netdelay.py")

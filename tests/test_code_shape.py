@@ -26,8 +26,8 @@ LONG_ALLOWED = {
 
 @dataclass(frozen=True)
 class Module:
-    path: str  # under src/llamalab, e.g. "report/grid.py"
-    name: str  # dotted, e.g. "llamalab.report.grid"
+    path: str  # under src/llamalab, e.g. "report/analysis/grid.py"
+    name: str  # dotted, e.g. "llamalab.report.analysis.grid"
     tree: ast.Module
 
 
@@ -163,12 +163,12 @@ def test_the_private_reader_sees_imports_module_attributes_and_instances():
     def uses(src: str, path: str = "run/x.py", name: str = "llamalab.run.x") -> set[str]:
         return private_uses(Module(path, name, ast.parse(src)))
 
-    # `_fmt` would be report/tables.py's (a module the reader knows), `_check_fit_on` run/plan.py's; `_finish` is
-    # defined in llamacpp/ledger.py
-    assert "_finish" in defined()["llamalab.llamacpp.ledger"]
-    assert uses("from ..report.tables import _fmt\n") == {"run/x.py: tables._fmt"}
-    assert uses("from . import plan as p\np._check_fit_on()\n") == {"run/x.py: p._check_fit_on"}
-    assert uses("from llamalab.run import plan\nplan._check_fit_on()\n") == {"run/x.py: plan._check_fit_on"}
+    # `_fmt` would be report/analysis/tables.py's (a module the reader knows), `_check_fit_on` plan/plan.py's;
+    # `_finish` is defined in logs/ledger.py
+    assert "_finish" in defined()["llamalab.logs.ledger"]
+    assert uses("from ..report.analysis.tables import _fmt\n") == {"run/x.py: tables._fmt"}
+    assert uses("from ..plan import plan as p\np._check_fit_on()\n") == {"run/x.py: p._check_fit_on"}
+    assert uses("from llamalab.plan import plan\nplan._check_fit_on()\n") == {"run/x.py: plan._check_fit_on"}
     assert uses("def f(st):\n    return st._finish\n") == {"run/x.py: st._finish"}
     # its own names, self's, dunders and names no llamalab module defines are no one else's
     assert uses("def _finish():\n    pass\n\ndef f(o):\n    return o._finish\n") == set()

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from llamalab.cli import cli
-from llamalab.errors import LlamalabError
+from llamalab.core.errors import LlamalabError
 from llamalab.study import spec as study
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from llamahelp import FAST, run_study
-from llamalab import net, proc
-from llamalab.run.progress import Progress
+from llamalab.core import net, proc
+from llamalab.setup.progress import Progress
 
 pytestmark = [pytest.mark.llama, pytest.mark.spread]
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 import llamahelp
-from llamalab.errors import ConfigError, SourceError
+from llamalab.core.errors import ConfigError, SourceError
 from llamalab.llamacpp import binaries, source
 from llamalab.llamacpp.build import Builder
-from llamalab.run import session
+from llamalab.setup import prepare as session
 from llamalab.store.db import Store
 from llamalab.study import spec as studymod
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from llamalab.errors import LaunchError, ModelError, SourceError
-from llamalab.llamacpp import models, source
+from llamalab.core.errors import LaunchError, ModelError, SourceError
+from llamalab.llamacpp import source
+from llamalab.models import synthetic as models
 from llamalab.rig import remote
-from llamalab.run import session
-from llamalab.run.options import RunOptions
-from llamalab.run.progress import Progress
+from llamalab.setup import prepare as session
+from llamalab.setup.options import RunOptions
+from llamalab.setup.progress import Progress
 from llamalab.study import spec as studymod
 
 SMALL = models.ModelShape("t", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=600, n_ctx_train=512)

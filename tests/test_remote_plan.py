@@ -20,10 +20,11 @@ import pytest
 import hubserver
 from hubserver import MICRO, Hub
 from llamalab import cli
-from llamalab.llamacpp import models, packaged
-from llamalab.run import session
-from llamalab.run.options import RunOptions
-from llamalab.run.progress import Progress
+from llamalab.models import packaged
+from llamalab.models import synthetic as models
+from llamalab.setup import prepare as session
+from llamalab.setup.options import RunOptions
+from llamalab.setup.progress import Progress
 from llamalab.study import spec as studymod
 
 pytestmark = [pytest.mark.llama, pytest.mark.usefixtures("loopback")]
@@ -189,7 +190,7 @@ SIX = [("f16", "F16"), ("q8_0", "Q8_0"), ("q6_k", "Q6_K"), ("q5_k", "Q5_K_M"), (
 @pytest.mark.timed
 def test_six_quants_of_an_8b_model_in_one_table_under_a_minute(llama_home, tmp_path, monkeypatch, built):
     """Issue 25's target: `llamalab plan --model hf://OWNER/REPO` over 6 quants of one model (header-only GGUFs of
-    the 8B shape, 151,936-token vocabulary, from llamacpp.models' writer: F16 to Q3_K), under 60 s on the 2-core
+    the 8B shape, 151,936-token vocabulary, from models.synthetic' writer: F16 to Q3_K), under 60 s on the 2-core
     machine and under 30 MB fetched in all."""
     repo = tmp_path / "repo"
     files = {}

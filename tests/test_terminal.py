@@ -11,11 +11,12 @@ import pytest
 from rich.console import Console
 
 import runfixtures
-from llamalab import cli
+from llamalab.cli import study as cli_study
+from llamalab.core.safetext import markup, one_line, plain
 from llamalab.report import data as rdata
-from llamalab.report import html, markdown, summary
-from llamalab.run import progress
-from llamalab.safetext import markup, one_line, plain
+from llamalab.report import html, markdown
+from llamalab.report.analysis import summary
+from llamalab.setup import progress
 from llamalab.store.db import Store
 
 OSC_TITLE = "\x1b]0;pwned\x07"  # sets the terminal's window title
@@ -95,7 +96,7 @@ def hostile_run(tmp_path, name: str = runfixtures.DEMO) -> rdata.RunData:
 
 def test_terminal_table_prints_reasons_and_names_as_written(tmp_path, capsys):
     data = hostile_run(tmp_path)
-    cli._print_table(data)
+    cli_study._print_table(data)
     out = capsys.readouterr().out
     assert "set [devices] vram [/] click" in out  # not eaten as markup, no MarkupError
     assert "\x1b]" not in out and "pwned" not in out and "\x1b[2J" not in out

@@ -15,12 +15,12 @@ import time
 import pytest
 
 from llamahelp import run_study
+from llamalab.core.paths import cache_home
 from llamalab.llamacpp import vulkan as vk
 from llamalab.machine import detect
-from llamalab.paths import cache_home
-from llamalab.run import session
-from llamalab.run.options import RunOptions
-from llamalab.run.progress import Progress
+from llamalab.setup import prepare as session
+from llamalab.setup.options import RunOptions
+from llamalab.setup.progress import Progress
 from llamalab.study import spec as studymod
 
 pytestmark = pytest.mark.llama
@@ -124,7 +124,7 @@ def test_kv_types_at_one_context_q8_0_question():
     larger context it makes room for (each copy of the inputs grows with it), not a CPU fallback."""
     if _missing():
         pytest.skip(_missing())
-    from llamalab.run import plan
+    from llamalab.plan import plan
 
     st, _ = studymod.load("demo", [
         'devices.backend="vulkan"', "devices.count=2", 'devices.vram=["1500MiB","1500MiB"]', "server.ctx=16384",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.llamacpp import models
+from llamalab.models import synthetic as models
 
 SMALL = models.ModelShape("t", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=600, n_ctx_train=512)
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import pytest
 
 from llamahelp import run_study
-from llamalab.llamacpp import packaged
-from llamalab.report import context, markdown, recommend, tables
+from llamalab.models import packaged
 from llamalab.report import data as rdata
-from llamalab.run.options import RunOptions
+from llamalab.report import markdown
+from llamalab.report.analysis import context, recommend, tables
+from llamalab.setup.options import RunOptions
 
 pytestmark = pytest.mark.llama
 
@@ -94,8 +95,8 @@ def test_plan_searches_the_same_way_and_never_promises_more_than_loads(llama_hom
     """`llamalab plan` of the same study: every configuration over a budget gets the same search from its dry runs
     alone (no full load to measure the dry run's error against, so it keeps the known error free): at most what the
     run verified by loading, and the one-copy builds still ahead of copies4."""
-    from llamalab.run import plan
-    from llamalab.run.progress import Progress
+    from llamalab.plan import plan
+    from llamalab.setup.progress import Progress
     from llamalab.study import spec
 
     store, rid = gemma_run

@@ -8,7 +8,8 @@ import pytest
 
 from llamahelp import run_study
 from llamalab.report import data as rdata
-from llamalab.report import grid, html, markdown, plots, recommend, verdict
+from llamalab.report import html, markdown, plots
+from llamalab.report.analysis import grid, recommend, verdict
 from testpaths import ROOT
 
 pytestmark = pytest.mark.llama

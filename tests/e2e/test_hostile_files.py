@@ -27,8 +27,8 @@ from test_bad_input_cli import assert_clean_error, llamalab
 import fsfaults
 import runfixtures
 from llamalab import cli
-from llamalab.errors import ConfigError, StoreError
-from llamalab.records import ConfigOutcome
+from llamalab.core.errors import ConfigError, StoreError
+from llamalab.core.records import ConfigOutcome
 from llamalab.store import migrations, owner, runids
 from llamalab.store.db import Store
 from llamalab.store.exchange import encode_row
@@ -234,7 +234,7 @@ def test_output_never_replaces_anything_but_a_regular_file(tmp_path, env, kind, 
 def test_stub_output_never_replaces_anything_but_a_regular_file(tmp_path, env, kind, words):
     from test_bad_input_cli import SMALL
 
-    from llamalab.llamacpp import models
+    from llamalab.models import synthetic as models
 
     model = models.write_synthetic(SMALL, tmp_path / "m.gguf")
     out, mode = _special(tmp_path, kind)
@@ -479,7 +479,7 @@ def test_read_only_home(tmp_path):
 
 HOLDER = """
 import sys, time
-from llamalab.records import ConfigOutcome
+from llamalab.core.records import ConfigOutcome
 from llamalab.store.db import Store
 s = Store(sys.argv[1])
 rid, _ = s.begin_run("demo", 'name = "demo"', "hash-of-demo", version="0")
@@ -534,7 +534,7 @@ def test_two_claims_at_once_make_one_owner(tmp_path):
     """The check and the claim are one transaction: of two processes starting on one database, one gets it."""
     db = tmp_path / "d.db"
     Store(db).close()
-    script = ("import sys; from llamalab.store.db import Store; from llamalab.errors import StoreError\n"
+    script = ("import sys; from llamalab.store.db import Store; from llamalab.core.errors import StoreError\n"
               "s = Store(sys.argv[1])\n"
               "try:\n    print(s.begin_run('demo', 'x', 'h', version='0')[0], flush=True)\nexcept StoreError:\n"
               "    print('refused', flush=True)\n"
@@ -555,7 +555,7 @@ def test_two_claims_at_once_make_one_owner(tmp_path):
 def test_a_full_disk_is_an_error_in_words_and_the_run_reads_interrupted(tmp_path):
     with fsfaults.tiny_fs(tmp_path / "small", "512k") as small:
         db = small / "results.db"
-        script = ("import sys\nfrom llamalab.store.db import Store\nfrom llamalab.records import ConfigOutcome\n"
+        script = ("import sys\nfrom llamalab.store.db import Store\nfrom llamalab.core.records import ConfigOutcome\n"
                   "with Store(sys.argv[1]) as s:\n"
                   "    rid, _ = s.begin_run('demo', 'x', 'h', version='0')\n"
                   "    print(rid, flush=True); sys.stdin.readline()\n"

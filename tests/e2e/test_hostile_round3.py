@@ -24,7 +24,7 @@ from test_hostile_files import NO_BUILD, RID, call, digest, env, nothing_built, 
 from test_hostile_files import _mutate as _bad
 
 import runfixtures
-from llamalab.llamacpp import models
+from llamalab.models import synthetic as models
 from llamalab.store.db import Store
 
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[H\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\\x9b31m\u202eevil\u2066"
@@ -441,20 +441,20 @@ def test_two_imports_of_one_run_at_once(tmp_path, env):
 
 def test_an_import_file_that_changes_between_its_two_readings_is_refused(tmp_path, env, monkeypatch):
     """The file is read twice (checked, then inserted): the second reading must be the bytes the first checked."""
-    from llamalab import cli
+    from llamalab.cli import results as cli_results
 
     good = runfixtures.doc()
     path = _export(tmp_path, good)
     swapped = copy.deepcopy(good)
     swapped["tables"]["trials"][0]["output_tps"] = 1.0
-    real = cli._Source.pieces
+    real = cli_results._Source.pieces
 
     def pieces(self, check=False):
         if check:
             path.write_text(json.dumps(swapped))
         return real(self, check)
 
-    monkeypatch.setattr(cli._Source, "pieces", pieces)
+    monkeypatch.setattr(cli_results._Source, "pieces", pieces)
     db = tmp_path / "d.db"
     done = call("import", str(path), "--db", str(db), env=env)
     assert_clean_error(done, "changed while it was being imported")

@@ -13,7 +13,7 @@ import pytest
 
 import netns
 from llamahelp import FAST, children_of
-from llamalab import net
+from llamalab.core import net
 from llamalab.store.db import Store
 
 pytestmark = pytest.mark.llama

@@ -16,9 +16,9 @@ import pytest
 
 from llamahelp import run_study
 from llamalab.report import data as rdata
-from llamalab.report import verdict
+from llamalab.report.analysis import verdict
 from llamalab.report.data import device_labels, device_names
-from llamalab.run.progress import Progress
+from llamalab.setup.progress import Progress
 
 pytestmark = pytest.mark.llama
 

@@ -8,7 +8,7 @@ import pytest
 
 from llamahelp import run_study
 from llamalab.report import data as rdata
-from llamalab.report import speed
+from llamalab.report.analysis import speed
 
 pytestmark = [pytest.mark.llama, pytest.mark.timed]  # speeds compared: run alone (Makefile)
 

@@ -10,7 +10,8 @@ import pytest
 
 from llamahelp import run_study
 from llamalab.report import data as rdata
-from llamalab.report import formats, tables, verdict
+from llamalab.report import formats
+from llamalab.report.analysis import tables, verdict
 
 pytestmark = pytest.mark.llama
 

@@ -16,12 +16,13 @@ import time
 import pytest
 
 from llamalab import cli
-from llamalab.llamacpp import models
+from llamalab.core import stats
+from llamalab.models import synthetic as models
 from llamalab.report import data as rdata
-from llamalab.report import tune as rtune
-from llamalab.run import stats, tunepick
-from llamalab.run import tunespace as ts
+from llamalab.report.analysis import tune as rtune
 from llamalab.store.db import Store
+from llamalab.tune import pick as tunepick
+from llamalab.tune import space as ts
 
 pytestmark = [pytest.mark.llama, pytest.mark.spread]
 
@@ -46,6 +47,11 @@ def test_tune_demo_beats_or_keeps_the_default(tmp_path):
     v = rtune.view(data)
     assert v is not None
     doc = v.doc
+    # the run stored what it decided, and the report shows that (not a pick made again by the report)
+    stored = data.tables["tune_picks"][0]["pick"]
+    assert v.stored and (stored["build"], stored["reason"]) == (v.pick.name, v.pick.reason) == \
+        (out["pick"]["build"], out["pick"]["reason"])
+    assert tunepick.Rule.from_dict(stored["rule"]) == tunepick.Rule.of_search(doc)
     # stage one looked at every split mode this rig has, verified the front with dry runs, stopped at the tensor split
     statuses = {c["status"] for c in doc["candidates"]}
     assert "front" in statuses and doc["stage1"]["dry_runs"] >= doc["stage1"]["by_status"]["front"]

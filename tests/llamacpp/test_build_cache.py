@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import fakellama
-from llamalab import proc
-from llamalab.errors import LaunchError
+from llamalab.core import proc
+from llamalab.core.errors import LaunchError
 from llamalab.llamacpp import build, source
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,

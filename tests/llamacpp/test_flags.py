@@ -7,8 +7,8 @@ import pytest
 
 from llamalab.llamacpp import argv, crosscheck, flags
 from llamalab.llamacpp.cmake import cmake_true
-from llamalab.run import tunespace
 from llamalab.study import spec, trust
+from llamalab.tune import space as tunespace
 
 ALL_NAMES = [(n, f) for f in flags.FLAGS for n in f.names]
 

@@ -10,7 +10,7 @@ import threading
 import httpx
 import pytest
 
-from llamalab.errors import SourceError
+from llamalab.core.errors import SourceError
 from llamalab.llamacpp import source
 
 

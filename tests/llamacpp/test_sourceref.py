@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from llamalab.errors import ConfigError, SourceError
+from llamalab.core.errors import ConfigError, SourceError
 from llamalab.llamacpp import source, sourceref
 from llamalab.llamacpp.sourceref import RefError, parse
 from llamalab.study import spec as study
@@ -199,7 +199,7 @@ def test_trust_local_sources_in_a_study_file_but_not_pinned_releases():
 
 def test_a_builds_source_is_part_of_the_study_hash(tmp_path):
     """Resume must not join a run of other llama.cpp versions."""
-    from llamalab.run import session
+    from llamalab.setup import prepare as session
 
     st, _ = study.load("versions")
     d = st.model_dump()

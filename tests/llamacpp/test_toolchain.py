@@ -11,7 +11,7 @@ import pytest
 
 from llamalab.llamacpp import build, toolchain
 from llamalab.machine import detect
-from llamalab.run import session
+from llamalab.setup import prepare as session
 from testpaths import ROOT
 
 SCRIPT = ROOT / "scripts" / "vulkan-toolchain.sh"

@@ -23,11 +23,11 @@ import pytest
 
 import runfixtures
 from browser import CHROMIUM, argv, chromium
+from llamalab.core.write import atomic_write
 from llamalab.report import data as rdata
 from llamalab.report import html
 from llamalab.report.plots import COLORS
 from llamalab.store.db import Store
-from llamalab.write import atomic_write
 from testpaths import ROOT
 
 # `slow`: a Chromium start and render is 3-4 s a test, the fast suite's longest; `make test` runs both

@@ -9,9 +9,10 @@ import json
 import pytest
 
 import runfixtures
-from llamalab.llamacpp import ledger, memory
-from llamalab.report import csvfile, formats, summary, tables, verdict
+from llamalab.logs import ledger, memory
+from llamalab.report import csvfile, formats
 from llamalab.report import data as rdata
+from llamalab.report.analysis import summary, tables, verdict
 from llamalab.run import nvmlcheck
 from llamalab.store.db import Store
 from testpaths import FIXTURES
@@ -113,7 +114,7 @@ def test_the_driver_check_counts_meta_buffers_on_the_gpus_they_span():
 @pytest.mark.parametrize("where", ["input", "meta", "dropped"])
 def test_a_stored_ledger_with_figures_of_the_wrong_type_is_refused_before_any_report(tmp_path, where):
     """The new figures are checked where a run comes from outside, like the old ones: a string is never a number."""
-    from llamalab.errors import StoreError
+    from llamalab.core.errors import StoreError
 
     d = runfixtures.doc()
     led = d["tables"]["ledgers"][0]["ledger_json"]

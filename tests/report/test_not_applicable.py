@@ -14,10 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 import runfixtures
-from llamalab.cli import _print_table, cli
-from llamalab.report import csvfile, document, html, markdown, summary
+from llamalab.cli import cli
+from llamalab.cli.study import _print_table
+from llamalab.report import csvfile, document, html, markdown
 from llamalab.report import data as rdata
-from llamalab.run import runner, session
+from llamalab.report.analysis import summary
+from llamalab.run import runner
+from llamalab.setup import prepare as session
 from llamalab.store.db import Store
 from llamalab.study import spec as studymod
 from testpaths import FIXTURES
@@ -148,7 +151,7 @@ def test_import_and_report_from_the_command_line(tmp_path):
 def test_a_llamalab_without_the_status_refuses_the_database_and_the_export(tmp_path, monkeypatch):
     """A llamalab from before migration 0009 would count a not-applicable arm as failed, or refuse to report it:
     the migration's name makes it refuse the database, and the export, as a newer llamalab's instead."""
-    from llamalab.errors import ConfigError, StoreError
+    from llamalab.core.errors import ConfigError, StoreError
     from llamalab.store import exchange, migrations
 
     store, _ = stored(tmp_path)
@@ -165,7 +168,7 @@ def test_a_split_mode_places_weights_by_design_not_as_a_side_effect(run):
     """-sm tensor and -sm none put the weights elsewhere than layer split: that is the arm, so the memory comparison
     says which split mode placed them, and the advice does not charge them the warning meant for an override that
     moves weights as a side effect (the no-op check of `-ot`)."""
-    from llamalab.report import recommend, verdict
+    from llamalab.report.analysis import recommend, verdict
 
     _, _, data = run
     comps = {(c["candidate"], c["setting"]): c for c in verdict.memory_comparisons(data)}

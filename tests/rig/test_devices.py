@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from llamalab import proc
+from llamalab.core import proc
 from llamalab.rig import devices
 
 pytestmark = pytest.mark.llama

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamalab.errors import LaunchError
+from llamalab.core.errors import LaunchError
 from llamalab.llamacpp import vulkan as vk
 from llamalab.machine import rocm
 from llamalab.rig import devices

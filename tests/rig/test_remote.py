@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.errors import ConfigError, LaunchError
-from llamalab.llamacpp import ledger
+from llamalab.core.errors import ConfigError, LaunchError
+from llamalab.logs import ledger
 from llamalab.rig import devices, remote
-from llamalab.run import session
+from llamalab.setup import prepare as session
 from llamalab.study import endpoints
 from llamalab.study import spec as studymod
 

@@ -22,13 +22,14 @@ from pathlib import Path
 import pytest
 
 import netns
-from llamalab import net, proc
+from llamalab.core import net, proc
 from llamalab.report import data as rdata
-from llamalab.report import network
+from llamalab.report.analysis import network
 from llamalab.rig import remote
-from llamalab.run import runner, session
-from llamalab.run.options import RunOptions
-from llamalab.run.progress import Progress, StderrProgress
+from llamalab.run import runner
+from llamalab.setup import prepare as session
+from llamalab.setup.options import RunOptions
+from llamalab.setup.progress import Progress, StderrProgress
 from llamalab.store.db import Store
 from llamalab.study import spec as studymod
 

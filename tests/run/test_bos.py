@@ -9,7 +9,8 @@ import re
 import httpx
 import pytest
 
-from llamalab.llamacpp import server, standin
+from llamalab.llamacpp import server
+from llamalab.models import gguf, standin
 from llamalab.run import workload
 
 pytestmark = pytest.mark.llama
@@ -24,7 +25,7 @@ def _serve(demo_prep, model, tmp_path):
 @pytest.mark.parametrize("which", ["synthetic", "gemma"])
 def test_prompt_starts_with_the_models_bos(demo_prep, tmp_path, which, request):
     model = request.getfixturevalue("gemma") if which == "gemma" else demo_prep.model_path
-    kv = standin.read_header(model).kv
+    kv = gguf.read_header(model).kv
     assert kv["tokenizer.ggml.add_bos_token"] is True  # both models ask for BOS
     bos = kv["tokenizer.ggml.bos_token_id"]
     with _serve(demo_prep, model, tmp_path) as srv, httpx.Client(base_url=srv.url, timeout=120) as client:

@@ -18,7 +18,7 @@ import pytest
 
 import fsfaults
 from llamahelp import FAST, env_for, run_study
-from llamalab.run.progress import Progress
+from llamalab.setup.progress import Progress
 
 pytestmark = pytest.mark.llama
 

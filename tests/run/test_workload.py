@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from llamalab.errors import WorkloadError
+from llamalab.core.errors import WorkloadError
 from llamalab.run import workload
 from testpaths import FIXTURES
 

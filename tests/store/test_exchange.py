@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import runfixtures
 from llamalab.cli import cli
-from llamalab.errors import ConfigError, StoreError
+from llamalab.core.errors import ConfigError, StoreError
 from llamalab.llamacpp import crosscheck
 from llamalab.store import exchange, migrations
 from llamalab.store.db import LOCAL_RUN_COLUMNS, Store
@@ -38,7 +38,8 @@ def test_export_document(source):
     t = doc["tables"]
     assert {k: len(v) for k, v in t.items()} == {"runs": 1, "system_info": 1, "builds": 3, "configs": 4,
                                                   "ledgers": 4, "buffers": 16, "trials": 12, "crosschecks": 1,
-                                                  "context_checks": 0, "tunes": 0, "budget_fits": 0}
+                                                  "context_checks": 0, "tunes": 0, "budget_fits": 0,
+                                                  "tune_picks": 0}
     # JSON columns are decoded, so the file reads as JSON
     assert isinstance(t["trials"][0]["requests_json"], list)
     assert t["ledgers"][0]["ledger_json"]["sched_copies"] == 4

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.errors import StoreError
+from llamalab.core.errors import StoreError
 from llamalab.report import data as rdata
 from llamalab.store import migrations
 from llamalab.store.db import Store

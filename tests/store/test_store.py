@@ -4,9 +4,9 @@ import sqlite3
 
 import pytest
 
-from llamalab.errors import StoreError
-from llamalab.llamacpp.ledger import parse
-from llamalab.records import ConfigOutcome, RequestResult, Trial
+from llamalab.core.errors import StoreError
+from llamalab.core.records import ConfigOutcome, RequestResult, Trial
+from llamalab.logs.ledger import parse
 from llamalab.store import db as storemod
 from llamalab.store import migrations
 

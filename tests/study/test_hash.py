@@ -1,4 +1,4 @@
-"""The run hash of every committed study, pinned: `run.session.study_hash` is how an unfinished run is found again,
+"""The run hash of every committed study, pinned: `setup.prepare.study_hash` is how an unfinished run is found again,
 so a change to the study model (a new field, a new default) must leave these as they are or resumes of runs begun
 before it break. The figures are what the code gave before the hash was derived from the model's fields
 (`study.spec.HASHED_FIELDS`); a new field at its default must not move them."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llamalab.run import session
+from llamalab.setup import prepare as session
 from llamalab.study import spec
 from testpaths import ROOT
 

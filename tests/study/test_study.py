@@ -2,7 +2,7 @@
 
 import pytest
 
-from llamalab.errors import ConfigError
+from llamalab.core.errors import ConfigError
 from llamalab.study import spec as study
 
 

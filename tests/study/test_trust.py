@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import fakellama
-from llamalab.errors import ConfigError
+from llamalab.core.errors import ConfigError
 from llamalab.study import spec as studymod
 from llamalab.study import trust
 
@@ -173,7 +173,8 @@ def test_flags_llamalab_owns_are_checked_with_the_study(tmp_path, override, word
 
 def test_a_settings_own_slots_are_honoured():
     from llamalab.rig import devices
-    from llamalab.run import runner, session
+    from llamalab.run import runner
+    from llamalab.setup import prepare as session
 
     st, _ = studymod.load("demo", ['settings=[{name="a",args=["-np","2"]},{name="b"}]', "workload.concurrency=[1,8]"])
     dev = devices.DeviceSetup(backend="cpu", count=1)

@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import proc
-from ..errors import ConfigError, SourceError
-from ..records import JsonObject
+from ..core import proc
+from ..core.errors import ConfigError, SourceError
+from ..core.records import JsonObject
 from .build import BuildArtifact
 from .source import Source
 

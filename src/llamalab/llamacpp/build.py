@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import proc
-from ..errors import BuildError
-from ..paths import locked
-from ..records import JsonObject
+from ..core import proc
+from ..core.errors import BuildError
+from ..core.paths import locked
+from ..core.records import JsonObject
 from . import amx, ccache
 from . import source as source_mod
 from .source import Source

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import proc
+from ..core import proc
 
 SOURCE_LINK = ".src"
 DEFAULT_MAX_SIZE = "5G"

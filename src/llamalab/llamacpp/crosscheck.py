@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import proc
+from ..core import proc
 from . import flags
 
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import httpx
 
-from .. import net, proc
-from ..errors import ConfigError, LaunchError
+from ..core import net, proc
+from ..core.errors import ConfigError, LaunchError
+from ..logs.failures import failure_reason
+from ..logs.rawlines import clean
 from . import argv
-from .ledger import clean, failure_reason
 
 
 def server_argv(binary: Path, model: Path, *, host: str, port: int, args: Sequence[str]) -> list[str]:

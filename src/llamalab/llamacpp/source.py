@@ -17,10 +17,10 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
 
-from .. import proc
-from ..errors import SourceError
-from ..paths import locked
-from ..records import JsonObject
+from ..core import proc
+from ..core.errors import SourceError
+from ..core.paths import locked
+from ..core.records import JsonObject
 from .sourceref import SourceRef
 
 # where progress lines go (`print`, or a test's list.append)

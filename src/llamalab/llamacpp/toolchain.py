@@ -19,8 +19,8 @@ import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from .. import proc
-from ..records import JsonObject
+from ..core import proc
+from ..core.records import JsonObject
 
 _TRIPLETS = {"x86_64": "x86_64-linux-gnu", "amd64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu",
              "arm64": "aarch64-linux-gnu"}

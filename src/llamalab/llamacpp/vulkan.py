@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from .. import proc
-from ..records import JsonObject
-from . import budget
+from ..core import proc
+from ..core.records import JsonObject
+from ..logs import devicelist
 
 MAX_DEVICES = 16  # GGML_VK_MAX_DEVICES
 VISIBLE = "GGML_VK_VISIBLE_DEVICES"
@@ -108,7 +108,7 @@ def physical_devices(binary: Path, env: dict[str, str] | None = None,
     out: list[PhysicalDevice] = []
     for i in range(MAX_DEVICES):
         rc, text = capture([str(binary), "--list-devices"], {**(env or {}), VISIBLE: str(i)})
-        devs = [d for d in budget.parse_devices(text.splitlines()) if d.name.startswith("Vulkan")]
+        devs = [d for d in devicelist.parse_devices(text.splitlines()) if d.name.startswith("Vulkan")]
         if rc != 0 or not devs:
             break
         d = devs[0]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import proc
+from ..core import proc
 from ..llamacpp import toolchain
 from ..llamacpp import vulkan as vk
 from . import gpu

@@ -3,6 +3,10 @@
 All probing goes through a `Probe` (which, capture, read a file, list GPUs, look for OpenBLAS), so a test can
 hand in a fake machine. `examine()` turns what the probe sees into findings; `render()` returns text.
 Every finding that is not "ok" carries the command that fixes it, for the OS detected here first.
+
+Why one module of ~700 lines: every check reads the same `Probe` and adds to the same `Report`, and `examine`
+weighs them together (a backend is runnable only where its compiler, toolchain and driver findings agree); split, the
+checks would pass that state between modules. The install recipes are data apart (machine/recipes.py).
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .. import paths, proc
+from ..core import paths, proc
+from ..core.records import JsonObject
 from ..llamacpp import build, toolchain
 from ..llamacpp import vulkan as vk
-from ..records import JsonObject
 from . import detect, gpu
+from .recipes import FAMILIES, FAMILY_NAMES, MANAGERS, RECIPES, TOOLCHAIN_SCRIPT
 
 
 class _Add(Protocol):
@@ -33,106 +38,19 @@ class _Add(Protocol):
 # ---------------------------------------------------------------- facts the checks rely on
 
 CMAKE_MIN = (3, 14)  # llama.cpp's cmake_minimum_required
+
+
 CMAKE_MIN_CUDA = (3, 18)  # ggml-cuda's cmake_minimum_required (CMAKE_CUDA_ARCHITECTURES)
+
+
 CMAKE_MIN_NATIVE_ARCH = (3, 24)  # CMAKE_CUDA_ARCHITECTURES=native, llamalab's default for CUDA builds
 # llama.cpp b11312 uses vk::LayerSettingsCreateInfoEXT (VK_EXT_layer_settings) without a version guard; Debian 12
 # ships headers 1.3.239, which lack it (llama-cpp-facts.md §3). Ubuntu 24.04's 1.3.275 is what llama.cpp's own CI builds
 # with from distribution packages, so that is the oldest we call new enough.
+# llama.cpp b11312 uses vk::LayerSettingsCreateInfoEXT (VK_EXT_layer_settings) without a version guard; Debian 12
+# ships headers 1.3.239, which lack it (llama-cpp-facts.md §3). Ubuntu 24.04's 1.3.275 is what llama.cpp's own CI builds
+# with from distribution packages, so that is the oldest we call new enough.
 VULKAN_MIN_HEADER = detect.VULKAN_MIN_HEADER
-
-FAMILIES = ("debian", "fedora", "arch", "macos")
-FAMILY_NAMES = {"debian": "Debian/Ubuntu", "fedora": "Fedora", "arch": "Arch", "macos": "macOS"}
-MANAGERS = {
-    "debian": "sudo apt-get install -y",
-    "fedora": "sudo dnf install -y",
-    "arch": "sudo pacman -S --needed",
-    "macos": "brew install",
-}
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How to install one thing on each OS family: packages for its package manager, and/or a step in words."""
-
-    packages: Mapping[str, str] = field(default_factory=dict)  # family → space-separated package names
-    steps: Mapping[str, str] = field(default_factory=dict)  # family → an instruction that comes first
-
-    def lines(self, family: str) -> list[str]:
-        out = []
-        if family in self.steps:
-            out.append(self.steps[family])
-        if family in self.packages:
-            out.append(f"{MANAGERS[family]} {self.packages[family]}")
-        return out
-
-
-def _same(pkgs: str) -> dict[str, str]:
-    return {f: pkgs for f in FAMILIES}
-
-
-_TOOLCHAIN_SCRIPT = ("bash scripts/vulkan-toolchain.sh  (in a llamalab checkout: Debian 13's Vulkan headers and "
-                     "Debian 12's glslc unpacked into ~/.cache/llamalab/toolchains/vulkan, nothing installed "
-                     "system-wide; llamalab's builds find them there)")
-_LUNARG = ("or install the LunarG Vulkan SDK (https://vulkan.lunarg.com/sdk/home), then `source <sdk>/setup-env.sh` "
-           "in the shell that runs llamalab")
-
-RECIPES: dict[str, Recipe] = {
-    "cmake": Recipe(_same("cmake")),
-    "cmake-old": Recipe(steps={f: "python3 -m pip install --upgrade cmake  (a current CMake from PyPI; put the "
-                                  "folder it lands in first on PATH)" for f in FAMILIES}),
-    "compiler": Recipe({"debian": "g++ make", "fedora": "gcc-c++ make", "arch": "gcc make"},
-                       {"macos": "xcode-select --install"}),
-    "ninja": Recipe({"debian": "ninja-build", "fedora": "ninja-build", "arch": "ninja", "macos": "ninja"}),
-    "ccache": Recipe(_same("ccache")),
-    "git": Recipe({"debian": "git", "fedora": "git", "arch": "git"}, {"macos": "xcode-select --install"}),
-    "pkg-config": Recipe({"debian": "pkg-config", "fedora": "pkgconf-pkg-config", "arch": "pkgconf",
-                          "macos": "pkgconf"}),
-    "openblas": Recipe({"debian": "libopenblas-dev", "fedora": "openblas-devel", "arch": "openblas",
-                        "macos": "openblas"}),
-    "cuda-toolkit": Recipe(
-        {"debian": "nvidia-cuda-toolkit", "arch": "cuda"},
-        {"debian": "Debian: enable the contrib and non-free components, then (Ubuntu: directly; for a newer CUDA "
-                   "use NVIDIA's repository, https://developer.nvidia.com/cuda-downloads):",
-         "fedora": "add NVIDIA's CUDA repository (https://developer.nvidia.com/cuda-downloads), then: "
-                   "sudo dnf install -y cuda-toolkit",
-         "macos": "CUDA does not exist for macOS; llama.cpp uses Metal there"}),
-    "cuda-path": Recipe(steps={f: "export PATH=/usr/local/cuda/bin:$PATH  (nvcc is installed but not on PATH)"
-                               for f in ("debian", "fedora", "arch")}),
-    "nvidia-driver": Recipe(
-        {"debian": "nvidia-driver", "arch": "nvidia-open"},
-        {"debian": "Ubuntu: sudo ubuntu-drivers install (and skip the next line); "
-                   "Debian: enable the non-free component, then:",
-         "fedora": "enable RPM Fusion (nonfree), then: sudo dnf install -y akmod-nvidia",
-         "macos": "NVIDIA GPUs are not supported on current macOS"}),
-    "vulkan": Recipe(
-        {"debian": "libvulkan-dev glslc spirv-headers",
-         "fedora": "vulkan-headers vulkan-loader-devel glslc spirv-headers-devel",
-         "arch": "vulkan-headers vulkan-icd-loader shaderc spirv-headers",
-         "macos": "vulkan-headers vulkan-loader molten-vk shaderc spirv-headers"}),
-    # Where the distribution's Vulkan headers are too old (Debian 12, Ubuntu before 24.04): llamalab's own
-    # private toolchain on Debian/Ubuntu, the LunarG SDK everywhere.
-    "vulkan-sdk": Recipe(steps={f: (_TOOLCHAIN_SCRIPT + "; " + _LUNARG) if f == "debian" else _LUNARG[3:]
-                                for f in FAMILIES}),
-    "vulkan-tools": Recipe({"debian": "vulkan-tools", "fedora": "vulkan-tools", "arch": "vulkan-tools",
-                            "macos": "vulkan-tools"}),
-    "lavapipe": Recipe({"debian": "mesa-vulkan-drivers", "fedora": "mesa-vulkan-drivers", "arch": "vulkan-swrast"}),
-    "rocm": Recipe(
-        {"debian": "hipcc libhipblas-dev librocblas-dev rocm-smi", "fedora": "rocm-hip-devel hipblas-devel "
-         "rocblas-devel rocm-smi", "arch": "rocm-hip-sdk rocm-smi-lib"},
-        {"debian": "Debian 13 and Ubuntu 24.04 package ROCm (older releases: AMD's repository, "
-                   "https://rocm.docs.amd.com/projects/install-on-linux/en/latest/):",
-         "macos": "ROCm does not exist for macOS"}),
-    "rocm-smi": Recipe({"debian": "rocm-smi", "fedora": "rocm-smi", "arch": "rocm-smi-lib"}),
-    "hip-arch": Recipe(steps={f: "export LLAMALAB_HIP_ARCH=gfx1100  (your GPU's gfx target: `rocminfo | grep gfx`; "
-                                 "gfx1030 RX 6800/6900, gfx1100 RX 7900, gfx1201 RX 9070, gfx90a MI210/250, "
-                                 "gfx942 MI300)" for f in ("debian", "fedora", "arch")}),
-    "cuda-arch": Recipe(steps={f: "export LLAMALAB_CUDA_ARCH=90  (the GPU you will run on: 86 RTX 30xx/A10, "
-                                  "89 RTX 40xx/L4/L40, 90 H100/H200, 120 RTX 50xx)"
-                               for f in ("debian", "fedora", "arch")}),
-}
-
-
-# ---------------------------------------------------------------- the seam
 
 
 def _read_text(path: str) -> str | None:
@@ -431,7 +349,7 @@ def _vulkan_prefix(p: Probe) -> list[Finding] | None:
         Finding("glslc", "glslc", "ok" if rc == 0 else "missing",
                 f"{_first_line(text)} ({glslc})" if rc == 0
                 else f"{glslc} does not run: rerun scripts/vulkan-toolchain.sh",
-                path=glslc, fix={} if rc == 0 else {f: [_TOOLCHAIN_SCRIPT] for f in FAMILIES}),
+                path=glslc, fix={} if rc == 0 else {f: [TOOLCHAIN_SCRIPT] for f in FAMILIES}),
         Finding("spirv-headers", "SPIRV-Headers", "ok", f"{d['Vulkan_INCLUDE_DIR']}/spirv/unified1/spirv.hpp ({where})",
                 path=f"{d['Vulkan_INCLUDE_DIR']}/spirv/unified1/spirv.hpp"),
     ]
@@ -795,3 +713,4 @@ def render(rep: Report) -> str:
     if fam and any(b.fix for b in rep.backends):
         out.append("Commands for other systems are in the Tools section; `llamalab doctor --json` lists them all.")
     return "\n".join(out) + "\n"
+

@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from types import ModuleType
 
-from .. import proc
-from ..records import JsonObject
+from ..core import proc
+from ..core.records import JsonObject
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import proc
-from ..records import JsonObject
+from ..core import proc
+from ..core.records import JsonObject
 
 MIB = 2**20
 

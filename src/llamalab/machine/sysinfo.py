@@ -7,8 +7,9 @@ import platform
 import sys
 from pathlib import Path
 
-from .. import __version__, proc
-from ..records import JsonObject
+from .. import __version__
+from ..core import proc
+from ..core.records import JsonObject
 from . import gpu
 
 

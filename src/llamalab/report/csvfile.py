@@ -22,8 +22,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import fields
 
-from ..records import RequestResult
-from ..safetext import plain
+from ..core.records import RequestResult
+from ..core.safetext import plain
 from .data import RunData
 from .document import configs_of, other_tables, trials_of
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ConfigError, StoreError
-from ..llamacpp.ledger import device_names, without_endpoint
+from ..core.errors import ConfigError, StoreError
+from ..logs.order import device_names, without_endpoint
 from ..store import jsoncol
 from ..store.db import Store
 from . import records

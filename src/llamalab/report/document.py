@@ -8,7 +8,8 @@ Any other table of the run (`crosschecks`, …) appears top-level under its name
 Derived parts: `rows` (the seed table, every concurrency level), `throughput`, `comparisons`, `memory`, `context`
 (fitted context per configuration, predicted vs measured difference), `decision_table` (per setting: the rows by
 use), `pp_gain` (pipeline parallelism's gain per workload cell and the crossover sentence), `not_applicable` (each arm
-that does not apply to the rig, once, with llama.cpp's or llamalab's reason) and `recommendation`.
+that does not apply to the rig, once, with llama.cpp's or llamalab's reason), `recommendation`, `answer` and, for a
+tune run, `tune` (the pick the run stored, its reason and command, the front measured).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from . import context, grid, recommend, speed, summary, tables, verdict, versions
+from .analysis import context, grid, recommend, speed, summary, tables, verdict, versions
 from .data import RunData, dumps, readable  # a row as the report shows it: each `x_json` under `x`
 
 FORMAT = "llamalab-report"
@@ -84,8 +85,14 @@ def trials_of(data: RunData) -> Iterable[Mapping[str, Any]]:
 NESTED = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials")
 
 
+# Tables of one kind of run, shown only where the run has rows in them (a tune's decision): every other run's report
+# stays as it was before the table existed.
+ONLY_WHERE_STORED = ("tune_picks",)
+
+
 def other_tables(data: RunData) -> dict[str, list[dict]]:
-    return {name: [readable(r) for r in rows] for name, rows in data.tables.items() if name not in NESTED}
+    return {name: [readable(r) for r in rows] for name, rows in data.tables.items()
+            if name not in NESTED and (rows or name not in ONLY_WHERE_STORED)}
 
 
 # the parts of the JSON report with a row per trial: streamed by `pieces`
@@ -161,6 +168,9 @@ def _document(data: RunData, seed: int) -> dict:
         "recommendation": recommend.recommendation(data),
         "answer": _answer(data),
     }
+    tune = _tune(data)
+    if tune is not None:
+        doc["tune"] = tune
     for name, rows in other_tables(data).items():
         if name in doc:
             raise ValueError(f"table {name!r} collides with a part of the JSON report")
@@ -169,11 +179,28 @@ def _document(data: RunData, seed: int) -> dict:
 
 
 def _answer(data: RunData) -> dict:
-    """What the report opens with: the answer's sentences (at most two, 60 words), its command and build."""
-    from . import answer
+    """What the report opens with: the answer's sentences (at most two, 60 words), its command and build; for a
+    tune run, as in Markdown and HTML, the pick the run stored and its command."""
+    from .analysis import answer, tune
 
+    v = tune.view(data)
+    if v is not None:
+        return {"text": v.pick_sentence, "command": v.command, "build": v.pick.name}
     a = answer.answer(data)
     return {"text": a.text, "command": a.command or None, "build": a.build}
+
+
+def _tune(data: RunData) -> dict | None:
+    """A tune run: the pick as the run decided it (its reason, command, what was left open) and the front measured,
+    as `llamalab tune --json` prints it (None for any other run)."""
+    from .analysis import tune
+
+    v = tune.view(data)
+    if v is None:
+        return None
+    out = tune.as_json(v)
+    out.pop("search", None)  # the stored search is under `tunes`
+    return out
 
 
 def _pp_gain(data: RunData, seed: int) -> dict | None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..safetext import plain
-from . import answer, grid, recommend, summary, tables, tune, verdict
+from ..core.safetext import plain
+from .analysis import answer, grid, recommend, summary, tables, tune, verdict
 from .data import RunData
 
 NAME = "forum"

@@ -17,7 +17,7 @@ import html
 import re
 from collections.abc import Iterator
 
-from ..safetext import plain
+from ..core.safetext import plain
 from . import model, plots
 from .data import RunData
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..safetext import plain
-from . import model, tables
+from ..core.safetext import plain
+from . import model
+from .analysis import tables
 from .data import RunData
 
 NAME = "md"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from . import answer, context, grid, network, recommend, speed, summary, tables, tune, verdict, versions
+from .analysis import answer, context, grid, network, recommend, speed, summary, tables, tune, verdict, versions
 from .data import RunData
 
 

@@ -24,9 +24,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from . import grid, speed
+from ..tune.records import DEFAULT
+from .analysis import grid, speed
+from .analysis.verdict import by_label, host_sum, study_builds, study_settings
 from .data import RunData, compute_by_label, host_compute
-from .verdict import by_label, host_sum, study_builds, study_settings
 
 FORMATS = ("png", "svg")
 DPI = 110
@@ -128,7 +129,7 @@ def _same_shape(data: RunData, a: dict, b: dict) -> bool:
 def tune_shown(data: RunData) -> list[str] | None:
     """A tune run's configurations worth a row (`tune.shown`: the default, the pick, the front with the most
     context; None for any other run: every configuration)."""
-    from . import tune
+    from .analysis import tune
 
     v = tune.view(data)
     if v is None:
@@ -360,7 +361,7 @@ def tune_front_figure(data: RunData) -> Figure | None:
     aggregate at K requests where K > 1; llama.cpp's default as a black square, the measured front joined by a
     line, the pick as a star, configurations stopped after one trial hollow. Stage one's verified front (dry runs
     only, not all run for real) as ticks along the context axis."""
-    from . import tune
+    from .analysis import tune
 
     v = tune.view(data)
     if v is None:
@@ -382,10 +383,10 @@ def tune_front_figure(data: RunData) -> Figure | None:
                 continue
             y = float(np.median(xs))
             pts.append((r.n_ctx, y, r))
-            style = dict(marker="s", color="black", markersize=7) if r.build == tune.DEFAULT else dict(
+            style = dict(marker="s", color="black", markersize=7) if r.build == DEFAULT else dict(
                 marker="*" if r.picked else "o", markersize=13 if r.picked else 7,
                 color=colors.get(r.build, COLORS[v.rows.index(r) % len(COLORS)]))
-            filled = len(xs) > 1 or r.build == tune.DEFAULT
+            filled = len(xs) > 1 or r.build == DEFAULT
             ax.errorbar([r.n_ctx], [y], yerr=[[y - min(xs)], [max(xs) - y]], capsize=3, linestyle="none",
                         markerfacecolor=style["color"] if filled else "white", **style)
             ax.annotate(_t(r.build), (r.n_ctx, y), textcoords="offset points", xytext=(5, 5), fontsize=8)

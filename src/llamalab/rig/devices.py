@@ -22,12 +22,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import net, proc
-from ..errors import ConfigError, LaunchError
-from ..llamacpp import argv, budget
+from ..core import net, proc
+from ..core.errors import ConfigError, LaunchError
+from ..core.records import JsonObject
+from ..llamacpp import argv
 from ..llamacpp import vulkan as vk
 from ..llamacpp.build import BuildArtifact
-from ..records import JsonObject
+from ..logs import devicelist
 
 
 @dataclass(frozen=True)
@@ -167,11 +168,11 @@ def count_named(binary: Path, prefix: str, env: dict[str, str] | None = None) ->
     rc, out = proc.capture([str(binary), "--list-devices"], timeout_s=60, env=env)
     if rc != 0:
         return 0
-    return sum(1 for d in budget.parse_devices(out.splitlines()) if d.name.startswith(prefix))
+    return sum(1 for d in devicelist.parse_devices(out.splitlines()) if d.name.startswith(prefix))
 
 
 def list_memory(binary: Path, server_args: Sequence[str], env: dict[str, str] | None = None
-                ) -> list[budget.DeviceMemory]:
+                ) -> list[devicelist.DeviceMemory]:
     """The devices llama-server sees with these device arguments, and their memory (`--list-devices`, ~0.04 s,
     no model loaded): what budgets are emulated against."""
     # only the arguments that add devices; --rpc must come first
@@ -180,4 +181,4 @@ def list_memory(binary: Path, server_args: Sequence[str], env: dict[str, str] | 
     if rc != 0:
         raise LaunchError(f"`llama-server --list-devices` failed (exit {rc}): {out.strip()[-300:]}",
                           tip="check the build and, for cpu-rpc, that the rpc-servers started.")
-    return budget.parse_devices(out.splitlines())
+    return devicelist.parse_devices(out.splitlines())

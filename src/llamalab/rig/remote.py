@@ -31,10 +31,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import net, proc
-from ..errors import ConfigError, LaunchError
-from ..llamacpp import argv, ledger
-from ..records import JsonObject
+from ..core import net, proc
+from ..core.errors import ConfigError, LaunchError
+from ..core.records import JsonObject
+from ..llamacpp import argv
+from ..logs import patterns
 from ..study.endpoints import is_ipv4, parse_endpoint
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def list_devices_argv(llama_server: Path | str, endpoints: Sequence[str]) -> lis
 def parse_device_lines(lines: Iterable[str]) -> list[tuple[str, str, int, int]]:
     """(name, description, total MiB, free MiB) from `--list-devices` output or an rpc-server's start-up lines
     (`  CPU: AMD EPYC (24105 MiB, 24105 MiB free)`)."""
-    return [found for line in lines if (found := ledger.device_line(line))]
+    return [found for line in lines if (found := patterns.device_line(line))]
 
 
 def backend_of(device_name: str) -> str:

@@ -1,8 +1,12 @@
 """The run loop: study → source → builds → devices → server → ledger → workload → store.
 
-It drives a run through every stage from the set-up `run.session` prepares (which `plan` and `tune` share). All
+It drives a run through every stage from the set-up `setup.prepare` prepares (which `plan` and `tune` share). All
 builds finish before any timing starts. Each finished trial is stored before the next starts; a configuration that
 fails is recorded with its reason and the study goes on.
+
+Why one module of ~630 lines: `execute` and the pass it runs (`_Pass`: start the devices and the server, read its
+ledger, run the workload, store each trial) share the run's store, log folders and progress; the checks that run
+after the passes (crosscheck, context checks, contexts within the budgets) follow in the order they run.
 """
 
 from __future__ import annotations
@@ -12,25 +16,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import __version__, proc
-from ..errors import LaunchError, LlamalabError, WorkloadError
-from ..llamacpp import applicability, crosscheck, ledger, maxctx
+from .. import __version__
+from ..core import proc
+from ..core.errors import LaunchError, LlamalabError, WorkloadError
+from ..core.records import ConfigOutcome
+from ..fit import budgetfit, maxctx
 from ..llamacpp import argv as argvmod
-from ..llamacpp.applicability import NOT_APPLICABLE
+from ..llamacpp import crosscheck
 from ..llamacpp.build import BuildArtifact
 from ..llamacpp.server import launch
+from ..logs import applicability, ledger, order, records
+from ..logs.applicability import NOT_APPLICABLE
 from ..machine import sysinfo
-from ..records import ConfigOutcome
+from ..setup import configplan
+from ..setup.options import RunOptions
+from ..setup.progress import Progress
 from ..store.db import Store
 from ..study.spec import Config, Pass, configs, expand, to_toml
-from . import budgetfit, drivercheck, workload
-from . import plan as planmod
-from .options import RunOptions
-from .progress import Progress
+from . import drivercheck, workload
 
 if TYPE_CHECKING:
     from ..llamacpp.server import Server
-from .session import (
+from ..setup.prepare import (
     Prepared,
     budget_emulation,
     check_budgets,
@@ -46,7 +53,7 @@ def n_slots(args: list[str]) -> int:
     return argvmod.n_slots(args)
 
 
-def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger) -> tuple[list[int], list[int]]:
+def fitting_levels(levels: list[int], shape: workload.Shape, led: records.Ledger) -> tuple[list[int], list[int]]:
     """Concurrency levels whose requests fit in the context the server has (unified KV: they share n_ctx), and
     the ones that do not — those are reported, not run into a wall of 'context size exceeded' errors."""
     if not led.n_ctx:
@@ -57,7 +64,7 @@ def fitting_levels(levels: list[int], shape: workload.Shape, led: ledger.Ledger)
     return ok, [c for c in levels if c not in ok]
 
 
-def check_copies(led: ledger.Ledger, art: BuildArtifact) -> str | None:
+def check_copies(led: records.Ledger, art: BuildArtifact) -> str | None:
     """A copies variant whose log shows another number of copies ran the wrong library: say so. (Given binaries
     were built with whatever copies their maker chose: the log says which, and the report shows it.)"""
     if not art.made or led.sched_copies is None or not led.pipeline_parallel and led.sched_copies == 1:
@@ -359,14 +366,14 @@ def needs_budget_fit(led: dict, budgets: list[int]) -> str | None:
     exceed its budget, so that context would not load on such a card (with -ngl given, llama.cpp's fit shrinks the
     context for the total memory and stops before placing layers per device; it reports that as a failed fit even
     where every device stays within its budget, which is then no reason to search)."""
-    ok, why = maxctx.within_budgets(ledger.device_totals(led), budgets)
+    ok, why = maxctx.within_budgets(order.device_totals(led), budgets)
     return None if ok else why
 
 
 def _budget_fits(prep: Prepared, store: Store, run_id: str, logs: Path, progress: Progress, *, always: bool) -> None:
     """For every configuration that ran whose context llama.cpp's fit did not keep within every device's budget
     (or every one, `always`): the largest context within the budgets, and within them less the margin, by dry
-    runs (`run.budgetfit`). A resumed run keeps the searches it stored."""
+    runs (`fit.budgetfit`). A resumed run keeps the searches it stored."""
     budgets = prep.study.devices.budgets_mib or []
     stored = store.budget_fits(run_id)
     ledgers: dict[tuple[str, str], dict] = {(c["build"], c["setting"]): led for c in store.configs(run_id)
@@ -392,8 +399,8 @@ def _budget_fits(prep: Prepared, store: Store, run_id: str, logs: Path, progress
             emu = budget_emulation(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
             if emu is None:
                 continue
-            fit = planmod.within_budgets(prep, cfg, art, dev, env, emu, log_dir, 300.0, start=led.get("n_ctx"),
-                                         reference=ledger.device_totals(led))
+            fit = configplan.within_budgets(prep, cfg, art, dev, env, emu, log_dir, 300.0, start=led.get("n_ctx"),
+                                         reference=order.device_totals(led))
         doc = {**fit.as_dict(), "why": why, "fitted_n_ctx": led.get("n_ctx")}
         store.save_budget_fit(run_id, cfg.build.name, cfg.setting.name, doc)
         progress.message(f"context within the budgets, {cfg.build.name} × {cfg.setting.name}: "
@@ -431,9 +438,9 @@ def _verify_budget_fit(store: Store, run_id: str, cfg, fit: dict, probe: Callabl
                         + (f"; {good:,} does" if good else "")))
 
 
-def report_device_names(led: ledger.Ledger) -> list[str]:
+def report_device_names(led: records.Ledger) -> list[str]:
     """Device buffer names in llama.cpp's device order (as the reports order them)."""
-    return ledger.device_names(led.to_json())
+    return order.device_names(led.to_json())
 
 
 def _pass_log_dir(logs: Path, index: int, p: Pass) -> Path:
@@ -461,7 +468,7 @@ class _Pass:
         self.label = f"{self.cfg.build.name} × {self.cfg.setting.name}"
         self.config_id = 0
         self.loaded = False
-        self.split: list[float] | None = None  # the -ts the server ran with (ledger.split_meta)
+        self.split: list[float] | None = None  # the -ts the server ran with (tensorsplit.split_meta)
         self.in_pass = 0
         self.grid: list[tuple[workload.Shape, list[int]]] = []
         self.srv: Server | None = None
@@ -494,7 +501,7 @@ class _Pass:
         """Trials stored per trial number: one per cell and level that fits."""
         return sum(len(lv) for _, lv in self.grid)
 
-    def make_grid(self, led: ledger.Ledger) -> None:
+    def make_grid(self, led: records.Ledger) -> None:
         """The workload's cells, each with the concurrency levels whose requests fit in the server's context."""
         wl = self.prep.study.workload
         for prompt, output in wl.cells():
@@ -510,7 +517,7 @@ class _Pass:
                 self.count.add(len(self.trials) * len(too_big))
             self.grid.append((shape, levels))
 
-    def note_load(self, lines: list[str], led: ledger.Ledger) -> None:
+    def note_load(self, lines: list[str], led: records.Ledger) -> None:
         """What the load's log says that the configuration's row should carry: no fit, pipeline parallelism
         dropped, a copies variant that loaded the wrong library (a LaunchError)."""
         no_fit = applicability.fit_refusal(lines)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import httpx
 
-from .. import proc
-from ..errors import WorkloadError
+from ..core import proc
+from ..core.errors import WorkloadError
+from ..core.records import RequestResult, Trial
 from ..machine import sysload
-from ..records import RequestResult, Trial
 
 # A neutral passage the prompt is tokenized from, then repeated to the exact length.
 PASSAGE = (

@@ -7,6 +7,9 @@ Commands that only read (runs, report, compare, export) open the file read-only 
 it: a database of an older schema is copied into memory and migrated there, so the file stays as it was.
 A run records the process that measures it (`owner.py`); a run whose owner lives is never joined or resumed,
 and a second run on the same database is refused while one is being measured.
+
+Why one module of ~650 lines: it is the `Store` class, one SQLite connection and its transactions; every method
+is a few lines of SQL over the same tables, and splitting the class would split its transaction rules.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError, StoreError
-from ..llamacpp import memory
-from ..llamacpp.ledger import Ledger
-from ..records import ConfigOutcome, JsonObject, Trial
+from ..core.errors import ConfigError, StoreError
+from ..core.records import ConfigOutcome, JsonObject, Trial
+from ..logs import memory
+from ..logs.records import Ledger
 from . import jsoncol, runids
 from . import migrations as migrationsmod
 from . import owner as ownermod
@@ -389,7 +392,7 @@ class Store:
 
     def save_budget_fit(self, run_id: str, build: str, setting: str, result: JsonObject,
                         verified: bool | None = None) -> None:
-        """A configuration's context within its budgets (`run.budgetfit`), with its verifying load where made."""
+        """A configuration's context within its budgets (`fit.budgetfit`), with its verifying load where made."""
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO budget_fits VALUES (?,?,?,?,?,?,?)",
                        (run_id, build, setting, (result.get("budget") or {}).get("n_ctx"),
@@ -406,9 +409,12 @@ class Store:
             out[(r["build"], r["setting"])] = {**doc, "verified": verified}
         return out
 
-    def save_tune(self, run_id: str, result: JsonObject) -> None:
+    def save_tune(self, run_id: str, result: JsonObject, pick: JsonObject | None = None) -> None:
+        """A tune's search (`result`) and what it decided (`pick`: tune/pick.py `Decision.as_dict`)."""
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO tunes VALUES (?,?)", (run_id, _j(result)))
+            if pick is not None:
+                db.execute("INSERT OR REPLACE INTO tune_picks VALUES (?,?)", (run_id, _j(pick)))
 
     def tune(self, run_id: str) -> JsonObject | None:
         """What `llamalab tune` stored with the run (None for other runs)."""
@@ -516,7 +522,7 @@ class Store:
 
     # The tables that hold one run, parents first (the order rows are inserted in).
     RUN_TABLES = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials", "crosschecks",
-                  "context_checks", "tunes", "budget_fits")
+                  "context_checks", "tunes", "budget_fits", "tune_picks")
     _DUMP = {
         "runs": "SELECT * FROM runs WHERE id=? ORDER BY rowid",
         "system_info": "SELECT * FROM system_info WHERE run_id=? ORDER BY rowid",
@@ -531,6 +537,7 @@ class Store:
         "context_checks": "SELECT * FROM context_checks WHERE run_id=? ORDER BY rowid",
         "tunes": "SELECT * FROM tunes WHERE run_id=? ORDER BY rowid",
         "budget_fits": "SELECT * FROM budget_fits WHERE run_id=? ORDER BY rowid",
+        "tune_picks": "SELECT * FROM tune_picks WHERE run_id=? ORDER BY rowid",
     }
 
     def columns(self, table: str) -> list[str]:

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .. import __version__
-from ..errors import ConfigError, StoreError
-from ..records import JsonObject
-from ..safetext import json_safe
+from ..core.errors import ConfigError, StoreError
+from ..core.records import JsonObject
+from ..core.safetext import json_safe
 from . import jsoncol, migrations, runrows
 from .db import LOCAL_RUN_COLUMNS, RunExists, Store, legacy_cell, with_trial_cells
 from .jsoncol import Row

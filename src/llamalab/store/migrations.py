@@ -323,6 +323,15 @@ def m0011_budget_fits(db: sqlite3.Connection) -> None:
             budget_n_ctx INTEGER,               -- the largest context within every device's budget (dry runs)
             margin_n_ctx INTEGER,               -- the same within every budget less llama.cpp's fit margin
             verified INTEGER,                   -- budget_n_ctx loaded for real within the budgets (--max-context)
-            result_json TEXT NOT NULL,          -- the search (run/budgetfit.py) and the verifying load's step
+            result_json TEXT NOT NULL,          -- the search (fit/budgetfit.py) and the verifying load's step
             PRIMARY KEY (run_id, build, setting)
+        )""")
+
+
+@migration
+def m0012_tune_picks(db: sqlite3.Connection) -> None:
+    db.execute("""
+        CREATE TABLE tune_picks (
+            run_id TEXT PRIMARY KEY REFERENCES runs(id),
+            pick_json TEXT NOT NULL             -- what the tune decided: the pick, its reason, the rule (Decision)
         )""")

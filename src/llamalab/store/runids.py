@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 RUN_ID = re.compile(r"\A[0-9]{8}-[0-9]{6}-[0-9a-f]{6}\Z")
 # A leading part of an id, as `llamalab report 20261129-0948` accepts it (only digits, '-' and hex, in place).

@@ -13,6 +13,9 @@ too; the rest of a JSON column may hold anything JSON holds, nested at most MAX_
 
 Rows are checked one at a time (`Check`): a run of 128,000 trials is checked in memory that grows with its
 configurations and trial keys, not with its rows.
+
+Why one module of ~700 lines: it is declarative, one pydantic model per stored table and per JSON column the
+reports read, and `Check` validates a run against all of them at once; the models are read as one schema.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..records import RequestResult
+from ..core.records import RequestResult
 from . import runids
 from .jsoncol import Row
 
@@ -438,7 +441,7 @@ class ContextCheckRow(_Row):
 
 
 class _TuneKld(_Row):
-    """One K/V pair's quality against f16/f16 (llamacpp/kld.py `Kld`)."""
+    """One K/V pair's quality against f16/f16 (quality/kld.py `Kld`)."""
     kv: str | None = None
     mean: Real | None = None
     mean_err: Real | None = None
@@ -522,7 +525,7 @@ class _TuneModel(_Row):
 
 
 class _Tune(_Row):
-    """What `llamalab tune` stored (`tunes.result_json`): the parts report/tune.py reads."""
+    """What `llamalab tune` stored (`tunes.result_json`): the parts report/analysis/tune.py reads."""
     default: _TuneConfig | None = None
     candidates: list[_TuneConfig] = Field(default_factory=list)
     goal: str | None = None
@@ -542,12 +545,38 @@ class _Tune(_Row):
     repeats: Int = None
 
 
+class _TuneRule(_Row):
+    default: str | None = None
+    goal: str | None = None
+    threshold: Annotated[float, Field(ge=0, lt=1)] | None = None
+    floor_ctx: Count | None = None
+    min_gen_tps: Annotated[float, Field(ge=0, le=BIG)] | None = None
+    default_fits: bool | None = None
+    kld: dict[str, Real] | None = None
+    max_kld: Num = None
+
+
+class _TunePick(_Row):
+    """What a tune decided (`tune_picks.pick_json`: tune/pick.py `Decision`)."""
+    build: str
+    reason: str
+    considered: list[str] = Field(default_factory=list)
+    floor: str | None = None
+    undecided: list[str] = Field(default_factory=list)
+    repeats: Annotated[int, Field(ge=1, le=4096)] | None = None
+    rule: _TuneRule | None = None
+
+
 class TuneRow(_Row):
     result_json: _Tune
 
 
+class TunePickRow(_Row):
+    pick_json: _TunePick
+
+
 class _Limit(_Row):
-    """One answer of a search for the context within the budgets (run/budgetfit.py `Limit`)."""
+    """One answer of a search for the context within the budgets (fit/budgetfit.py `Limit`)."""
     n_ctx: Int = None
     exact: bool | None = None
     over_mib: Num = None
@@ -565,7 +594,7 @@ class _BudgetVerify(_Row):
 
 
 class _BudgetFit(_Row):
-    """`budget_fits.result_json`: the parts report/context.py reads."""
+    """`budget_fits.result_json`: the parts report/analysis/context.py reads."""
     budget: _Limit | None = None
     margin: _Limit | None = None
     verify: _BudgetVerify | None = None
@@ -586,7 +615,7 @@ class BudgetFitRow(_Row):
 ROWS: dict[str, type[_Row]] = {
     "runs": RunRow, "system_info": SystemRow, "builds": BuildRow, "configs": ConfigRow, "ledgers": LedgerRow,
     "buffers": BufferRow, "trials": TrialRow, "crosschecks": CrosscheckRow, "context_checks": ContextCheckRow,
-    "tunes": TuneRow, "budget_fits": BudgetFitRow,
+    "tunes": TuneRow, "budget_fits": BudgetFitRow, "tune_picks": TunePickRow,
 }
 
 
@@ -652,8 +681,9 @@ class Check:
     def done(self) -> None:
         if self.counts["runs"] != 1:
             raise Invalid(f"tables.runs: a run export holds exactly one run, not {self.counts['runs']}")
-        if self.counts["tunes"] > 1:
-            raise Invalid(f"tables.tunes: at most one tune per run, not {self.counts['tunes']}")
+        for t in ("tunes", "tune_picks"):
+            if self.counts[t] > 1:
+                raise Invalid(f"tables.{t}: at most one per run, not {self.counts[t]}")
         dup = sorted(i for i, n in self._ids.items() if n > 1)
         if dup:
             raise Invalid(f"configs: id(s) {dup} appear more than once")

@@ -2,6 +2,10 @@
 
 A study is a matrix: builds × settings, each run as one llama-server configuration, with a workload of
 trials against it. `expand()` turns a study into the ordered list of configurations and trial passes.
+
+Why one module of ~700 lines: it is the study file's schema, one strict pydantic model per table of the file
+(devices and their remotes, server, workload, builds, settings, tune) with the validators that name the bad key,
+and the few functions over the whole model (load, overrides, expansion, the run hash); it reads as one schema.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from ..errors import ConfigError
-from ..llamacpp import argv, budget, flags, modelref, sourceref
+from ..core.errors import ConfigError
+from ..fit import budget
+from ..llamacpp import argv, flags, sourceref
+from ..models.remote import ref as modelref
 from . import endpoints
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/-]*$")
@@ -415,7 +421,7 @@ class Study(_Strict):
 
 # ---------------------------------------------------------------- the run hash
 
-# The run hash (`run.session.study_hash`) is the study's `model_dump`, less what it leaves out here. It must not
+# The run hash (`setup.prepare.study_hash`) is the study's `model_dump`, less what it leaves out here. It must not
 # change for a study that measures what it measured before, or an unfinished run of that study no longer resumes
 # (tests/study/test_hash.py pins the committed studies' hashes). So it is derived from the model's fields this way:
 # every field named below — the fields each part of a study had when the hash took its form — is always hashed;

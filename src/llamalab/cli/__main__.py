@@ -1,0 +1,5 @@
+"""`python -m llamalab.cli`: the `llamalab` command."""
+
+from . import main
+
+main()

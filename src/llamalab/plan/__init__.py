@@ -1,0 +1,1 @@
+"""`llamalab plan` and `llamalab bisect`: memory answers from dry runs, without loading weights."""

@@ -1,0 +1,1 @@
+"""What a configuration computes, against a baseline: KL divergence of a KV cache type (llama-perplexity), cached."""

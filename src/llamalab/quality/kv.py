@@ -1,0 +1,176 @@
+"""What each quantized KV cache on tune's front costs in output quality, measured before anything is picked.
+
+For every K/V pair on the verified front other than f16/f16: llama.cpp's `llama-perplexity --kl-divergence` against
+the f16/f16 cache's distributions over the same text (`quality.kld`): mean KLD, its 99th percentile and the share
+of positions whose most likely token is unchanged. Results are cached per model file (its fingerprint), text and
+pair under `$LLAMALAB_HOME/quality/`; the f16/f16 base file (hundreds of MB for a 262k-token vocabulary) lives only
+while the pairs not yet cached are measured.
+
+The text is llama.cpp's own documentation (`docs/**/*.md` of the llama.cpp source the build was made from, MIT
+licence, the first 200,000 characters in path order): it travels with every source llamalab builds, so nothing
+is downloaded. A synthetic model's weights are random numbers, so what its KV cache "costs" in quality means
+nothing: that is said once and nothing is run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..core.errors import ConfigError
+from ..core.write import atomic_write
+from ..llamacpp.build import BuildArtifact
+from ..models import standin
+from ..models import synthetic as models
+from ..setup.options import RunOptions
+from ..setup.prepare import Prepared, prepare
+from ..setup.progress import Progress
+from ..study.spec import Study, TuneSpec
+from . import kld as kldmod
+
+BASE = "f16/f16"
+CORPUS_CHARS = 200_000
+CORPUS_NAME = "llama.cpp docs/**/*.md (MIT licence)"
+
+
+@dataclass
+class Quality:
+    by_pair: dict[str, dict] = field(default_factory=dict)  # "q8_0/q8_0" → kld.Kld.as_dict() (+ "cached")
+    corpus: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    measured: bool = False
+
+    def as_dict(self) -> dict:
+        return {"base": BASE, "by_pair": self.by_pair, "corpus": self.corpus, "measured": self.measured,
+                "method": f"llama-perplexity --kl-divergence, -c {kldmod.N_CTX}, --chunks {kldmod.CHUNKS}"}
+
+
+def corpus_text(source_dir: Path) -> str | None:
+    """The quality text: llama.cpp's docs/**/*.md in path order, cut at CORPUS_CHARS (None where the source has no
+    docs folder)."""
+    docs = source_dir / "docs"
+    if not docs.is_dir():
+        return None
+    parts: list[str] = []
+    size = 0
+    for p in sorted(docs.rglob("*.md")):
+        try:
+            t = p.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        parts.append(t)
+        size += len(t)
+        if size >= CORPUS_CHARS:
+            break
+    text = "\n\n".join(parts)[:CORPUS_CHARS]
+    return text if text.strip() else None
+
+
+def is_synthetic(name: str | None) -> bool:
+    return bool(name and str(name).startswith("llamalab synthetic"))
+
+
+
+def for_front(prep: Prepared, art: BuildArtifact, kvs: Iterable[str], spec: TuneSpec, logs: Path, home: Path,
+              progress: Progress) -> Quality:
+    """KLD of every K/V pair on tune's front (`kvs`) against f16/f16, with the front's own binary, cached."""
+    q = Quality()
+    pairs = sorted(set(kvs) - {BASE})
+    if not pairs:
+        return q
+    if not spec.quality:
+        q.notes.append("KV cache quality was not measured ([tune] quality = false)")
+        return q
+    if is_synthetic(prep.model_info.name):
+        q.notes.append("KV cache quality is not measured on a synthetic model: its weights are random, so its token "
+                       "distributions — and what a quantized cache changes in them — mean nothing; tune a real "
+                       "model to see each cache's KL divergence against f16/f16")
+        return q
+    if standin.is_sparse(prep.model_path):
+        q.notes.append("KV cache quality is not measured on a header-only stand-in: it holds no weights (tune the "
+                       "model file itself to see each cache's KL divergence against f16/f16)")
+        return q
+    binary = art.binary("llama-perplexity")
+    if not binary.is_file():
+        q.notes.append(f"KV cache quality was not measured: there is no llama-perplexity in {art.bin_dir}")
+        return q
+    return for_pairs(binary, prep.model_path, prep.model_info.fingerprint,
+                     Path(prep.source.path) if prep.source is not None else None, pairs, home, logs, art.env(),
+                     progress, q)
+
+
+def for_pairs(binary: Path, model: Path, fingerprint: str, source_dir: Path | None, pairs: list[str], home: Path,
+              logs: Path, env: dict[str, str], progress: Progress, q: Quality | None = None) -> Quality:
+    """KLD of each K/V pair against f16/f16 for one model file, from the cache where measured before."""
+    q = q or Quality()
+    text = corpus_text(source_dir) if source_dir is not None else None
+    if text is None:
+        q.notes.append("KV cache quality was not measured: the llama.cpp source has no docs/ to use as its text")
+        return q
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    q.corpus = {"name": CORPUS_NAME, "chars": len(text), "sha256_12": digest}
+    folder = home / "quality" / f"{fingerprint}-{digest}-c{kldmod.N_CTX}x{kldmod.CHUNKS}"
+    todo = []
+    for kv in pairs:
+        f = folder / f"{kv.replace('/', '-')}.json"
+        try:
+            q.by_pair[kv] = {**json.loads(f.read_text(encoding="utf-8")), "cached": True}
+        except (OSError, ValueError):
+            todo.append(kv)
+    if todo:
+        logs.mkdir(parents=True, exist_ok=True)
+        _measure(binary, model, text, todo, folder, logs, env, q, progress)
+    q.measured = bool(q.by_pair)
+    return q
+
+
+def _measure(binary: Path, model: Path, text: str, pairs: list[str], folder: Path, logs: Path,
+             env: dict[str, str], q: Quality, progress: Progress) -> None:
+    with tempfile.TemporaryDirectory(prefix="llamalab-kld-") as tmp:
+        corpus, base = Path(tmp) / "corpus.txt", Path(tmp) / "base.kld"
+        corpus.write_text(text, encoding="utf-8")
+        progress.message(f"KV cache quality: {BASE} distributions over {len(text):,} characters of {CORPUS_NAME}")
+        rc, lines = kldmod.run(kldmod.base_argv(binary, model, corpus, base), logs / "kld-base.log", env)
+        if rc != 0 or not base.is_file():
+            q.notes.append(f"KV cache quality was not measured: llama-perplexity's {BASE} run failed (exit {rc}; "
+                           f"{(lines[-1] if lines else 'no output')[:200]})")
+            return
+        for kv in pairs:
+            progress.message(f"KV cache quality: {kv} against {BASE} (llama-perplexity --kl-divergence)")
+            rc, lines = kldmod.run(kldmod.pair_argv(binary, model, base, kv),
+                                   logs / f"kld-{kv.replace('/', '-')}.log", env)
+            got = kldmod.parse(lines, kv) if rc == 0 else None
+            if got is None:
+                q.notes.append(f"KV cache quality of {kv} was not measured: llama-perplexity failed (exit {rc}; "
+                               f"{(lines[-1] if lines else 'no output')[:200]})")
+                continue
+            atomic_write(folder / f"{kv.replace('/', '-')}.json", json.dumps(got.as_dict()))
+            q.by_pair[kv] = {**got.as_dict(), "cached": False}
+
+
+def for_model(model: Path, kv: str, study: Study, opts: RunOptions, progress: Progress) -> Quality:
+    """`llamalab quality`: each K/V pair of `kv` ("f16/q8_0,q8_0/q8_0") against f16/f16 on one model file, with the
+    llama-perplexity of the study's first build on this machine (prepared once: `setup.prepare.prepare`), cached.
+    A pair's spelling is checked as a study's is; a synthetic model is refused (its weights are random)."""
+    pairs = [p.strip() for p in kv.split(",") if p.strip()]
+    try:
+        TuneSpec(kv=["f16/f16", *[p for p in pairs if p != BASE]])
+    except ValidationError as e:
+        raise ConfigError(f"--kv {kv}: {e.errors()[0]['msg']}",
+                          tip="give pairs like f16/q8_0,q8_0/q8_0,q4_0/q4_0.") from None
+    info = models.read_info(model)
+    if is_synthetic(info.name):
+        raise ConfigError(f"{model} is a synthetic model: its weights are random, so what a KV cache changes in its "
+                          "output means nothing.", tip="measure a real model file.")
+    prep = prepare(study, dataclasses.replace(opts, model=info.path), progress)
+    art = prep.artifacts[study.builds[0].name]
+    with tempfile.TemporaryDirectory(prefix="llamalab-quality-") as logs:
+        return for_pairs(art.binary("llama-perplexity"), info.path, info.fingerprint, Path(prep.source.path),
+                         [p for p in pairs if p != BASE], opts.home, Path(logs), art.env(), progress)

@@ -1,0 +1,149 @@
+"""Tune's stage two: the verified front and llama.cpp's default run for real through the study runner — every
+member a build of one binary with its own arguments, so the run's report compares each with the default — as a race
+(docs/tune.md): a screening trial each, the remaining trials only for those the measurements cannot yet rule out,
+and more trials where the pick is still open. `--exhaustive` runs every member with all its trials: the oracle the
+race is checked against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from ..llamacpp import server as servermod
+from ..run import runner
+from ..setup.options import RunOptions
+from ..setup.progress import Progress
+from ..store.db import Store
+from ..study.spec import BuildSpec, Config, Pass, SettingSpec, Study, TuneSpec
+from . import pick as tunepick
+from . import space as ts
+from .records import DEFAULT, ledger_contexts
+from .stage_one import StageOne, TuneSetup
+
+
+def exhaustive(spec: TuneSpec) -> bool:
+    return spec.exhaustive or not spec.screen
+
+
+def front_builds(setup: TuneSetup, one: StageOne) -> list[BuildSpec]:
+    """Stage two's builds, all of the first build's binary: llama.cpp's default, then each front member under its
+    stage-two name (`one` staged); their flags checked against the binary."""
+    b0 = setup.study.builds[0]
+    builds = [b0.model_copy(update={"name": DEFAULT, "label": "llama.cpp's default (--fit, no flags)",
+                                    "args": [*b0.args, *one.default_extra]})]
+    for m in one.front:
+        builds.append(b0.model_copy(update={"name": m.build, "label": f"{m.label}, -c {m.n_ctx:,}",
+                                            "args": [*b0.args, *m.candidate.args(m.n_ctx)]}))
+    art = setup.art
+    for b in builds[1:]:
+        servermod.check_flags(art.binary("llama-server"), [*setup.study.server.args, *b.args], env=art.env())
+    return builds
+
+
+def single_trials(trials: list[dict[str, Any]]) -> int:
+    """Trials run: one per configuration and trial number (each measures every level of the workload)."""
+    return len({(t["build"], t["trial"]) for t in trials})
+
+
+def measures(store: Store, run_id: str, ctx_of: dict[str, int], parallel: int) -> list[ts.Measures]:
+    """What the run has measured so far, per configuration (the context each server ran with)."""
+    return ts.measures(store.trials(run_id), ctx_of, parallel, ledger_contexts(store.configs(run_id)))
+
+
+def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOptions, progress: Progress
+              ) -> tuple[str, Study, dict[str, Any]]:
+    """The race over the front (`Race`), stored as a run: its id, the study it ran and what the search records
+    of it."""
+    spec = setup.spec
+    builds = front_builds(setup, one)
+    s2 = setup.study.model_copy(update={"builds": builds,
+                                        "settings": [SettingSpec(name="tune", label=f"tune: {spec.goal}")]})
+    prep2 = dataclasses.replace(setup.prep, study=s2, skipped={},
+                                artifacts={b.name: dataclasses.replace(setup.art, name=b.name) for b in builds})
+    race = Race(s2, spec, one, rule, opts.seconds if opts.seconds is not None else spec.seconds)
+    t2 = time.monotonic()
+    ropts = dataclasses.replace(opts, model=setup.prep.model_path, resume=None)
+    run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), cut=race.cut)
+    with Store(opts.db) as store:
+        before_extension = single_trials(store.trials(run_id))
+    race.extend(prep2, ropts, run_id, progress)
+    stage2_s = round(time.monotonic() - t2, 2)
+    with Store(opts.db) as store:
+        trials = store.trials(run_id)
+    return run_id, s2, {
+        "real": [DEFAULT, *(m.build for m in one.front)], "screened_out": race.ruled,
+        "seconds": stage2_s, "screen": not exhaustive(spec), "mode": race.mode,
+        "time_budget_s": race.budget_s, "time_left_out": race.timed_out, "extended": race.extended,
+        "trials": single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats,
+        "trials_before_extension": before_extension}
+
+
+class Race:
+    """Stage two as a race over the whole verified front (docs/tune.md): the default, then each member — the most
+    context first — each in one server start: a screening trial, then its remaining trials on the same server
+    unless the measurements already show it cannot be the pick (`tunepick.ruled_out`, against the configurations
+    measured with all their trials before it), or the time budget is spent. `exhaustive`: every configuration with
+    all its trials, nothing ruled out (the oracle the race is checked against)."""
+
+    def __init__(self, study: Study, spec: TuneSpec, one: StageOne, rule: tunepick.Rule, budget_s: float | None):
+        self.study, self.spec, self.one, self.rule = study, spec, one, rule
+        self.mode = "exhaustive" if exhaustive(spec) else "race"
+        self.budget_s = budget_s
+        self.ctx_of = {DEFAULT: one.default.n_ctx or 0} | {str(m.build): int(m.n_ctx or 0) for m in one.front}
+        self.ruled: dict[str, str] = {}
+        self.timed_out: list[str] = []
+        self.extended: list[dict[str, Any]] = []
+        self.t0: float | None = None
+
+    def passes(self) -> list[Pass]:
+        """One server start per configuration, in the builds' order: the default, then the members by context."""
+        n = self.study.workload.repeats
+        self.t0 = time.monotonic()
+        return [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=tuple(range(1, n + 1)))
+                for b in self.study.builds]
+
+    def _over_time(self) -> bool:
+        return self.budget_s is not None and self.t0 is not None and time.monotonic() - self.t0 > self.budget_s
+
+    def extend(self, prep: Any, opts: RunOptions, run_id: str, progress: Progress) -> None:
+        """Where the measurements leave the pick open (`tunepick.undecided_names`: a member with more context whose
+        interval reaches the speed floor, or a pick whose interval reaches below it), more trials of those, the
+        pick and the configuration that sets the floor — `repeats` more a round, up to `[tune] max_repeats`
+        (default twice `repeats`), while the time budget lasts. The race only; an exhaustive run keeps its trials."""
+        n = self.study.workload.repeats
+        cap = self.spec.max_repeats or 2 * n
+        have = n
+        while self.mode == "race" and have < cap and not self._over_time():
+            with Store(opts.db) as store:
+                ms = measures(store, run_id, self.ctx_of, self.spec.parallel)
+            nxt = tunepick.more_trials(ms, self.rule, n, have, cap)
+            if nxt is None:
+                break
+            names, more, why = nxt
+            progress.message(f"tune stage two: the pick is still open ({'; '.join(why)}): "
+                             f"{len(more)} more trial(s) of {', '.join(names)}")
+            self.extended.append({"names": names, "trials": list(more), "why": why})
+            passes = [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=more)
+                      for b in self.study.builds if b.name in names]
+            runner.execute(prep, None, dataclasses.replace(opts, resume=run_id, fresh=False), progress, passes=passes)
+            have = more[-1]
+
+    def cut(self, store: Store, run_id: str, p: Pass, trial: int) -> str | None:
+        """After a member's screening trial: why its remaining trials are not run, or None."""
+        name = p.config.build.name
+        if self.mode == "exhaustive" or name == DEFAULT or trial != 1:
+            return None
+        if self._over_time():
+            self.timed_out.append(name)
+            self.ruled[name] = f"the time budget of {self.budget_s:g} s ([tune] seconds, --seconds) is spent"
+            return self.ruled[name]
+        ms = measures(store, run_id, self.ctx_of, self.spec.parallel)
+        n = self.study.workload.repeats
+        full = [m for m in ms if m.name != name and len(m.samples.get("output_tps") or []) >= n]
+        me = next((m for m in ms if m.name == name), None)
+        why = "its screening trial measured nothing" if me is None else tunepick.ruled_out(me, full, self.rule)
+        if why:
+            self.ruled[name] = why
+        return why
