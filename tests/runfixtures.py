@@ -33,6 +33,12 @@ TUNE = "tune-demo"
 # one's largest context within the budgets (`budget_fits`, by dry runs) and its verifying load; 3 builds (no
 # OpenBLAS) × 2 settings × 3 trials × 1, 4 requests, on a 2-core VM shared with other work
 OVER_BUDGET = "gemma-over-budget"
+# the output check on the demo rig: copies1, no-pp-blas, no-pp-override against copies4, both KV settings, 1 trial
+# each, single-stream and 4 requests at once, with each configuration's logits (llamalab run demo, repeats 1)
+OUTPUTS = "demo-outputs"
+# the same check with a difference planted: a build that runs a q4_0 V cache where the baseline runs f16, and the
+# no-op -ot (one setting, f16/f16, 2 trials each)
+PLANTED = "demo-outputs-planted"
 
 
 def names() -> list[str]:

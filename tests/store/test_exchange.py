@@ -39,7 +39,7 @@ def test_export_document(source):
     assert {k: len(v) for k, v in t.items()} == {"runs": 1, "system_info": 1, "builds": 3, "configs": 4,
                                                   "ledgers": 4, "buffers": 16, "trials": 12, "crosschecks": 1,
                                                   "context_checks": 0, "tunes": 0, "budget_fits": 0,
-                                                  "tune_picks": 0}
+                                                  "tune_picks": 0, "outputs": 0, "output_logits": 0}
     # JSON columns are decoded, so the file reads as JSON
     assert isinstance(t["trials"][0]["requests_json"], list)
     assert t["ledgers"][0]["ledger_json"]["sched_copies"] == 4

@@ -100,7 +100,7 @@ def _print_table(data) -> None:
     from rich.table import Table
 
     from ..core.safetext import rich_text as T
-    from ..report.analysis import answer, context, speed, summary, tables
+    from ..report.analysis import answer, context, outputs, speed, summary, tables
 
     console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
 
@@ -143,6 +143,8 @@ def _print_table(data) -> None:
         console.print(T("• " + line, "yellow"))
     for line in summary.fidelity_lines(data):
         console.print(T("• " + line))
+    for line in outputs.lines(data):
+        console.print(T("• outputs: " + line))
     _print_advice(console, data, show)
     said = answer.answer(data)
     console.print(T("\nRecommendation.", "bold") + T(" " + said.text))
@@ -165,7 +167,7 @@ def _print_advice(console, data, show) -> None:
     rows = recommend.decision_table(data)
     if rows:
         head, body = recommend.table_cells(rows)
-        show(f"Decision by use ({rows[0].setting})", head, body, left=5)
+        show(f"Decision by use ({rows[0].setting})", head, body, left=len(head))
 
 
 # ---------------------------------------------------------------- commands

@@ -64,7 +64,17 @@ def common_args(device_args: Sequence[str] = ()) -> list[str]:
     return ["-c", str(N_CTX), "--chunks", str(CHUNKS), "-b", str(N_CTX), "-fa", "on", "-ngl", "999", *device_args]
 
 
-def parse(lines: Iterable[str], kv: str) -> Kld | None:
+def arm_argv(binary: Path, model: Path, base: Path, args: Sequence[str], chunks: int, corpus: Path | None = None
+             ) -> list[str]:
+    """A run with a configuration's own flags (`args`, as llama-perplexity takes them), the check's context, batch
+    and chunks last (they win): with `corpus`, the baseline's run that saves its logits (and the text's tokens) to
+    `base`; without, a run whose logits are compared with them."""
+    head = ["-f", str(corpus), "--kl-divergence-base", str(base)] if corpus is not None else \
+        ["--kl-divergence-base", str(base), "--kl-divergence"]
+    return [str(binary), "-m", str(model), *head, *args, "-c", str(N_CTX), "--chunks", str(chunks), "-b", str(N_CTX)]
+
+
+def parse(lines: Iterable[str], kv: str, chunks: int = CHUNKS) -> Kld | None:
     """The statistics llama-perplexity prints at the end of a --kl-divergence run; None where they are missing (it
     failed, or the log was cut)."""
     mean = p99 = top = ratio = None
@@ -82,7 +92,7 @@ def parse(lines: Iterable[str], kv: str) -> Kld | None:
     if mean is None:
         return None
     return Kld(kv=kv, mean=mean[0], mean_err=mean[1], p99=p99, same_top_pct=top[0] if top else None,
-               same_top_err=top[1] if top else None, ppl_ratio=ratio, positions=CHUNKS * (N_CTX // 2))
+               same_top_err=top[1] if top else None, ppl_ratio=ratio, positions=chunks * (N_CTX // 2))
 
 
 def run(argv: Sequence[str], log: Path, env: dict[str, str], timeout_s: float = 1800.0) -> tuple[int, list[str]]:

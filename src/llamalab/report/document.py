@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .analysis import context, grid, recommend, speed, summary, tables, verdict, versions
+from .analysis import context, grid, outputs, recommend, speed, summary, tables, verdict, versions
 from .data import RunData, dumps, readable  # a row as the report shows it: each `x_json` under `x`
 
 FORMAT = "llamalab-report"
@@ -87,7 +87,7 @@ NESTED = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "tri
 
 # Tables of one kind of run, shown only where the run has rows in them (a tune's decision): every other run's report
 # stays as it was before the table existed.
-ONLY_WHERE_STORED = ("tune_picks",)
+ONLY_WHERE_STORED = ("tune_picks", "outputs", "output_logits")
 
 
 def other_tables(data: RunData) -> dict[str, list[dict]]:
@@ -167,6 +167,7 @@ def _document(data: RunData, seed: int) -> dict:
         "not_applicable": summary.not_applicable(data),
         "recommendation": recommend.recommendation(data),
         "answer": _answer(data),
+        "outputs_vs_baseline": outputs.as_json(data),
     }
     tune = _tune(data)
     if tune is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..core.safetext import plain
-from .analysis import answer, grid, recommend, summary, tables, tune, verdict
+from .analysis import answer, grid, outputs, recommend, summary, tables, tune, verdict
 from .data import RunData
 
 NAME = "forum"
@@ -42,7 +42,7 @@ def _study(data: RunData) -> list[str]:
     rows = recommend.decision_table(data)
     if rows:
         h, b = recommend.table_cells(rows)
-        out += [tables.markdown_table(h[:4], [r[:4] for r in b]), ""]
+        out += [tables.markdown_table(h[:5], [r[:5] for r in b]), ""]
     out += [f"- {line}" for line in verdict_lines(data)]
     a = answer.answer(data)
     if a.command:
@@ -67,8 +67,25 @@ def verdict_lines(data: RunData) -> list[str]:
     else:
         key = summary.key_speed_lines(data)
         out.append(f"Speed: {key[0]}" if key else "Speed: nothing compared.")
+    said = outputs_line(data)
+    if said:
+        out.append(said)
     out.append(f"Do: {answer.answer(data).text}")
     return out
+
+
+def outputs_line(data: RunData) -> str:
+    """"Outputs: …": each arm's verdict against its baseline, grouped by verdict, on one line ("" for a run before
+    the output check)."""
+    if not outputs.compared(data):
+        return ""
+    by: dict[str, list[str]] = {}
+    for (b, s), v in outputs.verdicts(data).items():
+        if b != v.baseline:
+            by.setdefault(v.words, []).append(f"{b} ({s})")
+    base = outputs.baseline(data)
+    said = "; ".join(f"{', '.join(names)}: {words}" for words, names in by.items())
+    return f"Outputs vs {base}: {said}."
 
 
 def _tune(v: tune.View) -> list[str]:

@@ -102,8 +102,8 @@ NAME = "html"
 
 # the sections the page shows, in its order: the answer, the memory picture, the decision table, the crossover map,
 # then the details
-ORDER = ("title", "tune", "answer", "memory_picture", "decision", "pp_gain", "verdict", "versions", "trust",
-         "plots", "throughput", "results", "system", "builds", "not_measured", "not_applicable", "reproduce",
+ORDER = ("title", "tune", "answer", "memory_picture", "decision", "outputs", "pp_gain", "verdict", "versions",
+         "trust", "plots", "throughput", "results", "system", "builds", "not_measured", "not_applicable", "reproduce",
          "study", "footer")
 
 

@@ -13,9 +13,9 @@ NAME = "md"
 
 # the sections Markdown shows, in its order: the answer, the memory table, the decision table, the crossover map,
 # then the details (the long ones folded)
-ORDER = ("title", "tune", "answer", "memory_picture", "decision", "pp_gain", "memory", "versions", "system",
-         "throughput", "results", "speed", "builds", "not_measured", "not_applicable", "splits", "trust", "network",
-         "reproduce", "footnote")
+ORDER = ("title", "tune", "answer", "memory_picture", "decision", "outputs", "pp_gain", "memory", "versions",
+         "system", "throughput", "results", "speed", "builds", "not_measured", "not_applicable", "splits", "trust",
+         "network", "reproduce", "footnote")
 
 
 def render(data: RunData) -> str:

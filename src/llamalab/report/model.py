@@ -18,7 +18,20 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .analysis import answer, context, grid, network, recommend, speed, summary, tables, tune, verdict, versions
+from .analysis import (
+    answer,
+    context,
+    grid,
+    network,
+    outputs,
+    recommend,
+    speed,
+    summary,
+    tables,
+    tune,
+    verdict,
+    versions,
+)
 from .data import RunData
 
 
@@ -232,6 +245,32 @@ def _decision(rep: Report) -> list[Block]:
             out.append(Heading(text=(text(s),), level=3))
         out.append(Table(*recommend.table_cells(recommend.decision_table(data, s)), style="words",
                          id="decision" if i == 0 else ""))
+    return out
+
+
+def _outputs(rep: Report) -> list[Block]:
+    """Every configuration's outputs against its setting's baseline (its A/A first), and where each arm that parts
+    with it parts: the two continuations side by side."""
+    data = rep.data
+    found = outputs.lines(data)
+    if not found or rep.tune is not None:
+        return []
+    out: list[Block] = [_h("Outputs vs baseline"), Items(items=tuple((text(line),) for line in found))]
+    parted = outputs.differing(data)
+    if parted:
+        body = []
+        for b, s, v in parted:
+            for m in v.modes:
+                if m.parting is None:
+                    continue
+                p = m.parting
+                margin = "–" if v.synthetic or p.margin is None else f"{100 * p.margin:.2g}%"
+                body.append([f"{b} × {s}", m.mode, f"{p.pos + 1}", margin, "".join(p.base), "".join(p.arm)])
+        out.append(Para(text=(lit("Where each arm first parts with its baseline (greedy decoding, the same prompt): "
+                                  "the baseline's margin between its two best candidates there, and what each "
+                                  "generated from that token on."),), style="note"))
+        out.append(Table(["Configuration", "Mode", "Token", "Baseline's margin", "Baseline continues",
+                          "This continues"], body))
     return out
 
 
@@ -501,6 +540,7 @@ SECTIONS: dict[str, Callable[[Report], list[Block]]] = {
     "answer": _answer,
     "memory_picture": _memory_picture,
     "decision": _decision,
+    "outputs": _outputs,
     "system": _system,
     "results": _results,
     "verdict": _verdict,

@@ -28,12 +28,13 @@ from ..llamacpp.server import launch
 from ..logs import applicability, ledger, order, records
 from ..logs.applicability import NOT_APPLICABLE
 from ..machine import sysinfo
+from ..quality import logits
 from ..setup import configplan
 from ..setup.options import RunOptions
 from ..setup.progress import Progress
 from ..store.db import Store
 from ..study.spec import Config, Pass, configs, expand, to_toml
-from . import drivercheck, workload
+from . import drivercheck, references, workload
 
 if TYPE_CHECKING:
     from ..llamacpp.server import Server
@@ -189,8 +190,11 @@ def _run_passes(prep: Prepared, store: Store, run_id: str, logs: Path, progress:
 
 
 def _afterwards(prep: Prepared, store: Store, run_id: str, opts: RunOptions, progress: Progress) -> None:
-    """What runs after the study's passes: the crosscheck, the contexts within the budgets, the context checks."""
+    """What runs after the study's passes: every configuration's logits against its baseline's, the crosscheck, the
+    contexts within the budgets, the context checks."""
     logs = opts.runs_dir / run_id / "logs"
+    if len(prep.study.builds) > 1:
+        logits.check(prep, store, run_id, logs, progress)
     if opts.crosscheck:
         _crosscheck(prep, store, run_id, logs, progress)
     if opts.budget_context != "off" and prep.study.devices.budgets_mib:
@@ -472,6 +476,7 @@ class _Pass:
         self.in_pass = 0
         self.grid: list[tuple[workload.Shape, list[int]]] = []
         self.srv: Server | None = None
+        self.cut_short = False  # a race stopped its trials: no reference generation either
 
     def on_trial(self, t) -> None:
         proc.check_stop()  # a stop requested during the trial: it is not stored half-trusted
@@ -492,6 +497,7 @@ class _Pass:
     def go_on(self, trial: int) -> bool:
         why = self.cut(self.store, self.run_id, self.p, trial) if self.cut is not None else None
         if why:
+            self.cut_short = True
             self.progress.message(f"not measuring {self.label} further: {why}")
             left = [t for t in self.trials if t > trial]
             self.count.add(len(left) * self.per_trial())  # the progress total stays true
@@ -561,6 +567,7 @@ class _Pass:
                 self.make_grid(led)
                 self.progress.trial(self.count.done + 1, self.count.total, self.label)
                 self.measure(srv, args)
+                self.references(srv, args)
                 if checker:
                     driver_run = checker.read({srv.child.pid})
                     self.store.save_nvml(self.config_id, {
@@ -586,6 +593,36 @@ class _Pass:
                 raise
         if not srv.alive():  # a dead server is the cause, whatever the client saw
             raise LaunchError(srv.death("during the workload"))
+
+    def references(self, srv: Server, args: list[str]) -> None:
+        """The configuration's reference generation (run/references.py) on this server, once — the baseline's (the
+        study's first build) twice, its A/A — unless `[outputs] check` is off or a race stopped its trials. A failure
+        is stored with the configuration's outputs (its trials stand) and said."""
+        study = self.prep.study
+        spec, wl = study.outputs, study.workload
+        levels = [lv for _, levels in self.grid for lv in levels]
+        if not spec.check or self.cut_short or not levels:
+            return
+        name, setting = self.cfg.build.name, self.cfg.setting.name
+        have = {(r["mode"], r["rep"]) for r in self.store.outputs(self.run_id)
+                if (r["build"], r["setting"]) == (name, setting)}
+        plan = references.Plan(prompts=spec.prompts, prompt_tokens=min(spec.prompt_tokens, min(wl.prompt_lengths)),
+                               tokens=spec.tokens, top=spec.top, concurrency=max(levels),
+                               timeout_s=wl.request_timeout_s)
+        for rep in range(1, (2 if name == study.builds[0].name else 1) + 1):
+            if ("single", rep) in have:
+                continue
+            self.progress.message(f"{self.label}: reference generation{' (again: A/A)' if rep > 1 else ''}")
+            try:
+                made = references.generate(srv.url, plan, n_slots(args))
+            except WorkloadError as e:
+                if not srv.alive():
+                    raise LaunchError(srv.death("during the reference generation")) from e
+                self.progress.warn(f"{self.label}: the reference generation failed, its outputs are not compared: "
+                                   f"{e.message}")
+                made = {"single": {"sequences": [], "error": e.message}}
+            for mode, result in made.items():
+                self.store.save_outputs(self.run_id, name, setting, mode, rep, result)
 
     def failed(self, log_dir: Path, e: LaunchError | WorkloadError) -> str:
         """A server that did not start or died: not applicable where llama.cpp refused what the rig, build or model

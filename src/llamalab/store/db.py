@@ -421,6 +421,27 @@ class Store:
         row = self.db.execute("SELECT result_json FROM tunes WHERE run_id=?", (run_id,)).fetchone()
         return jsoncol.decode(row[0]) if row else None
 
+    def save_outputs(self, run_id: str, build: str, setting: str, mode: str, rep: int, result: JsonObject) -> None:
+        """A configuration's reference generation (run/references.py): one mode, one repetition."""
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO outputs VALUES (?,?,?,?,?,?)",
+                       (run_id, build, setting, mode, rep, _j(result)))
+
+    def outputs(self, run_id: str) -> list[Row]:
+        """Every reference generation of the run, `result_json` decoded under `result`."""
+        return self._decoded("SELECT build, setting, mode, rep, result_json FROM outputs WHERE run_id=? "
+                             "ORDER BY rowid", (run_id,), "result_json")
+
+    def save_output_logits(self, run_id: str, build: str, setting: str, baseline: str, result: JsonObject) -> None:
+        """A configuration's logits against its baseline's (quality/logits.py)."""
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO output_logits VALUES (?,?,?,?,?)",
+                       (run_id, build, setting, baseline, _j(result)))
+
+    def output_logits(self, run_id: str) -> list[Row]:
+        return self._decoded("SELECT build, setting, baseline, result_json FROM output_logits WHERE run_id=? "
+                             "ORDER BY rowid", (run_id,), "result_json")
+
     def save_crosscheck(self, run_id: str, build: str, setting: str, result: JsonObject, error: str | None) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO crosschecks VALUES (?,?,?,?,?)",
@@ -522,7 +543,7 @@ class Store:
 
     # The tables that hold one run, parents first (the order rows are inserted in).
     RUN_TABLES = ("runs", "system_info", "builds", "configs", "ledgers", "buffers", "trials", "crosschecks",
-                  "context_checks", "tunes", "budget_fits", "tune_picks")
+                  "context_checks", "tunes", "budget_fits", "tune_picks", "outputs", "output_logits")
     _DUMP = {
         "runs": "SELECT * FROM runs WHERE id=? ORDER BY rowid",
         "system_info": "SELECT * FROM system_info WHERE run_id=? ORDER BY rowid",
@@ -538,6 +559,8 @@ class Store:
         "tunes": "SELECT * FROM tunes WHERE run_id=? ORDER BY rowid",
         "budget_fits": "SELECT * FROM budget_fits WHERE run_id=? ORDER BY rowid",
         "tune_picks": "SELECT * FROM tune_picks WHERE run_id=? ORDER BY rowid",
+        "outputs": "SELECT * FROM outputs WHERE run_id=? ORDER BY rowid",
+        "output_logits": "SELECT * FROM output_logits WHERE run_id=? ORDER BY rowid",
     }
 
     def columns(self, table: str) -> list[str]:

@@ -335,3 +335,26 @@ def m0012_tune_picks(db: sqlite3.Connection) -> None:
             run_id TEXT PRIMARY KEY REFERENCES runs(id),
             pick_json TEXT NOT NULL             -- what the tune decided: the pick, its reason, the rule (Decision)
         )""")
+
+
+@migration
+def m0013_outputs(db: sqlite3.Connection) -> None:
+    db.execute("""
+        CREATE TABLE outputs (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            build TEXT NOT NULL,
+            setting TEXT NOT NULL,
+            mode TEXT NOT NULL,                 -- single | parallel (K requests at once)
+            rep INTEGER NOT NULL,               -- 1; the baseline's 2 is its A/A
+            result_json TEXT NOT NULL,          -- prompts, generated tokens, their top candidates (run/references.py)
+            PRIMARY KEY (run_id, build, setting, mode, rep)
+        )""")
+    db.execute("""
+        CREATE TABLE output_logits (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            build TEXT NOT NULL,
+            setting TEXT NOT NULL,
+            baseline TEXT NOT NULL,             -- the build whose logits these are compared with
+            result_json TEXT NOT NULL,          -- llama-perplexity --kl-divergence (quality/logits.py)
+            PRIMARY KEY (run_id, build, setting)
+        )""")

@@ -611,11 +611,45 @@ class BudgetFitRow(_Row):
     result_json: _BudgetFit
 
 
+class _Generated(_Row):
+    """One generated sequence of a reference generation (quality/outputs.py `Generated`)."""
+    prompt: Count = 0
+    tokens: list[SqlInt] = Field(default_factory=list)
+    pieces: list[str] = Field(default_factory=list)
+    top: list[list[JsonList]] = Field(default_factory=list)  # per position: [token id, log-probability] …
+
+
+class _References(_Row):
+    sequences: list[_Generated] = Field(default_factory=list)
+    prompts: JsonList = Field(default_factory=list)
+    n_predict: Count | None = None
+    n_probs: Count | None = None
+    concurrency: Count | None = None
+    seconds: Num = None
+    error: str | None = None
+
+
+class OutputRow(_Row):
+    build: str
+    setting: str
+    mode: Literal["single", "parallel"]
+    rep: Annotated[int, Field(ge=1, le=16)]
+    result_json: _References
+
+
+class OutputLogitsRow(_Row):
+    build: str
+    setting: str
+    baseline: str
+    result_json: Json
+
+
 # The model of each table's rows (the store's tables that hold one run, parents first).
 ROWS: dict[str, type[_Row]] = {
     "runs": RunRow, "system_info": SystemRow, "builds": BuildRow, "configs": ConfigRow, "ledgers": LedgerRow,
     "buffers": BufferRow, "trials": TrialRow, "crosschecks": CrosscheckRow, "context_checks": ContextCheckRow,
-    "tunes": TuneRow, "budget_fits": BudgetFitRow, "tune_picks": TunePickRow,
+    "tunes": TuneRow, "budget_fits": BudgetFitRow, "tune_picks": TunePickRow, "outputs": OutputRow,
+    "output_logits": OutputLogitsRow,
 }
 
 

@@ -345,6 +345,20 @@ Split = Literal["layer", "layer-nopp", "tensor", "none"]
 TUNE_SPLITS: tuple[Split, ...] = ("layer", "layer-nopp", "tensor", "none")
 
 
+class OutputsSpec(_Strict):
+    """`[outputs]`: every configuration's outputs checked against its setting's baseline (the study's first build):
+    a reference generation on the server its trials ran on, and its logits against the baseline's
+    (`llama-perplexity --kl-divergence`). docs/study-files.md, "Outputs"."""
+
+    check: bool = True  # compare the generated tokens (greedy, single-stream and K at once)
+    prompts: Annotated[int, Field(ge=1, le=16)] = 2  # fixed prompts (the workload's passage, rotated)
+    prompt_tokens: Annotated[int, Field(ge=8, le=65536)] = 64  # tokens each (at most the workload's prompt)
+    tokens: Annotated[int, Field(ge=1, le=4096)] = 16  # generated tokens each
+    top: Annotated[int, Field(ge=2, le=20)] = 5  # candidates kept per position (n_probs)
+    logits: bool = True  # the logits' KL divergence against the baseline's (llama-perplexity)
+    chunks: Annotated[int, Field(ge=1, le=256)] = 2  # llama-perplexity chunks of 256 tokens (half of each scored)
+
+
 class TuneSpec(_Strict):
     """`[tune]`: what `llamalab tune` searches and what it picks for (docs/tune.md). Each dimension is searched only
     where it applies to the rig and the model (splits with more than one device, --n-cpu-moe for MoE models)."""
@@ -406,6 +420,7 @@ class Study(_Strict):
     settings: list[SettingSpec] = Field(default_factory=lambda: [SettingSpec(name="default")])
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     tune: TuneSpec | None = None  # read by `llamalab tune` only
+    outputs: OutputsSpec = Field(default_factory=OutputsSpec)
 
     @model_validator(mode="after")
     def _unique(self) -> Study:
@@ -430,6 +445,8 @@ class Study(_Strict):
 # and left out at their defaults are
 #   Study.source        no [source]: the pinned llama.cpp (or --llama-cpp/--llama-bin, which the run records)
 #   Study.tune          no [tune]: read by `llamalab tune` only, which writes the section it runs into the study
+#   Study.outputs       the output check at its defaults: it measures after a configuration's trials, on the same
+#                       server, and changes no trial
 #   builds[].source     the study's one source, as before builds could name their own
 #   builds[].min_devices, settings[].min_devices   no minimum: every arm runs on every rig, as before
 #   tune.exhaustive, tune.seconds, tune.quality, tune.max_kld, tune.max_repeats   the race as it ran before them

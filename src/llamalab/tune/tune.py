@@ -37,7 +37,10 @@ def tune_study(study: Study) -> Study:
     spec = study.tune or TuneSpec()
     k = spec.parallel
     wl = study.workload.model_copy(update={"concurrency": sorted({1, k})})
-    return study.model_copy(update={"tune": spec, "builds": study.builds[:1], "workload": wl,
+    # stage two compares each member's generated tokens with the default's; the logits of its KV pair are the
+    # KV quality check's (quality/kv.py), not a llama-perplexity run per member
+    outputs = study.outputs.model_copy(update={"logits": False})
+    return study.model_copy(update={"tune": spec, "builds": study.builds[:1], "workload": wl, "outputs": outputs,
                                     "server": study.server.model_copy(update={"parallel": k})})
 
 

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 from ...core import stats
 from ..data import RunData
-from . import context, speed
+from . import context, outputs, speed
 from .summary import cmake_defs, study_cmake_of
+from .tables import OUTPUTS_HEAD
 from .verdict import memory_comparisons, placed_otherwise, study_builds, study_settings
 
 SHORT, LONG, SERVING = "short", "long", "serving"
@@ -99,6 +100,8 @@ class Assessment:
     freed_mib: float = 0.0  # compute freed over every device
     moved: bool = False
     context_unknown: str = ""  # why its context against the baseline's is not known (never counted as no gain)
+    outputs: str = "not compared"  # its outputs against the baseline's (report.analysis.outputs: a table cell)
+    differs: str = ""  # why it is never recommended: it computes differently (the verdict's words)
 
     @property
     def speed_buys(self) -> list[Claim]:
@@ -141,6 +144,11 @@ def assess(data: RunData, scope: Scope, build: str, comps: list[dict], ctx: dict
            ) -> Assessment:
     """What `build` buys and costs against the setting's baseline, for one use."""
     a = Assessment(build)
+    v = outputs.verdicts(data).get((build, scope.setting))
+    a.outputs = outputs.short(v, build)
+    if v is not None and not v.recommendable:
+        a.differs = v.words
+        a.costs.append(Claim("outputs", f"{v.words} (against {v.baseline})"))
     _weigh_speed(a, scope, comps, many_outputs)
     row = ctx.get((build, scope.setting))
     base_row = ctx.get((row["baseline"], scope.setting)) if row else None
@@ -257,6 +265,7 @@ class Row:
     baseline_is: str = "llama.cpp's default"  # what the baseline is, in words ("llama.cpp b11312" among versions)
     context_unknown: str = ""  # the chosen build's (or, keeping the default, the alternative's) context is not known
     untested: list[dict] = field(default_factory=list)  # comparisons of one trial: a ratio, neither bought nor paid
+    outputs: str = "not compared"  # the run build's outputs against the baseline's (keeping the default: "baseline")
 
     def as_json(self) -> dict:
         return {"use": self.use, "title": self.title, "setting": self.setting, "build": self.build,
@@ -269,7 +278,7 @@ class Row:
                 "untested": [f"{speed.metric(c['metric']).short} {ratio_text(c)}" for c in self.untested],
                 "notes": self.notes, "measured": self.measured, "alternatives": self.alternatives,
                 "versus": self.versus, "context_only": self.context_only,
-                "context_unknown": self.context_unknown or None}
+                "context_unknown": self.context_unknown or None, "outputs": self.outputs}
 
 
 def _scopes(data: RunData, setting: str) -> list[Scope]:
@@ -330,7 +339,8 @@ def decision_table(data: RunData, setting: str | None = None) -> list[Row]:
     rows = []
     for scope in _scopes(data, setting):
         assessed = [assess(data, scope, b, comps, ctx, many_outputs) for b in cands]
-        eligible = sorted((a for a in assessed if a.buys), key=lambda a: _rank(a, order, data))
+        # an arm that computes differently is never recommended, whatever it buys
+        eligible = sorted((a for a in assessed if a.buys and not a.differs), key=lambda a: _rank(a, order, data))
         if eligible:
             rows.append(_pick_row(data, scope, base, assessed, eligible))
         else:
@@ -355,7 +365,7 @@ def _pick_row(data: RunData, scope: Scope, base: str, assessed: list[Assessment]
                pick.buys, pick.costs, pick.same, pick.unlike, notes,
                _measured(data, scope, pick.build, base), alts, None, context_only, bool(scope.cells),
                context_unknown=pick.context_unknown if CONTEXT_MATTERS[scope.use] else "",
-               untested=pick.untested)
+               untested=pick.untested, outputs=pick.outputs)
 
 
 def _keep_default_row(data: RunData, scope: Scope, base: str, assessed: list[Assessment], order: list[str]) -> Row:
@@ -372,7 +382,7 @@ def _keep_default_row(data: RunData, scope: Scope, base: str, assessed: list[Ass
                _measured(data, scope, alt.build if alt else base, base), [],
                alt.build if alt else None, False, bool(scope.cells), baseline_is(data, base),
                context_unknown=alt.context_unknown if alt and CONTEXT_MATTERS[scope.use] else "",
-               untested=alt.untested if alt else [])
+               untested=alt.untested if alt else [], outputs="baseline")
 
 
 def _kept(alt: Assessment, scope: Scope) -> tuple[list[Claim], list[Claim], list[str]]:
@@ -385,8 +395,8 @@ def _kept(alt: Assessment, scope: Scope) -> tuple[list[Claim], list[Claim], list
         buys.append(Claim("speed", f"{c.label} ({alt.build}: {ratio_text(c.comparison)})", c.comparison,
                           c.label))
     for c in alt.costs:  # a verb for each: "it needs more compute buffer …, has -512 tokens of context …"
-        verb = {"memory": "needs ", "context": "has "}.get(c.kind, "")
-        if c.kind in ("weights", "context", "memory"):
+        verb = {"memory": "needs ", "context": "has ", "outputs": "is never recommended: it "}.get(c.kind, "")
+        if c.kind in ("weights", "context", "memory", "outputs"):
             notes.append(f"{alt.build} {verb}{c.text}")
     if alt.context_gain > 0:
         costs.append(Claim("context", f"{alt.context_gain:,} tokens of context less than {alt.build}"
@@ -472,6 +482,8 @@ def _run_sentence(r: Row, data: RunData | None, said: set[str]) -> str:
     head = f"{r.title}: " + (f"if you need the context, {r.run}" if r.context_only else r.run)
     s = f"{head} — it buys {buys}"
     s += f"; it costs {costs}" if costs else "; no measured cost"
+    if r.outputs == "not compared":
+        s += " (its outputs were not compared with the baseline's)"
     if r.context_unknown:
         s += f"; {r.context_unknown}"
     if r.same:
@@ -534,7 +546,7 @@ def _pp_on(data: RunData, build: str, setting: str) -> bool | None:
 def table_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """The decision table for Markdown, HTML and the terminal: use, what to run, what it buys, what it costs,
     where it was measured."""
-    head = ["Use", "Run", "Buys", "Costs", "Measured"]
+    head = ["Use", "Run", "Buys", "Costs", OUTPUTS_HEAD, "Measured"]
     body = []
     for r in rows:
         run = r.run + (f" (the same: {', '.join(r.alternatives)})" if r.alternatives else "")
@@ -542,7 +554,9 @@ def table_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             run = "if you need the context: " + run
         buys = "; ".join(c.text for c in r.buys) or "nothing measurable"
         costs = "; ".join([*(c.text for c in r.costs), *([f"unknown: {r.context_unknown}"] if r.context_unknown
-                                                          else [])]) or "none measured"
+                                                          else []),
+                           *(["outputs not compared"] if r.outputs == "not compared" and not r.keep_default
+                             else [])]) or "none measured"
         extra = [n for n in r.notes]
         if r.same:
             extra.append(_same_text(r.same))
@@ -552,7 +566,8 @@ def table_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             extra.append("not comparable: " + ", ".join(dict.fromkeys(speed.metric(c["metric"]).short
                                                                        for c in r.unlike)))
         measured = r.measured + (f" — {'; '.join(extra)}" if extra else "")
-        body.append([r.title, run, buys if r.measured_any else "–", costs if r.measured_any else "–", measured])
+        body.append([r.title, run, buys if r.measured_any else "–", costs if r.measured_any else "–", r.outputs,
+                     measured])
     return head, body
 
 

@@ -21,6 +21,7 @@ def rows_by_cell(data: RunData, concurrency: int = 1) -> dict[tuple[int, int], l
 def _rows(data: RunData, concurrency: int) -> list[tuple[tuple[int, int], dict]]:
     """(workload cell, row) of each trial at the level, in study order."""
     from .context import rows as context_rows
+    from .outputs import cell as outputs_cell
 
     within = {(r["build"], r["setting"]): r for r in context_rows(data) if r.get("budget_fit") is not None}
     out = []
@@ -46,6 +47,7 @@ def _rows(data: RunData, concurrency: int) -> list[tuple[tuple[int, int], dict]]
             "copies": led.get("sched_copies"),
             "pipeline_parallel": led.get("pipeline_parallel"),
             "errors": t["errors"],
+            "outputs": outputs_cell(data, t["build"], t["setting"]),
         }))
     order = config_order(data)
     out.sort(key=lambda cr: (order.get((cr[1]["build"], cr[1]["setting"]), 1 << 30), cr[1]["trial"]))
@@ -86,12 +88,16 @@ def device_columns(rows_: list[dict]) -> list[str]:
 HEADERS = ["Build", "Setting", "Trial", "Input tokens", "Input t/s", "Output tokens", "Output t/s"]
 
 
+OUTPUTS_HEAD = "Outputs vs baseline"
+
+
 def table_cells(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
     devs = device_columns(rows_)
     within = any("within_budgets_n_ctx" in r for r in rows_)
     ctx_head = ["Context, llama.cpp's fit (tokens)", "Context within budgets (tokens)"] if within else \
         ["Context (tokens)"]
-    head = HEADERS + [f"Compute {d} (MiB)" for d in devs] + ["Compute host (MiB)", *ctx_head, "Copies"]
+    head = HEADERS + [f"Compute {d} (MiB)" for d in devs] + ["Compute host (MiB)", *ctx_head, "Copies",
+                                                             OUTPUTS_HEAD]
     body = []
     for r in rows_:
         body.append([
@@ -101,7 +107,7 @@ def table_cells(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
             format_cell(r["compute_host_mib"]), format_cell(r["n_ctx"]),
             *([format_cell(r.get("within_budgets_n_ctx")) if r.get("within_budgets_n_ctx") else "unknown"] if within
               else []),
-            format_cell(r["copies"]),
+            format_cell(r["copies"]), r.get("outputs") or "not compared",
         ])
     return head, body
 
@@ -113,10 +119,13 @@ def memory_table(data: RunData) -> tuple[list[str], list[list[str]]]:
     configs = sorted(data.ok_configs(), key=lambda c: order.get((c["build"], c["setting"]), 1 << 30))
     ledgers = [(c["build"], c["setting"], c["ledger"] or {}) for c in configs]
     devs = list(dict.fromkeys(d for _, _, led in ledgers for d in compute_by_label(led)))
+    from .outputs import cell as outputs_cell
+
     head = ["Build", "Setting", *[f"Compute {d} (MiB)" for d in devs], "Compute host (MiB)", "Context (tokens)",
-            "Copies"]
+            "Copies", OUTPUTS_HEAD]
     body = [[b, s, *[format_cell(compute_by_label(led).get(d)) for d in devs], format_cell(host_compute(led)),
-             format_cell(led.get("n_ctx")), format_cell(led.get("sched_copies"))] for b, s, led in ledgers]
+             format_cell(led.get("n_ctx")), format_cell(led.get("sched_copies")), outputs_cell(data, b, s)]
+            for b, s, led in ledgers]
     return head, body
 
 

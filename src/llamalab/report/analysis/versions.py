@@ -60,6 +60,7 @@ def _total(led: dict, field: str) -> float | None:
 
 def rows(data: RunData) -> list[dict]:
     """Per build × setting that loaded, in study order (pure)."""
+    from .outputs import cell as outputs_cell
     from .verdict import study_builds, study_settings
 
     builds = {b["name"]: b for b in data.builds}
@@ -87,6 +88,7 @@ def rows(data: RunData) -> list[dict]:
                 "output_tps": single["output_tps"] if single else None,
                 "top_concurrency": top["concurrency"] if top and top["concurrency"] > 1 else None,
                 "aggregate_output_tps": top["aggregate_output_tps"] if top and top["concurrency"] > 1 else None,
+                "outputs": outputs_cell(data, bname, sname),
             })
     return out
 
@@ -96,7 +98,7 @@ def table(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
 
     top = next((r["top_concurrency"] for r in rows_ if r["top_concurrency"]), None)
     head = ["llama.cpp", "Commit", "From", "Build", "Setting", "Compute (MiB)", "KV cache (MiB)", "Weights (MiB)",
-            "Context (tokens)", "Copies", "Prompt t/s", "Output t/s"]
+            "Context (tokens)", "Copies", "Prompt t/s", "Output t/s", "Outputs vs the first"]
     if top:
         head.append(f"Aggregate output t/s at {top}")
     body = []
@@ -104,7 +106,7 @@ def table(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
         row = [r["version"], (r["commit"] or "unknown")[:9], r["origin"], r["build"], r["setting"],
                format_cell(r["compute_mib"]), format_cell(r["kv_mib"]), format_cell(r["model_mib"]),
                format_cell(r["n_ctx"]), format_cell(r["copies"]),
-               format_cell(r["input_tps"]), format_cell(r["output_tps"])]
+               format_cell(r["input_tps"]), format_cell(r["output_tps"]), r.get("outputs") or "not compared"]
         if top:
             row.append(format_cell(r["aggregate_output_tps"]) if r["top_concurrency"] == top else "–")
         body.append(row)
@@ -128,8 +130,8 @@ def _name(row: dict) -> str:
 
 
 def sentences(rows_: list[dict]) -> list[str]:
-    """Each later version against the first, per setting: memory and context (pure). Speed verdicts with their
-    intervals are the report's speed section's."""
+    """Each later version against the first, per setting: memory, context and outputs (pure). Speed verdicts with
+    their intervals are the report's speed section's."""
     out = []
     by_setting: dict[str, list[dict]] = {}
     for r in rows_:
@@ -146,6 +148,9 @@ def sentences(rows_: list[dict]) -> list[str]:
                 ("context", _delta(r["n_ctx"], base["n_ctx"], "tokens"))) if d]
             if r["copies"] != base["copies"]:
                 parts.append(f"sched copies {base['copies']} → {r['copies']}")
+            if r.get("outputs") and r["outputs"] != "not compared":
+                parts.append(f"outputs {r['outputs']}" + ("" if r["outputs"] == "same" else " (output drift: the "
+                                                          "outputs section says where)"))
             if parts:
                 out.append(f"{_name(r)} against {_name(base)}, {setting}: " + "; ".join(parts) + ".")
     return out
