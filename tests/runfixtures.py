@@ -37,7 +37,7 @@ OVER_BUDGET = "gemma-over-budget"
 # each, single-stream and 4 requests at once, with each configuration's logits (llamalab run demo, repeats 1)
 OUTPUTS = "demo-outputs"
 # the same check with a difference planted: a build that runs a q4_0 V cache where the baseline runs f16, and the
-# no-op -ot (one setting, f16/f16, 2 trials each)
+# no-op -ot and copies1 (one setting, f16/f16, 2 trials each)
 PLANTED = "demo-outputs-planted"
 
 

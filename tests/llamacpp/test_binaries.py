@@ -186,13 +186,13 @@ def test_study_hash_unchanged_without_source(tmp_path):
     with_bin, _ = studymod.load("demo", ["source.bin=\"/opt/llama-b11312\""])
     model = tmp_path / "m.gguf"
     assert session.study_hash(st, model) != session.study_hash(with_bin, model)
-    # the hash of a study without [source] (nor [tune], min_devices or builds[].source) is what it was before those
-    # keys existed
+    # the hash of a study without [source] (nor [tune], [outputs] at its defaults, min_devices or builds[].source) is
+    # what it was before those keys existed
     import hashlib
     import json
 
     before = json.loads(st.model_dump_json())
-    del before["source"], before["tune"]
+    del before["source"], before["tune"], before["outputs"]
     for table in ("builds", "settings"):
         for entry in before[table]:
             del entry["min_devices"]

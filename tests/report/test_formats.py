@@ -130,7 +130,7 @@ def test_markdown_has_the_seed_table_and_verdict(run):
     assert ("copies1 vs copies4 (pipeline parallelism on, 1 copy (no extra copies) vs on, 4 copies): compute "
             "buffers RPC0 -29.07 MiB") in md
     assert "model buffers unchanged on every device (no weight moved)" in md
-    assert "## Decision by use" in md and "| Use | Run | Buys | Costs | Measured |" in md
+    assert "## Decision by use" in md and "| Use | Run | Buys | Costs | Outputs vs baseline | Measured |" in md
     assert "## Speed" in md and "no measurable difference" in md
     assert "build no-pp-blas: skipped — OpenBLAS is not installed" in md
     assert "CMake `-DGGML_SCHED_MAX_COPIES=1`" in md

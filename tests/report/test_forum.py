@@ -31,9 +31,9 @@ def test_h200_forum_summary(tmp_path):
     assert len(lines) < forum.LINES
     assert lines[0].startswith("**pipeline-parallel-h200** on NVIDIA H200")
     assert "| Build | Setting | Compute CUDA0 (MiB) | Compute CUDA1 (MiB) | Compute host (MiB) | Context (tokens) | " \
-           "Copies |" in lines
-    assert "| copies4 | kv-f16-q8_0 | 630.10 | 630.10 | 412.11 | 95,232 | 4 |" in lines
-    assert "| Use | Run | Buys | Costs |" in lines
+           "Copies | Outputs vs baseline |" in lines
+    assert "| copies4 | kv-f16-q8_0 | 630.10 | 630.10 | 412.11 | 95,232 | 4 | baseline |" in lines
+    assert "| Use | Run | Buys | Costs | Outputs vs baseline |" in lines
     verdicts = [x for x in lines if x.startswith(("- Memory:", "- Speed:", "- Do:"))]
     assert len(verdicts) == 3
     assert "- Memory: copies1 vs copies4 (kv-f16-q8_0): compute CUDA0 -294, CUDA1 -294 MiB; context +5,888 tokens." \

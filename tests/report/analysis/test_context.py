@@ -65,7 +65,7 @@ def test_decision_table_rows_by_use(run):
     assert [c.kind for c in serving.buys] == ["context"] and serving.costs == []
     assert set(serving.alternatives) == {"copies1", "no-pp-blas"}
     head, body = recommend.table_cells(rows)
-    assert head == ["Use", "Run", "Buys", "Costs", "Measured"] and len(body) == 3
+    assert head == ["Use", "Run", "Buys", "Costs", "Outputs vs baseline", "Measured"] and len(body) == 3
 
 
 def test_json_report_contract(run):
