@@ -51,6 +51,16 @@ def test_both_versions_ran_every_trial(versions_run):
     assert all(r["output_tps"] > 0 and r["n_ctx"] > 0 and len(r["compute_mib"]) == 2 for r in rows)
 
 
+def test_the_releases_outputs_are_compared(versions_run):
+    """Output drift between releases: b11434's generated tokens and its logits (its own llama-perplexity) against
+    b11312's, in the versions table and the outputs section."""
+    _, doc, _, _ = versions_run
+    new = [x for x in doc["outputs_vs_baseline"] if x["build"] == "b11434"]
+    assert new and all(x["kind"] != "not-compared" and x["baseline"] == "b11312" for x in new), new
+    assert all(x["kld"] is not None and x["kld"].get("mean") is not None for x in new)
+    assert all(r["outputs"] not in ("", "not compared") for r in doc["versions"])
+
+
 def test_the_builds_came_from_the_two_pinned_releases(versions_run):
     _, doc, stderr, _ = versions_run
     by = {b["name"]: b for b in doc["builds"]}

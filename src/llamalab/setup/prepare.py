@@ -300,10 +300,13 @@ def _source(study: Study, opts: RunOptions, given: dict[str, binaries.Binaries],
 
 def needed_targets(study: Study, backend: str, *, crosscheck: bool = False) -> tuple[str, ...]:
     """The programs a run (or a dry run) of this study starts (pure): llama-server; the rpc-server where llamalab
-    starts rpc-servers (local ones, or over ssh without a path of their own); llama-bench for the crosscheck."""
+    starts rpc-servers (local ones, or over ssh without a path of their own); llama-perplexity for the output
+    check's logits; llama-bench for the crosscheck."""
     out = ["llama-server"]
     if backend == "cpu-rpc" or any(r.ssh and not r.rpc_server_path for r in study.devices.rpc):
         out.append("ggml-rpc-server")
+    if study.outputs.logits and len(study.builds) > 1:  # each build's logits against the baseline's
+        out.append("llama-perplexity")
     if crosscheck:
         out.append("llama-bench")
     return tuple(out)

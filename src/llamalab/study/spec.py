@@ -351,7 +351,7 @@ class OutputsSpec(_Strict):
     (`llama-perplexity --kl-divergence`). docs/study-files.md, "Outputs"."""
 
     check: bool = True  # compare the generated tokens (greedy, single-stream and K at once)
-    prompts: Annotated[int, Field(ge=1, le=16)] = 2  # fixed prompts (the workload's passage, rotated)
+    prompts: Annotated[int, Field(ge=1, le=16)] = 1  # fixed prompts (the workload's passage, rotated)
     prompt_tokens: Annotated[int, Field(ge=8, le=65536)] = 64  # tokens each (at most the workload's prompt)
     tokens: Annotated[int, Field(ge=1, le=4096)] = 16  # generated tokens each
     top: Annotated[int, Field(ge=2, le=20)] = 5  # candidates kept per position (n_probs)
