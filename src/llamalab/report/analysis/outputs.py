@@ -45,8 +45,9 @@ def _verdicts(data: RunData) -> dict[tuple[str, str], q.Verdict]:
     ran = {(c["build"], c["setting"]) for c in data.ok_configs()}
     if base is None:
         return {}
-    if not compared(data):
-        return {k: q.not_compared(base, "this run predates the output check") for k in ran}
+    if not compared(data):  # in study order (a set's order changes from one process to the next)
+        return {(b, s): q.not_compared(base, "this run predates the output check")
+                for s in study_settings(data) for b in study_builds(data) if (b, s) in ran}
     gens: dict[tuple[str, str], dict[str, dict[int, list[q.Generated]]]] = {}
     errors: dict[tuple[str, str], str] = {}
     for r in _rows(data, "outputs"):
