@@ -10,6 +10,7 @@ What it reproduces is what llamalab's clients call, as their sources read (huggi
 - Errors with `X-Error-Code` as `utils/_http.hf_raise_for_status` reads them: `RepoNotFound` (401 without a token,
   as the hub answers for private and missing repositories), `GatedRepo` (401 without a token, 403 with one that may
   not read it), `RevisionNotFound` and `EntryNotFound` (404).
+- `GET /api/models/{repo}` and `/api/models/{repo}/revision/{revision}` (`HfApi.model_info`): the commit (`sha`).
 - `GET /api/models/{repo}/tree/{revision}?recursive=…&expand=…` (`hf_api.HfApi.list_repo_tree` →
   `_paginate_pages`): JSON entries `{type, oid, size, path, lfs: {oid, size, pointerSize}}`, in pages joined by a
   `Link: <…>; rel="next"` header.
@@ -264,8 +265,22 @@ class _Handler(BaseHTTPRequestHandler):
                          "X-Linked-Size": str(blob.size), "ETag": f'"{pointer.hexdigest()}"',
                          "Accept-Ranges": "bytes"})
 
+    def _info(self, rest: str) -> bool:
+        """`HfApi.model_info`: GET /api/models/{repo} or /api/models/{repo}/revision/{rev} → its commit (`sha`)."""
+        m = re.match(r"^([^/]+/[^/]+)(?:/revision/([^/]+))?$", rest)
+        if not m:
+            return False
+        repo = self._repo(m.group(1), m.group(2) or "main")
+        if repo is not None:
+            self._send(200, {"Content-Type": "application/json"}, json.dumps(
+                {"id": m.group(1), "modelId": m.group(1), "sha": COMMIT, "private": repo.private,
+                 "siblings": [{"rfilename": p} for p in sorted(repo.files)]}).encode())
+        return True
+
     def _tree(self, rest: str, query: str) -> None:
         hub = self.hub
+        if self._info(rest):
+            return
         m = re.match(r"^([^/]+/[^/]+)/tree/([^/]+)$", rest)
         if not m:
             return self._error(404)
