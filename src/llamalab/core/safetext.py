@@ -117,3 +117,31 @@ def md_code(text: object) -> str:
 def md_fence(text: str) -> str:
     """The fence for a Markdown code block that holds `text`: more backticks than any run of three or more in it."""
     return "`" * max(3, max((len(r) for r in re.findall(r"`{3,}", text)), default=0) + 1)
+
+
+# ---------------------------------------------------------------- shell
+
+
+def shell_word(word: str) -> str:
+    """One word as a shell reads it back: `shlex.quote`, or where the word holds a character a terminal would act on
+    or not show (a newline, an escape, a bidi override …) the ANSI-C form `$'…'` (bash, zsh, ksh, busybox) with
+    those characters as `\\xHH`, `\\uHHHH` or `\\UHHHHHHHH`: one line, nothing for a terminal to act on."""
+    import shlex
+
+    if all(c.isprintable() for c in word):
+        return shlex.quote(word)
+    out = []
+    for c in word:
+        o = ord(c)
+        if c in "\\'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        else:
+            out.append(f"\\x{o:02x}" if o < 0x80 else f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
+    return "$'" + "".join(out) + "'"
+
+
+def shell_line(words: list[str]) -> str:
+    """A command line (`shlex.join` where every word is printable): what a user pastes into a shell."""
+    return " ".join(shell_word(str(w)) for w in words)
