@@ -42,6 +42,7 @@ class Watch:
         self.count = 0  # requests made
         self.stop_at: int | None = None  # `limit`: the count past which a request is refused
         self.over: Callable[[], ModelError] | None = None
+        self.renew: Callable[[], None] | None = None  # a deadline of each request: restarted as each one starts
 
     def trace(self, event: str, info: dict[str, Any]) -> None:
         """httpcore's trace callback: remembers each new connection's stream; after a deadline, stops the request."""
@@ -57,6 +58,8 @@ class Watch:
         self.count += 1
         if self.stop_at is not None and self.count > self.stop_at and self.over is not None:
             raise self.over()
+        if self.renew is not None and self.expired is None:
+            self.renew()
         request.extensions["trace"] = self.trace
 
     @contextlib.contextmanager
@@ -83,11 +86,14 @@ class Watch:
 
 
 @contextlib.contextmanager
-def deadline(watch: Watch | None, seconds: float, error: Callable[[], ModelError]) -> Iterator[threading.Event]:
+def deadline(watch: Watch | None, seconds: float, error: Callable[[], ModelError], *,
+             each_request: bool = False) -> Iterator[threading.Event]:
     """Run the body with a deadline of `seconds`: past it, the client's connections are cut and whatever the body
-    raises then becomes `error()` (a body that finished keeps its result). Yields the event that is set when the
-    time is up (a loop over a body checks it between chunks)."""
+    raises then becomes `error()` (a body that finished keeps its result). `each_request`: the deadline starts
+    again with each request the body makes through the watched client (a listing of many pages: each page within
+    `seconds`). Yields the event that is set when the time is up (a loop over a body checks it between chunks)."""
     expired = threading.Event()
+    timers: list[threading.Timer] = []
 
     def fire() -> None:
         expired.set()
@@ -95,9 +101,17 @@ def deadline(watch: Watch | None, seconds: float, error: Callable[[], ModelError
             watch.expired = Expired("deadline")
             watch.cut()
 
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
+    def start() -> None:
+        if timers:
+            timers.pop().cancel()
+        timer = threading.Timer(seconds, fire)
+        timer.daemon = True
+        timers.append(timer)
+        timer.start()
+
+    start()
+    if watch is not None and each_request:
+        watch.renew = start
     try:
         yield expired
     except BaseException as e:
@@ -105,6 +119,8 @@ def deadline(watch: Watch | None, seconds: float, error: Callable[[], ModelError
             raise error() from None
         raise
     finally:
-        timer.cancel()
+        for t in timers:
+            t.cancel()
         if watch is not None:
             watch.expired = None
+            watch.renew = None

@@ -197,14 +197,14 @@ def transient(e: BaseException) -> bool:
 
 
 def call(what: str, ep: str, policy: rangeio.Policy, fn: Callable[[], T], *, retried: bool = True) -> T:
-    """`fn()` (a huggingface_hub call) with its errors in words, retried where transient, each try within
-    `policy.request_s` (a hub that trickles its answer is cut, not waited for)."""
+    """`fn()` (a huggingface_hub call) with its errors in words, retried where transient, each of its requests
+    within `policy.request_s` (a hub that trickles its answer is cut, not waited for)."""
     def slow() -> ModelError:
         return rangeio.RemoteError("slow", f"{what}: the hub took more than {policy.request_s:g} s for one "
                                    "request (it sends too slowly, or stopped sending).", "try again later.")
 
     def once() -> T:
-        with deadline(WATCH, policy.request_s, slow):
+        with deadline(WATCH, policy.request_s, slow, each_request=True):
             return fn()
 
     with errors(what, ep):

@@ -134,7 +134,8 @@ def _url(text: str) -> str:
     try:
         parts = urlsplit(text)
         host, port = parts.hostname, parts.port
-        httpx.URL(text)  # the client that fetches it: what it cannot parse is refused here, in words
+        if not httpx.URL(text).host:  # the client that fetches it (its host IDNA-encoded): refused here, in words
+            host = None
     except (ValueError, UnicodeError, TypeError, httpx.InvalidURL) as e:
         raise _bad(text, f"not a URL llamalab can fetch ({one_line(e)[:120]})",
                    "write https://HOST[:PORT]/PATH/FILE.gguf (PORT a number; an IPv6 host in brackets).") from None

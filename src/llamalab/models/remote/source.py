@@ -54,6 +54,7 @@ MAX_MANIFEST = 1 << 20
 MAX_MODELS = 64  # models of one repository table (each a header read and three dry runs); --max-models for more
 HF_AUTH_TIP = hub.HF_AUTH_TIP
 CACHE_HOW = "into the stand-in cache ($LLAMALAB_HOME/remote)"
+POLICY = rangeio.Policy()  # every resolution's timeouts and bounds unless one is given (a test sets short deadlines)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class Session:
     def open(cls, home: Path, *, transport: httpx.BaseTransport | None = None, policy: rangeio.Policy | None = None,
              log: Callable[[str], None] = lambda s: None,
              on_download: Callable[[str, int, int], None] | None = None) -> Iterator[Session]:
-        policy = policy or rangeio.Policy()
+        policy = policy or POLICY
         with rangeio.client(transport, policy) as http:
             yield cls(home=Path(home), http=http, policy=policy, log=log, on_download=on_download)
 
@@ -354,8 +355,12 @@ def _url(ref: Url, s: Session) -> Remote:
         f = rangeio.Fetcher(url, s.http, s.policy, what=rangeio.redact(url))
         h = f.head()
         if h.size is None:  # no HEAD: one small Range read says the size, ETag and Last-Modified
-            f.read(0, s.policy.first_read)
-            h = rangeio.Head(f.size, f.etag, f.last_modified)
+            try:
+                f.read(0, s.policy.first_read)
+                h = rangeio.Head(f.size, f.etag, f.last_modified)
+            except rangeio.RemoteError as e:
+                if e.kind != "no-range":  # no Range either: a header cannot be read (said then); --download can
+                    raise
         validator = "|".join(x for x in (h.etag, h.last_modified) if x)
         key = f"url:{rangeio.redact(url)}|{validator}|{h.size}" if validator else ""
         parts.append(Part(url=url, name=modelref.Url(url).filename, size=h.size, key=key,
