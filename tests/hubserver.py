@@ -328,11 +328,11 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------ hostile listings and manifests (issue 45)
 
     def _hostile_entries(self) -> list[dict]:
-        """listing:many:N (N models of one GGUF file each, none served), listing:unsafe (paths outside the
-        repository)."""
+        """listing:many:N (N models of one GGUF file each, no quant in their names, none served), listing:unsafe
+        (paths outside the repository)."""
         fail = self.hub.fail
         many = next((int(x.split(":")[2]) for x in fail if x.startswith("listing:many:")), 0)
-        out = [{"type": "file", "oid": "0" * 40, "size": 1000 + i, "path": f"m{i:05d}/M{i:05d}-Q4_K_M.gguf"}
+        out = [{"type": "file", "oid": "0" * 40, "size": 1000 + i, "path": f"m{i:05d}/M{i:05d}.gguf"}
                for i in range(many)]
         if "listing:unsafe" in fail:
             out += [{"type": "file", "oid": "1" * 40, "size": 10, "path": p}

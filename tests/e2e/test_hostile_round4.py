@@ -336,7 +336,7 @@ def test_hostile_answers_are_one_error_and_a_tip(web, hub, micro, home, tmp_path
 @pytest.mark.parametrize("model, match", [
     ("http://127.0.0.1:abc/m.gguf", "not a URL llamalab can fetch"),
     ("http://[::1/m.gguf", "not a URL llamalab can fetch"),
-    ("http://" + "a" * 70_000 + "/m.gguf", "longer than any model's address"),
+    pytest.param("http://" + "a" * 70_000 + "/m.gguf", "longer than any model's address", id="70000-characters"),
     ("http://xn--/m.gguf", "not a URL llamalab can fetch"),
     ("http://user:secret@127.0.0.1:99999/m.gguf", "not a URL llamalab can fetch"),
 ])
@@ -558,21 +558,25 @@ except SystemExit:
 """
 
 
-@pytest.fixture(scope="module")
-def tune_db(tmp_path_factory):
-    """A stored tune run (the H200 race of benchmarks/tune-h200) whose model is a file in the Hugging Face cache."""
+def _tune_run(tmp: Path, model: str) -> tuple[Path, str]:
+    """A stored tune run (the H200 race of benchmarks/tune-h200) whose model is `model`."""
     from testpaths import ROOT
 
-    tmp = tmp_path_factory.mktemp("tune")
     doc = json.loads((ROOT / "benchmarks" / "tune-h200" / "export-8b-race.json").read_text())
     for row in doc["tables"]["tunes"]:
         result = row["result_json"]
         result = json.loads(result) if isinstance(result, str) else result
-        result["model"]["path"] = HF_PATH
+        result["model"]["path"] = model
         row["result_json"] = result
     (tmp / "x.json").write_text(json.dumps(doc))
     assert cli.entry(["import", str(tmp / "x.json"), "--db", str(tmp / "x.db")]) == 0
     return tmp / "x.db", doc["run_id"]
+
+
+@pytest.fixture(scope="module")
+def tune_db(tmp_path_factory):
+    """A stored tune run whose model is a file in the Hugging Face cache."""
+    return _tune_run(tmp_path_factory.mktemp("tune"), HF_PATH)
 
 
 def _expected_command(db: Path, run_id: str) -> str:
@@ -626,15 +630,19 @@ def test_the_exact_command_survives_a_pipe_and_80_columns(tune_db, tmp_path, tty
     assert cmd in out.split("\n"), out[-2000:]
 
 
-def test_the_llama_swap_entry_from_the_cli_parses(tune_db, tmp_path):
-    """3. `tune --emit llama-swap`'s output, piped: after the table, YAML of one model with the command."""
+EVIL = "/m/x\n  evil:\n    cmd: touch /tmp/pwned # ${env.HOME} ${PORT}:\n#.gguf"
+
+
+def test_the_llama_swap_entry_from_the_cli_parses(tmp_path):
+    """3. `tune --emit llama-swap`'s output, piped, for a model path that is itself a llama-swap entry: after the
+    table, YAML of one model whose cmd holds the path as one word."""
     import yaml
 
-    db, run_id = tune_db
+    db, run_id = _tune_run(tmp_path, EVIL)
     out = _show(db, run_id, "llama-swap", tmp_path, False)
     doc = yaml.safe_load(out[out.index("# llamalab tune"):])
     (key, entry), = doc["models"].items()
-    assert key == Path(HF_PATH).stem and HF_PATH in llama_swap_argv(entry["cmd"])
+    assert key == Path(EVIL).stem and EVIL in llama_swap_argv(entry["cmd"])
 
 
 # ---------------------------------------------------------------- 9. reports of imported runs
@@ -643,6 +651,7 @@ def test_the_llama_swap_entry_from_the_cli_parses(tune_db, tmp_path):
 MARKUP = "<details open>x</summary></details><img src=x onerror=alert(1)>[y](javascript:alert(1))\n# z"
 
 
+@pytest.mark.filterwarnings("ignore:constrained_layout not applied")  # (the plots' labels: 150 characters of names)
 def test_markdown_and_forum_reports_escape_imported_names(tmp_path):
     """9. Build, setting and study names of an imported run carrying HTML, a javascript: link and a newline: the
     Markdown and forum reports show them as text (no tag, fold, link or line break); the HTML report escapes them."""
