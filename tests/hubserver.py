@@ -26,10 +26,10 @@ What it reproduces is what llamalab's clients call, as their sources read (huggi
 Blobs answer `Range: bytes=a-b` with 206 and `Content-Range`. Failure modes are switched per test (`hub.fail`):
 `no-range` (200 with the whole file), `stall` (headers, then nothing), `busy:N` (the next N blob requests get 503),
 `status:CODE` (every blob request), `manifest-no-model`, `listing-no-gguf`; and a hostile hub's (issue 45):
-`listing:not-json`, `listing:wrong-shape`, `listing:digits`, `listing:loop`, `listing:many:N`, `listing:unsafe`,
-`manifest-nested`, `manifest-trickle`, `manifest-size-true`, and `claims` (a repository that publishes another
-file's sha256). `hub.sent` counts body bytes sent per blob. Every loop is bounded. The server never leaves
-127.0.0.1.
+`listing:not-json`, `listing:wrong-shape`, `listing:digits`, `listing:trickle`, `listing:loop`, `listing:many:N`,
+`listing:unsafe`, `manifest-nested`, `manifest-trickle`, `manifest-size-true`, and `claims` (a repository that
+publishes another file's sha256). `hub.sent` counts body bytes sent per blob. Every loop is bounded. The server
+never leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -340,8 +340,8 @@ class _Handler(BaseHTTPRequestHandler):
         return out
 
     def _hostile_listing(self, name: str, revision: str, q: dict) -> bool:
-        """listing:not-json, listing:wrong-shape, listing:digits (a size of 5,000 digits), listing:loop (a `Link:
-        next` to itself, answered at most 1,000 times)."""
+        """listing:not-json, listing:wrong-shape, listing:digits (a size of 5,000 digits), listing:trickle (a byte
+        every 0.1 s), listing:loop (a `Link: next` to itself, answered at most 1,000 times)."""
         fail = self.hub.fail
         if "listing:not-json" in fail:
             self._send(200, {"Content-Type": "application/json"}, b"<html>not json</html>")
@@ -350,6 +350,18 @@ class _Handler(BaseHTTPRequestHandler):
         elif "listing:digits" in fail:
             self._send(200, {"Content-Type": "application/json"},
                        b'[{"type": "file", "oid": "x", "path": "M-Q4_K_M.gguf", "size": ' + b"9" * 5000 + b"}]")
+        elif "listing:trickle" in fail:  # a byte every 0.1 s, 300 at most
+            body = b"[]" + b" " * 400
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for i in range(300):
+                if self.hub.stop.wait(0.1):
+                    break
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+            self.close_connection = True
         elif "listing:loop" in fail:
             self.hub.loops += 1
             nxt = f"{self.hub.endpoint}/api/models/{name}/tree/{revision}?cursor=loop"

@@ -191,13 +191,30 @@ def test_a_trickling_server_is_cut_at_the_request_deadline(web, micro, home, whe
 
 def test_a_trickling_manifest_and_listing_are_cut_too(hub, home):
     """2. The ollama manifest (read by llamalab) and the hub's listing (read by huggingface_hub's client) within
-    the same deadline."""
+    the same deadline; a blob host that sends headers and then nothing, within its read timeouts."""
     hub.fail.add("manifest-trickle")
     took = _ends_quickly(lambda: resolve("ollama://micro:f16", home), "took more than 2 s")
+    assert took < FAST.request_s + 1.5, took
+    hub.fail = {"listing:trickle"}
+    took = _ends_quickly(lambda: modelsource.resolve_repo("hf://llamalab/Micro-GGUF", home, policy=FAST),
+                         "took more than 2 s")
     assert took < FAST.request_s + 1.5, took
     hub.fail = {"stall"}  # the blob host: headers, then nothing (the read timeout, retried twice)
     took = _ends_quickly(lambda: resolve("hf://llamalab/Micro-GGUF/Micro-F16.gguf", home), "stopped answering")
     assert took < 3 * FAST.read_s + 1.5, took
+
+
+def test_the_cli_says_a_huge_header_and_a_stall_in_one_error_and_a_tip(web, hub, micro, home, tmp_path, capsys,
+                                                                       monkeypatch):
+    """1, 2. Through the command line (`stub`, deadlines of 2 s, a header limit of 8 MiB): no traceback."""
+    monkeypatch.setattr(modelsource, "POLICY", dataclasses.replace(FAST, max_header=8 << 20), raising=False)
+    out = str(tmp_path / "s.gguf")
+    clean_error(capsys, ["stub", web.add("huge.gguf", huge_vocab()), "-o", out], match="runs past 8 MiB")
+    for where in ("head", "body"):
+        url = web.add_path(f"{where}.gguf", micro, **{where: "trickle"}, trickle_s=0.2, trickle_max=100)
+        clean_error(capsys, ["stub", url, "-o", out], match="took more than 2 s")
+    hub.fail.add("manifest-trickle")
+    clean_error(capsys, ["stub", "ollama://micro:f16", "-o", out], match="took more than 2 s")
 
 
 # ---------------------------------------------------------------- 5. the stand-in cache is not poisoned or stale
@@ -441,6 +458,22 @@ def test_a_hub_file_name_with_escape_sequences_is_printed_plain(hub, micro, home
     assert cli.entry(["stub", "hf://evil/Names-GGUF:Q8_0", "-o", str(home.parent / "s.gguf")]) == 0
     err = capsys.readouterr().err
     assert "read its header" in err and "\x9b" not in err and "\u202e" not in err
+
+
+def test_the_repository_table_in_markdown_escapes_file_names():
+    """9. `plan --markdown` of a repository whose files are named with HTML, links and escapes."""
+    from llamalab.plan.repo import QuantRow, RepoPlan
+    from llamalab.report.views import planrepo as view
+
+    bad = "<img src=x onerror=alert(1)>[y](javascript:alert(1))\x1b]0;t\x07\u202e"
+    row = QuantRow(quant="Q4" + bad, name="M" + bad, files=[f"M{bad}.gguf"], size_bytes=1, fetched_bytes=1,
+                   status="failed", reason="damaged: " + bad)
+    plan = RepoPlan(ref="hf://o/r" + bad, study="s", build="b", backend="cpu", devices=[], budgets_mib=None,
+                    margins_mib=None, context=None, rows=[row], skipped=[(f"x{bad}.gguf", "why " + bad)],
+                    size_bytes=1, fetched_bytes=1, llama_cpp="b1", seconds=0.1)
+    text = view.markdown(plan)
+    for b in ("<img", "](javascript:", "\x1b", "\u202e", "\x07"):
+        assert b not in text, b
 
 
 # ---------------------------------------------------------------- 11. one commit, llama.cpp's :QUANT, offline
