@@ -194,13 +194,16 @@ def test_a_trickling_manifest_and_listing_are_cut_too(hub, home):
     the same deadline; a blob host that sends headers and then nothing, within its read timeouts."""
     hub.fail.add("manifest-trickle")
     took = _ends_quickly(lambda: resolve("ollama://micro:f16", home), "took more than 2 s")
+    print(f"manifest: ended after {took:.2f} s")
     assert took < FAST.request_s + 1.5, took
     hub.fail = {"listing:trickle"}
     took = _ends_quickly(lambda: modelsource.resolve_repo("hf://llamalab/Micro-GGUF", home, policy=FAST),
                          "took more than 2 s")
+    print(f"listing: ended after {took:.2f} s")
     assert took < FAST.request_s + 1.5, took
     hub.fail = {"stall"}  # the blob host: headers, then nothing (the read timeout, retried twice)
     took = _ends_quickly(lambda: resolve("hf://llamalab/Micro-GGUF/Micro-F16.gguf", home), "stopped answering")
+    print(f"stalled blob host: ended after {took:.2f} s")
     assert took < 3 * FAST.read_s + 1.5, took
 
 
