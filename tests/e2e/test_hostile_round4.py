@@ -29,7 +29,8 @@ from llamalab.models import synthetic as models
 from llamalab.models.remote import rangeio
 from llamalab.models.remote import source as modelsource
 
-pytestmark = pytest.mark.usefixtures("loopback")
+# spread: the tests share nothing a worker cannot make again in a second (the micro models, a stored tune run)
+pytestmark = [pytest.mark.usefixtures("loopback"), pytest.mark.spread]
 
 FAST = rangeio.Policy(connect_s=2, read_s=1, request_s=2, retries=2, backoff_s=0.01)
 TiB = 1 << 40
