@@ -487,7 +487,11 @@ def download(remote: Remote, s: Session) -> Resolved:
         f = rangeio.Fetcher(p.url, s.http, s.policy, what=remote.ref, headers=dict(p.headers),
                             auth_tip=remote.auth_tip)
         with locked(folder / f".{p.name}.lock"):
-            if not (p.key and dest.is_file() and p.size is not None and dest.stat().st_size == p.size):
+            done = dest.is_file() and p.size is not None and dest.stat().st_size == p.size
+            if done and not p.validator:
+                s.log(f"{remote.ref}: the server says nothing that tells versions of the file apart; the earlier "
+                      f"download of the same size is used (delete {dest} to fetch it again)")
+            if not done:
                 label = f"download {remote.ref}" + (f" part {i + 1}" if len(remote.parts) > 1 else "")
                 s.log(f"{label}: {mib(p.size)} into {dest}" + (" (resumable: a later run continues where this "
                                                                   "stops)" if p.validator else ""))
