@@ -10,6 +10,7 @@ What it reproduces is what llamalab's clients call, as their sources read (huggi
 - Errors with `X-Error-Code` as `utils/_http.hf_raise_for_status` reads them: `RepoNotFound` (401 without a token,
   as the hub answers for private and missing repositories), `GatedRepo` (401 without a token, 403 with one that may
   not read it), `RevisionNotFound` and `EntryNotFound` (404).
+- `GET /api/models/{repo}` and `/api/models/{repo}/revision/{revision}` (`HfApi.model_info`): the commit (`sha`).
 - `GET /api/models/{repo}/tree/{revision}?recursive=…&expand=…` (`hf_api.HfApi.list_repo_tree` →
   `_paginate_pages`): JSON entries `{type, oid, size, path, lfs: {oid, size, pointerSize}}`, in pages joined by a
   `Link: <…>; rel="next"` header.
@@ -24,8 +25,11 @@ What it reproduces is what llamalab's clients call, as their sources read (huggi
 
 Blobs answer `Range: bytes=a-b` with 206 and `Content-Range`. Failure modes are switched per test (`hub.fail`):
 `no-range` (200 with the whole file), `stall` (headers, then nothing), `busy:N` (the next N blob requests get 503),
-`status:CODE` (every blob request), `manifest-no-model`, `listing-no-gguf`. `hub.sent` counts body bytes sent per
-blob. The server never leaves 127.0.0.1.
+`status:CODE` (every blob request), `manifest-no-model`, `listing-no-gguf`; and a hostile hub's (issue 45):
+`listing:not-json`, `listing:wrong-shape`, `listing:digits`, `listing:trickle`, `listing:loop`, `listing:many:N`,
+`listing:unsafe`, `manifest-nested`, `manifest-trickle`, `manifest-size-true`, and `claims` (a repository that
+publishes another file's sha256). `hub.sent` counts body bytes sent per blob. Every loop is bounded. The server
+never leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from llamalab.llamacpp.source import sha256_file
 from llamalab.models import synthetic as models
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 # A real model small enough to serve, download and run in seconds: 2 layers, a 20,000-token vocabulary (5.6 MB)
 MICRO = models.ModelShape("micro", n_layer=2, n_embd=128, n_head=4, n_head_kv=2, n_ff=256, n_vocab=20000,
                           n_ctx_train=4096)
@@ -66,6 +71,7 @@ class Repo:
     private: bool = False
     revisions: tuple[str, ...] = ("main", COMMIT)
     renamed_from: str | None = None
+    claims: dict[str, str] = field(default_factory=dict)  # path → the sha256 the hub claims (not the blob's own)
 
 
 def identity(path: Path, sha256: str | None, salt: str = "") -> str:
@@ -91,19 +97,24 @@ class Hub:
     page_size: int = 1000
     sent: dict[str, int] = field(default_factory=dict)  # blob sha256 or file name → body bytes sent
     log: list[str] = field(default_factory=list)  # "METHOD path?query [Range]" of every request
+    loops: int = 0  # listing:loop pages answered
     stop: threading.Event = field(default_factory=threading.Event)
 
     # ------------------------------------------------------------ content
 
     def add_repo(self, repo: str, files: dict[str, Path], *, gated: bool = False, private: bool = False,
-                 sha256: dict[str, str] | None = None, renamed_from: str | None = None, salt: str = "") -> None:
+                 sha256: dict[str, str] | None = None, renamed_from: str | None = None, salt: str = "",
+                 claims: dict[str, str] | None = None) -> None:
+        """A repository of `files` (path in it → a local file). `claims`: the sha256 the hub publishes for a path
+        where it is not the file's (a repository or mirror that claims another model's hash)."""
         entries = {}
         for rel, p in files.items():
             digest = identity(Path(p), (sha256 or {}).get(rel), salt)
             b = Blob(path=Path(p), sha256=digest, size=Path(p).stat().st_size)
             self.blobs[digest] = b
             entries[rel] = b
-        self.repos[repo] = Repo(files=entries, gated=gated, private=private, renamed_from=renamed_from)
+        self.repos[repo] = Repo(files=entries, gated=gated, private=private, renamed_from=renamed_from,
+                                claims=dict(claims or {}))
 
     def add_ollama(self, name: str, tag: str, path: Path | None, *, namespace: str = "library",
                    salt: str = "") -> None:
@@ -259,13 +270,28 @@ class _Handler(BaseHTTPRequestHandler):
         if blob is None:
             return self._error(404, "EntryNotFound", "Entry not found")
         pointer = hashlib.sha1(f"version https://git-lfs.github.com/spec/v1\noid sha256:{blob.sha256}".encode())
+        claimed = repo.claims.get(rel, blob.sha256)
         self._send(302, {"Location": f"{hub.blob_base}/blobs/{blob.sha256}?X-Sig=local-test-signature",
-                         "X-Repo-Commit": COMMIT, "X-Linked-Etag": f'"{blob.sha256}"',
+                         "X-Repo-Commit": COMMIT, "X-Linked-Etag": f'"{claimed}"',
                          "X-Linked-Size": str(blob.size), "ETag": f'"{pointer.hexdigest()}"',
                          "Accept-Ranges": "bytes"})
 
+    def _info(self, rest: str) -> bool:
+        """`HfApi.model_info`: GET /api/models/{repo} or /api/models/{repo}/revision/{rev} → its commit (`sha`)."""
+        m = re.match(r"^([^/]+/[^/]+)(?:/revision/([^/]+))?$", rest)
+        if not m:
+            return False
+        repo = self._repo(m.group(1), m.group(2) or "main")
+        if repo is not None:
+            self._send(200, {"Content-Type": "application/json"}, json.dumps(
+                {"id": m.group(1), "modelId": m.group(1), "sha": COMMIT, "private": repo.private,
+                 "siblings": [{"rfilename": p} for p in sorted(repo.files)]}).encode())
+        return True
+
     def _tree(self, rest: str, query: str) -> None:
         hub = self.hub
+        if self._info(rest):
+            return
         m = re.match(r"^([^/]+/[^/]+)/tree/([^/]+)$", rest)
         if not m:
             return self._error(404)
@@ -284,8 +310,12 @@ class _Handler(BaseHTTPRequestHandler):
         entries += [{"type": "directory", "oid": hashlib.sha1(f.encode()).hexdigest(), "size": 0, "path": f}
                     for f in folders]
         for rel, b in sorted(files.items()):
-            entries.append({"type": "file", "oid": hashlib.sha1(b.sha256.encode()).hexdigest(), "size": b.size,
-                            "path": rel, "lfs": {"oid": b.sha256, "size": b.size, "pointerSize": 134}})
+            sha = repo.claims.get(rel, b.sha256)
+            entries.append({"type": "file", "oid": hashlib.sha1(sha.encode()).hexdigest(), "size": b.size,
+                            "path": rel, "lfs": {"oid": sha, "size": b.size, "pointerSize": 134}})
+        entries += self._hostile_entries()
+        if self._hostile_listing(m.group(1), m.group(2), q):
+            return
         start = int(q.get("cursor", ["0"])[0])
         page = entries[start:start + hub.page_size]
         headers = {"Content-Type": "application/json"}
@@ -295,9 +325,78 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Link"] = f'<{nxt}>; rel="next"'
         self._send(200, headers, json.dumps(page).encode())
 
+    # ------------------------------------------------------------ hostile listings and manifests (issue 45)
+
+    def _hostile_entries(self) -> list[dict]:
+        """listing:many:N (N models of one GGUF file each, no quant in their names, none served), listing:unsafe
+        (paths outside the repository)."""
+        fail = self.hub.fail
+        many = next((int(x.split(":")[2]) for x in fail if x.startswith("listing:many:")), 0)
+        out = [{"type": "file", "oid": "0" * 40, "size": 1000 + i, "path": f"m{i:05d}/M{i:05d}.gguf"}
+               for i in range(many)]
+        if "listing:unsafe" in fail:
+            out += [{"type": "file", "oid": "1" * 40, "size": 10, "path": p}
+                    for p in ("/etc/llamalab-Q4_K_M.gguf", "../../llamalab-Q4_K_M.gguf", "a/../../x-Q4_K_M.gguf")]
+        return out
+
+    def _hostile_listing(self, name: str, revision: str, q: dict) -> bool:
+        """listing:not-json, listing:wrong-shape, listing:digits (a size of 5,000 digits), listing:trickle (a byte
+        every 0.1 s), listing:loop (a `Link: next` to itself, answered at most 1,000 times)."""
+        fail = self.hub.fail
+        if "listing:not-json" in fail:
+            self._send(200, {"Content-Type": "application/json"}, b"<html>not json</html>")
+        elif "listing:wrong-shape" in fail:
+            self._send(200, {"Content-Type": "application/json"}, b'{"files": 3}')
+        elif "listing:digits" in fail:
+            self._send(200, {"Content-Type": "application/json"},
+                       b'[{"type": "file", "oid": "x", "path": "M-Q4_K_M.gguf", "size": ' + b"9" * 5000 + b"}]")
+        elif "listing:trickle" in fail:  # a byte every 0.1 s, 300 at most
+            body = b"[]" + b" " * 400
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for i in range(300):
+                if self.hub.stop.wait(0.1):
+                    break
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+            self.close_connection = True
+        elif "listing:loop" in fail:
+            self.hub.loops += 1
+            nxt = f"{self.hub.endpoint}/api/models/{name}/tree/{revision}?cursor=loop"
+            self._send(200, {"Content-Type": "application/json",
+                             **({"Link": f'<{nxt}>; rel="next"'} if self.hub.loops < 1000 else {})}, b"[]")
+        else:
+            return False
+        return True
+
+    def _hostile_manifest(self) -> bool:
+        """manifest-nested (200,000 arrays deep), manifest-trickle (a byte every 0.1 s, 300 at most),
+        manifest-size-true (the model layer's size is `true`)."""
+        fail = self.hub.fail
+        if "manifest-nested" in fail:
+            self._send(200, {"Content-Type": MANIFEST_V2}, b"[" * 200_000 + b"]" * 200_000)
+        elif "manifest-trickle" in fail:
+            body = b'{"layers": []}' + b" " * 400
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for i in range(300):
+                if self.hub.stop.wait(0.1):
+                    return True
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+            self.close_connection = True
+        else:
+            return False
+        return True
+
     def _registry(self, path: str) -> None:
         hub = self.hub
         m = re.match(r"^/v2/([^/]+)/([^/]+)/manifests/([^/]+)$", path)
+        if m and self._hostile_manifest():
+            return
         if m:
             man = hub.ollama.get((m.group(1), m.group(2), m.group(3)))
             if man is None:
@@ -305,6 +404,8 @@ class _Handler(BaseHTTPRequestHandler):
                                   b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}')
             if "manifest-no-model" in hub.fail:
                 man = {**man, "layers": [x for x in man["layers"] if not x["mediaType"].endswith(".model")]}
+            if "manifest-size-true" in hub.fail:
+                man = {**man, "layers": [{**x, "size": True} for x in man["layers"]]}
             return self._send(200, {"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"},
                               json.dumps(man).encode())
         m = re.match(r"^/v2/([^/]+)/([^/]+)/blobs/sha256:([0-9a-f]{64})$", path)

@@ -70,7 +70,7 @@ def new_progress():
 def model_arg(model: str | None, *, command: str, weights: bool = False, download: bool = False) -> Path | None:
     """--model as a path llama.cpp opens: a local file as it is; a remote reference (models.remote.ref) as its
     header-only stand-in, or with `weights` the whole model — fetched only with --download, else refused before
-    anything starts."""
+    anything starts. `stub` takes one file: a split model is refused before any part is read."""
     if model is None:
         return None
     from ..models.remote import ref as modelref
@@ -81,20 +81,21 @@ def model_arg(model: str | None, *, command: str, weights: bool = False, downloa
     if weights and not download:
         from ..core.errors import ModelError
 
-        raise ModelError(f"`llamalab {command}` runs {model} for real, so it needs the model's weights, and without "
+        shown = modelref.shown(model)
+        raise ModelError(f"`llamalab {command}` runs {shown} for real, so it needs the model's weights, and without "
                          "--download llamalab fetches only its header.",
                          tip=f"pass --download to fetch the weights (resumable; hf:// into Hugging Face's own cache), "
-                             f"or `llamalab plan --model {model}` for the memory answers from the header alone.")
+                             f"or `llamalab plan --model {shown}` for the memory answers from the header alone.")
     from ..core.paths import cache_home
     from ..models.remote import source as modelsource
 
     progress = new_progress()
     try:
         res = modelsource.resolve(model, cache_home(), weights=weights, log=progress.message,
-                                  on_download=progress.download)
+                                  on_download=progress.download, split_ok=command != "stub")
     finally:
         progress.close()
-    click.echo(res.note, err=True)
+    click.echo(res.note, err=True)  # one line without control sequences (names come from servers)
     return res.path
 
 

@@ -26,6 +26,9 @@ from .common import MODEL_HELP, TRUST_HELP, bin_override, load_study, model_arg,
 @click.option("--context", "context", type=click.IntRange(1), default=None, metavar="N",
               help="With hf://OWNER/REPO: also the smallest budget each quant needs for a context of N tokens.")
 @click.option("--markdown", is_flag=True, help="With hf://OWNER/REPO: print the table as Markdown.")
+@click.option("--max-models", type=click.IntRange(1), default=None, metavar="N",
+              help="With hf://OWNER/REPO: plan up to N models (default 64; a repository with more is refused "
+                   "before any header is read).")
 @click.option("--download", is_flag=True, help="With a remote --model: fetch the whole model rather than its header "
               "(for a server that does not answer Range requests).")
 @click.option("--target", type=click.Choice(["cuda", "vulkan", "rocm", "metal", "cpu-rpc"]), default=None,
@@ -40,8 +43,8 @@ from .common import MODEL_HELP, TRUST_HELP, bin_override, load_study, model_arg,
               help="Keep the dry runs' llama-server logs in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
-def plan(study, model, overrides, budget, context, markdown, download, target, llama_cpp, llama_bin, logs_dir, as_json,
-         trust) -> None:
+def plan(study, model, overrides, budget, context, markdown, max_models, download, target, llama_cpp, llama_bin,
+         logs_dir, as_json, trust) -> None:
     """Memory per device, fitted context and pipeline-parallel copies for every build × setting of a study, from
     llama.cpp's no-alloc dry run: no weights are loaded, so it takes seconds, and a model's header is enough — a
     remote model's header is fetched with Range requests (a few MiB), never its weights. STUDY defaults to
@@ -74,9 +77,10 @@ def plan(study, model, overrides, budget, context, markdown, download, target, l
                 raise ConfigError("--download with a whole repository would fetch every quant.",
                                   tip="pick one: --model hf://OWNER/REPO:Q4_K_M --download.")
             return _plan_repo(model, study, overrides, budget, context, markdown, llama_cpp, llama_bin, logs_dir,
-                              as_json, trust)
-    if context is not None or markdown:
-        raise ConfigError("--context and --markdown belong to the repository table (--model hf://OWNER/REPO).",
+                              as_json, trust, max_models)
+    if context is not None or markdown or max_models is not None:
+        raise ConfigError("--context, --markdown and --max-models belong to the repository table (--model "
+                          "hf://OWNER/REPO).",
                           tip="for one model, -c N in the study's arguments plans that context: "
                               "--set 'server.args=[\"-c\",\"32768\"]'.")
     st, _ = load_study(study or "pipeline-parallel", [*overrides, *bin_override(llama_bin)], trust)
@@ -96,7 +100,7 @@ def plan(study, model, overrides, budget, context, markdown, download, target, l
 
 
 def _plan_repo(model, study, overrides, budget, context, markdown, llama_cpp, llama_bin, logs_dir, as_json,
-               trust) -> None:
+               trust, max_models) -> None:
     """`plan --model hf://OWNER/REPO`: every quant's stand-in, dry-run, in one table (plan.repo)."""
     from ..core.paths import cache_home
     from ..models.remote import source as modelsource
@@ -106,7 +110,8 @@ def _plan_repo(model, study, overrides, budget, context, markdown, llama_cpp, ll
     st, _ = load_study(study or "pipeline-parallel", [*overrides, *bin_override(llama_bin)], trust)
     progress = new_progress()
     try:
-        found = modelsource.resolve_repo(model, cache_home(), log=progress.message)
+        found = modelsource.resolve_repo(model, cache_home(), log=progress.message,
+                                         max_models=max_models or modelsource.MAX_MODELS)
         opts = run_options(llama_cpp=llama_cpp, budget=budget, context=context, logs_dir=logs_dir)
         result = planrepo.plan_repo(st, opts, found, progress)
     finally:

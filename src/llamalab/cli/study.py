@@ -148,8 +148,8 @@ def _print_table(data) -> None:
     _print_advice(console, data, show)
     said = answer.answer(data)
     console.print(T("\nRecommendation.", "bold") + T(" " + said.text))
-    if said.command:
-        console.print(T(said.command, "cyan"))
+    if said.command:  # never wrapped by the console: a pasted copy is the command
+        console.print(T(said.command, "cyan"), soft_wrap=True)
 
 
 def _print_advice(console, data, show) -> None:

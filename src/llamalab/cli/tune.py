@@ -28,6 +28,16 @@ if TYPE_CHECKING:
     from ..setup.options import RunOptions
 
 
+def finite(ctx, param, value):
+    """A number option that is a number: nan and inf are refused here, naming the option (not the preset they
+    would have been written into)."""
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number.", ctx=ctx, param=param)
+    return value
+
+
 @cli.command(context_settings=CONTEXT)
 @click.argument("study", required=False)
 @click.option("--model", default=None, metavar="M",
@@ -44,7 +54,7 @@ if TYPE_CHECKING:
                    "Default: [tune] goal, else context.")
 @click.option("--min-context", type=click.IntRange(0), default=None, metavar="N",
               help="Tokens of context the pick must hold at least.")
-@click.option("--min-gen-tps", type=click.FloatRange(0), default=None, metavar="X",
+@click.option("--min-gen-tps", type=click.FloatRange(0), default=None, metavar="X", callback=finite,
               help="Single-stream generation t/s the pick must reach (replaces the default's speed as the floor).")
 @click.option("--parallel", type=click.IntRange(1, 64), default=None, metavar="K",
               help="Requests served at once: -np K, and the aggregate speed is measured at K requests.")
@@ -60,10 +70,10 @@ if TYPE_CHECKING:
 @click.option("--exhaustive", is_flag=True, default=None,
               help="Stage two without racing: every front member with all its trials (the oracle the race is "
                    "checked against; sets [tune] exhaustive).")
-@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S", callback=finite,
               help="Stage two's time budget: no member gets trials beyond its screening one once S seconds are "
                    "spent; the report says what was left undecided (sets [tune] seconds).")
-@click.option("--max-kld", type=click.FloatRange(0), default=None, metavar="X",
+@click.option("--max-kld", type=click.FloatRange(0), default=None, metavar="X", callback=finite,
               help="Rule out KV cache pairs whose mean KL divergence against f16/f16 (llama-perplexity, measured "
                    "in stage one on a real model) is above X (sets [tune] max_kld).")
 @click.option("--emit", type=click.Choice(["command", "llama-swap"]), default="command", show_default=True,
@@ -206,8 +216,8 @@ def _print_tune(view, command: bool = True) -> None:
     for line in rtune.lines(view):
         console.print(T("• " + line))
     console.print(T("\nPick.", "bold") + T(" " + " ".join(filter(None, (view.pick_sentence, view.versus_default)))))
-    if command:
-        console.print(T(view.command))
+    if command:  # as one line, never wrapped by the console: a pasted copy is the command (piped or at 80 columns)
+        console.print(T(view.command), soft_wrap=True)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -44,6 +44,7 @@ _UNITS = {
 }
 
 
+MAX_MIB = 1 << 40  # a memory size beyond this (1,048,576 TiB) is a mistake
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -57,7 +58,11 @@ def parse_size(text: str | int) -> int:
     if not m or unit not in _UNITS:
         raise ConfigError(f"{text!r} is not a memory size.",
                           tip="write it like 16GiB, 12000MiB or 16G (G, GiB: 1024 MiB; GB: 10^9 bytes).")
-    return int(float(m.group(1)) * _UNITS[unit])
+    mib = float(m.group(1)) * _UNITS[unit]
+    if not mib < MAX_MIB:  # 400 digits is a float's infinity, which no int holds
+        raise ConfigError(f"{text!r} is more memory than any device has (at most {MAX_MIB // 2**20:,} TiB).",
+                          tip="write it like 16GiB, 12000MiB or 16G (G, GiB: 1024 MiB; GB: 10^9 bytes).")
+    return int(mib)
 
 
 def parse_budgets(values: str | Sequence[str | int]) -> list[int]:

@@ -97,6 +97,7 @@ class Reader:
     def __init__(self, f: Source, avail: int):
         self.f, self.avail, self.pos = f, avail, 0
         self._expect = getattr(f, "expect", None)  # a remote file's read-ahead hint (rangeio); files have none
+        self.listed = 0  # array items read into lists so far (LIST_TOTAL bounds them)
 
     def expect(self, n: int) -> None:
         """About `n` more bytes will be read from here on (a remote file fetches them in one request)."""
@@ -188,6 +189,9 @@ WINDOW = 64 << 10  # Reader.skip_strings reads this much at a time
 
 
 LIST_MAX = 4096  # arrays of numbers up to this length are read (per-layer values); longer ones only counted
+# array items read into lists in one header: a Python list holds 8 bytes a number (and a float object 24 more), so a
+# header of 30,000 keys of 4,096 bytes each would take 8x its size; past this, arrays are only counted
+LIST_TOTAL = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -216,10 +220,11 @@ def _value(r: Reader, vtype: int, key: str) -> Value:
             size = struct.calcsize("<" + _SCALARS[itype])
             if n > MAX_HEADER // size:
                 raise _damaged(f"the array {key!r} claims {n:,} items")
-            if n > LIST_MAX:  # token score arrays hold 100k+ floats: skipped, only counted
+            if n > LIST_MAX or r.listed + n > LIST_TOTAL:  # token scores (100k+ floats), or lists enough: counted
                 at = r.pos
                 r.skip(size * n)
                 return ArrayInfo(itype, n, at)
+            r.listed += n
             return list(struct.unpack(f"<{n}{_SCALARS[itype]}", r.take(size * n)))
         if itype == 8:
             if n > MAX_STRINGS:

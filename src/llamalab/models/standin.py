@@ -73,12 +73,14 @@ def write(src: Path, dest: Path) -> Path:
     return _sparse(dest, lay.file_size, fill, reads=[src])
 
 
-def write_head(head: bytes, file_size: int, dest: Path) -> Path:
-    """Write a sparse stand-in from a header's bytes (`head`, all of [0, data_offset)) to `dest`."""
-    return _sparse(Path(dest), file_size, lambda out: out.write(head))
+def write_head(head: bytes | bytearray, file_size: int, dest: Path, how: str = "-o") -> Path:
+    """Write a sparse stand-in from a header's bytes (`head`, all of [0, data_offset)) to `dest` (`how`: what put
+    the path there, for errors)."""
+    return _sparse(Path(dest), file_size, lambda out: out.write(head), how=how)
 
 
-def _sparse(dest: Path, file_size: int, fill: Callable[[BinaryIO], object], reads: list[Path] | None = None) -> Path:
+def _sparse(dest: Path, file_size: int, fill: Callable[[BinaryIO], object], reads: list[Path] | None = None,
+            how: str = "-o") -> Path:
     """`dest` atomically (write.atomic_write): what `fill(out)` writes, then a hole up to `file_size` bytes."""
 
     def whole(out: BinaryIO) -> None:
@@ -86,7 +88,7 @@ def _sparse(dest: Path, file_size: int, fill: Callable[[BinaryIO], object], read
         out.truncate(file_size)
 
     try:  # a link, FIFO, device, directory, read-only file or the model itself at `dest` is refused, never replaced
-        atomic_write(dest, whole, reads=reads or [])
+        atomic_write(dest, whole, reads=reads or [], how=how)
     except OutputError as e:
         cause = e.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.EFBIG:

@@ -119,6 +119,8 @@ def plan_repo(study: Study, opts: RunOptions, found: RepoModels, progress: Progr
     finally:
         if opts.logs_dir is None:
             shutil.rmtree(logs, ignore_errors=True)
+    rows += [QuantRow(quant=m.quant, name=m.name, files=[f.path for f in m.files], size_bytes=m.size or 0,
+                      fetched_bytes=0, status="failed", reason=why, context=opts.context) for m, why in found.failed]
     return RepoPlan(ref=found.ref, study=study.name, build=b0.name, backend=prep.backend, devices=names,
                     budgets_mib=list(emu.budgets_mib) if emu else None,
                     margins_mib=list(emu.margins_mib) if emu else None, context=opts.context, rows=rows,

@@ -76,8 +76,8 @@ class RunData:
         """The study's `[[builds]]` entry of that name (an empty one named so where the study does not list it)."""
         from ..study.spec import BuildSpec
 
-        if (st := self.study_spec) is not None:
-            return next((b for b in st.builds if b.name == name), BuildSpec(name=name))
+        if (st := self.study_spec) is not None:  # (a stored name the study lacks may be one it would refuse)
+            return next((b for b in st.builds if b.name == name), BuildSpec.model_construct(name=name))
         raw = next((e for e in self.study.get("builds") or [] if isinstance(e, dict) and e.get("name") == name), {})
         # a study the model rejects: its entry's keys as they are (a renderer reads them as it read the file's)
         return BuildSpec.model_construct(**{"name": name, **{k: v for k, v in raw.items() if isinstance(k, str)}})

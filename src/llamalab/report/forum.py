@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..core.safetext import plain
+from ..core.safetext import md_fence, md_prose, md_text, plain
 from .analysis import answer, grid, outputs, recommend, summary, tables, tune, verdict
 from .data import RunData
 
@@ -32,8 +32,8 @@ def render(data: RunData) -> str:
 def _title(data: RunData) -> str:
     items = dict(summary.system_items(data))
     model = summary.model(data)
-    return (f"**{data.run['study']}** on {items.get('GPUs', '?').split('; driver')[0]} — model "
-            f"{model.get('name') or '?'} ({model.get('n_layer', '?')} layers)")
+    return (f"**{md_text(data.run['study'])}** on {md_text(items.get('GPUs', '?').split('; driver')[0])} — model "
+            f"{md_text(model.get('name') or '?')} ({md_text(model.get('n_layer', '?'))} layers)")
 
 
 def _study(data: RunData) -> list[str]:
@@ -43,10 +43,10 @@ def _study(data: RunData) -> list[str]:
     if rows:
         h, b = recommend.table_cells(rows)
         out += [tables.markdown_table(h[:5], [r[:5] for r in b]), ""]
-    out += [f"- {line}" for line in verdict_lines(data)]
+    out += [f"- {md_prose(line)}" for line in verdict_lines(data)]
     a = answer.answer(data)
     if a.command:
-        out += ["", "```", a.command, "```"]
+        out += ["", md_fence(a.command), a.command, md_fence(a.command)]
     return out
 
 
@@ -93,11 +93,12 @@ def _tune(v: tune.View) -> list[str]:
     head, body = tune.front_table(v)
     rows = {r.build: r for r in tune.shown(v)}
     short = [[row[0], rows[row[0]].label, *row[2:]] for row in body if row[0] in rows]
-    out = [f"Pick: {v.pick_sentence}"] + ([v.versus_default] if v.versus_default else [])
-    return out + ["", "```", v.command, "```", "", tables.markdown_table(head, short)]
+    out = [f"Pick: {md_prose(v.pick_sentence)}"] + ([md_prose(v.versus_default)] if v.versus_default else [])
+    fence = md_fence(v.command)
+    return out + ["", fence, v.command, fence, "", tables.markdown_table(head, short)]
 
 
 def _versions(data: RunData) -> str:
     items = dict(summary.system_items(data))
-    return (f"<sub>llamalab {data.run.get('llamalab_version') or '?'}, llama.cpp {items.get('llama.cpp', '?')}; "
-            f"run {data.id}; `llamalab report --format forum`</sub>")
+    return (f"<sub>llamalab {md_text(data.run.get('llamalab_version') or '?')}, llama.cpp "
+            f"{md_text(items.get('llama.cpp', '?'))}; run {md_text(data.id)}; `llamalab report --format forum`</sub>")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..core.safetext import plain
+from ..core.safetext import md_code, md_fence, md_prose, md_text, plain
 from . import model
 from .analysis import tables
 from .data import RunData
@@ -38,12 +38,15 @@ def write(report: model.Report) -> str:
 
 
 def spans(text: model.Text) -> str:
+    """Text as Markdown: llamalab's words as they are; what came from a run escaped (`safetext.md_text`: no HTML,
+    link or line break), sentences written from stored names without HTML, code spans that hold any backtick."""
     out, bold = [], False
     for s in text:
         if s.bold != bold:
             out.append("**")
             bold = s.bold
-        out.append(f"`{s.value}`" if s.kind == "code" else f"{s.value}")
+        out.append(md_code(s.value) if s.kind == "code" else md_text(s.value) if s.kind == "text"
+                   else md_prose(s.value) if s.kind == "prose" else f"{s.value}")
     return "".join(out) + ("**" if bold else "")
 
 
@@ -58,7 +61,8 @@ def block_lines(b: model.Block) -> list[str]:
     if isinstance(b, model.Table):
         return [tables.markdown_table(b.head, b.body), ""]
     if isinstance(b, model.Code):
-        return ["```", b.text, "```", ""]
+        fence = md_fence(b.text)
+        return [fence, b.text, fence, ""]
     if isinstance(b, model.Details):
         inner = [line for x in b.blocks for line in block_lines(x)]
         return [f"<details><summary>{spans(b.summary)}</summary>", "", *inner, "</details>", ""]

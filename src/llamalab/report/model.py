@@ -303,12 +303,12 @@ def _results(rep: Report) -> list[Block]:
     level = _level(data)
     out: list[Block] = [_h(f"Trials{' (single stream)' if level == 1 else f' at {level} parallel requests'}")]
     if level != 1:
-        out.append(Para(text=(lit(f"At {level} parallel requests:"),), only="md"))
+        out.append(Para(text=(lit("At "), text(level), lit(" parallel requests:")), only="md"))
     by_cell = tables.rows_by_cell(data, level)
     for cell, rows in by_cell.items():
         head, body = tables.table_cells(rows)
         n = len({(r[0], r[1]) for r in body})
-        out.append(Details(summary=(lit(f"{_cell_words(*cell)}: {len(body)} trial(s) of {n} configuration(s)"),),
+        out.append(Details(summary=(text(_cell_words(*cell)), lit(f": {len(body)} trial(s) of {n} configuration(s)")),
                            blocks=(Table(head, body),)))
     if not by_cell:
         out.append(Para(text=(lit("No trial was stored for this run."),), style="note"))
@@ -335,8 +335,8 @@ def _verdict(rep: Report) -> list[Block]:
         head, body, tones = _speed_cells(group)
         counts = {v: sum(1 for c in group if c["verdict"] == v) for v in dict.fromkeys(c["verdict"] for c in group)}
         said = ", ".join(f"{n} {v}" for v, n in counts.items())
-        out.append(Details(summary=(lit(f"Speed at {_cell_words(p, o, lv)}: {len(group)} comparison(s) — "),
-                                    text(said)),
+        out.append(Details(summary=(lit("Speed at "), text(_cell_words(p, o, lv)),
+                                    lit(f": {len(group)} comparison(s) — "), text(said)),
                            blocks=(Table(head, body, style="speed", tones=tones),)))
     if comparisons:
         out.append(Para(text=(lit(f"Speed: candidate / baseline, ratio of medians over trials with a "
@@ -380,8 +380,8 @@ def _throughput(rep: Report) -> list[Block]:
     for cell in dict.fromkeys((r["prompt_tokens"], r["output_tokens"]) for r in rows):
         group = [r for r in rows if (r["prompt_tokens"], r["output_tokens"]) == cell]
         levels = sorted({r["concurrency"] for r in group})
-        summary_: Text = (lit(f"Throughput at {_cell_words(*cell)}: {len(group)} row(s), "
-                              f"{levels[0]}–{levels[-1]} parallel requests"),)
+        summary_: Text = (lit("Throughput at "), text(_cell_words(*cell)), lit(f": {len(group)} row(s), "),
+                          text(f"{levels[0]}–{levels[-1]}"), lit(" parallel requests"))
         if many:
             body = [[r["build"], r["setting"], f(r["prompt_tokens"]), f(r["concurrency"]), f(r["n"]),
                      f(r["aggregate_output_tps"]),

@@ -18,7 +18,10 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+import httpx
+
 from ...core.errors import ModelError
+from ...core.safetext import one_line
 
 SCHEMES = ("hf://", "https://", "http://", "ollama://")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -83,8 +86,24 @@ def is_reference(text: str) -> bool:
     return str(text).lower().startswith(SCHEMES)
 
 
+MAX_REF = 4096  # characters of a reference (a URL that long is no model's)
+_USERINFO = re.compile(r"(?<=//)[^/?#@]*@")
+
+
+def shown_line(text: str) -> str:
+    """Text that names a reference or a remote file, as llamalab shows it: one line without control sequences,
+    credentials in a URL (user:password@) as ***@."""
+    return _USERINFO.sub("***@", one_line(text))
+
+
+def shown(text: str) -> str:
+    """`shown_line`, cut to 200 characters."""
+    t = shown_line(text)
+    return t if len(t) <= 200 else t[:200] + "…"
+
+
 def _bad(text: str, why: str, tip: str) -> ModelError:
-    return ModelError(f"--model {text}: {why}.", tip=tip)
+    return ModelError(f"--model {shown(text)}: {why}.", tip=tip)
 
 
 _HF_TIP = ("write hf://OWNER/REPO/FILE.gguf (one file), hf://OWNER/REPO (every GGUF in it) or hf://OWNER/REPO:Q4_K_M; "
@@ -94,6 +113,8 @@ _HF_TIP = ("write hf://OWNER/REPO/FILE.gguf (one file), hf://OWNER/REPO (every G
 def parse(text: str) -> Ref:
     """A reference from `--model TEXT` (is_reference(TEXT) must hold); a ModelError says what is wrong with it."""
     text = str(text).strip()
+    if len(text) > MAX_REF:
+        raise _bad(text, f"{len(text):,} characters is longer than any model's address", "check the reference.")
     low = text.lower()
     if low.startswith("hf://"):
         return _parse_hf(text, text[5:])
@@ -103,12 +124,24 @@ def parse(text: str) -> Ref:
             raise _bad(text, "not an ollama model name", "write ollama://NAME:TAG, e.g. ollama://llama3.2:3b (lower "
                        "case; NAMESPACE/NAME:TAG for a model outside the library).")
         return Ollama(namespace=m.group("ns") or "library", name=m.group("name"), tag=m.group("tag") or "latest")
-    parts = urlsplit(text)
-    if parts.scheme.lower() in ("http", "https") and parts.hostname:
-        if any(ord(c) < 33 for c in text):
-            raise _bad(text, "the URL holds spaces or control characters", "quote or percent-encode the URL.")
-        return Url(text)
-    raise _bad(text, "not a URL with a host", "write https://HOST/PATH/FILE.gguf.")
+    return Url(_url(text))
+
+
+def _url(text: str) -> str:
+    """An http(s) URL with a host that httpx can fetch (its port a number, its host a name IDNA can encode)."""
+    if any(ord(c) < 33 or 0x7f <= ord(c) <= 0x9f for c in text):
+        raise _bad(text, "the URL holds spaces or control characters", "quote or percent-encode the URL.")
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname, parts.port
+        if not httpx.URL(text).host:  # the client that fetches it (its host IDNA-encoded): refused here, in words
+            host = None
+    except (ValueError, UnicodeError, TypeError, httpx.InvalidURL) as e:
+        raise _bad(text, f"not a URL llamalab can fetch ({one_line(e)[:120]})",
+                   "write https://HOST[:PORT]/PATH/FILE.gguf (PORT a number; an IPv6 host in brackets).") from None
+    if parts.scheme.lower() not in ("http", "https") or not host or port == 0:
+        raise _bad(text, "not a URL with a host", "write https://HOST/PATH/FILE.gguf.")
+    return text
 
 
 def _parse_hf(text: str, rest: str) -> Ref:
@@ -246,12 +279,58 @@ def select(grouped: Grouped, quant: str) -> RepoModel:
     hits = [m for m in grouped.models if m.quant.upper() == want or m.name.upper() == want]
     if len(hits) == 1:
         return hits[0]
-    have = ", ".join(sorted({m.quant for m in grouped.models})) or "none"
     if not hits:
-        raise ModelError(f"the repository has no {quant} model (its quants: {have}).",
-                         tip="pick one of those, or leave :QUANT out to plan them all in one table.")
-    raise ModelError(f"the repository has {len(hits)} models of {quant}: {', '.join(m.name for m in hits)}.",
+        raise no_such_quant(grouped, quant)
+    raise ModelError(f"the repository has {len(hits)} models of {quant}: {listed([m.name for m in hits])}.",
                      tip="name the file itself: hf://OWNER/REPO/FILE.gguf.")
+
+
+def listed(names: list[str], most: int = 12) -> str:
+    """Names for a message: at most `most` of them, each one line and short, then how many more."""
+    shown_ = [one_line(n)[:80] for n in names[:most]]
+    return ", ".join(shown_) + (f" … and {len(names) - most:,} more" if len(names) > most else "")
+
+
+def no_such_quant(grouped: Grouped, quant: str) -> ModelError:
+    have = listed(sorted({m.quant for m in grouped.models}), 24) or "none"
+    return ModelError(f"the repository has no {quant} model (its quants: {have}).",
+                      tip="pick one of those, or leave :QUANT out to plan them all in one table.")
+
+
+# llama.cpp's sidecar files, never a model (common/download.cpp `gguf_filename_is_model`, b11312)
+_SIDECARS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
+
+
+def pick(listed_files: list[RepoFile], grouped: Grouped, tag: str) -> RepoModel:
+    """The model `llama-server -hf OWNER/REPO:TAG` loads (llama.cpp b11312, common/download.cpp
+    `find_best_model`): the first file of the listing, in the hub's order, whose path holds TAG followed by `.` or
+    `-` (any case), that is a model (a `.gguf` name without mmproj, imatrix, mtp-, eagle3-, dflash-, dspark-) and,
+    if split, its first part; then that file's model (all its parts). Where llamalab differs: llama.cpp reads one
+    page of the listing (the hub's first 1,000 entries), llamalab all of it; a split model with a part missing is
+    loaded by neither (llama.cpp fails on the missing part, llamalab says so first)."""
+    pattern = re.compile(re.escape(tag) + r"[.-]", re.IGNORECASE)
+    for f in listed_files:
+        base = f.path.rsplit("/", 1)[-1]
+        if not base.endswith(".gguf") or any(s in base for s in _SIDECARS) or not pattern.search(f.path):
+            continue
+        m = SPLIT.match(base)
+        if m and int(m.group("no")) != 1:
+            continue
+        model = next((x for x in grouped.models if any(y.path == f.path for y in x.files)), None)
+        if model is None:
+            why = dict(grouped.skipped).get(f.path, "not a model llamalab can read")
+            raise ModelError(f"the repository's {tag} file is {one_line(f.path)[:200]}: {why}.",
+                             tip="name another file: hf://OWNER/REPO/FILE.gguf.")
+        return model
+    raise no_such_quant(grouped, tag)
+
+
+def safe_repo_path(path: str) -> bool:
+    """A listed path that stays inside the repository (and any folder it is downloaded into): relative, no empty,
+    `.` or `..` part, no backslash or control character, not absurdly long."""
+    parts = path.split("/")
+    return (0 < len(path) <= 1024 and not path.startswith("/") and "\\" not in path
+            and all(p not in ("", ".", "..") for p in parts) and not any(ord(c) < 32 or ord(c) == 127 for c in path))
 
 
 def split_name(prefix: str, no: int, count: int) -> str:

@@ -11,9 +11,9 @@ comparison behind the worst cost. Pure: takes a stored RunData.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
+from ...core.safetext import shell_line
 from ..data import RunData
 from . import context, recommend, speed
 from .summary import cmake_defs, study_cmake_of
@@ -170,5 +170,5 @@ def command(data: RunData, build: str, setting: str) -> str:
     set_args = next((list(s.args) for s in st.settings if s.name == setting), []) if st is not None else []
     args = [*data.server_args, *set_args, *data.build_spec(build).args]
     server = "build/bin/llama-server" if cmake else "llama-server"
-    lines.append(shlex.join([server, "-m", "MODEL.gguf", *args]))
+    lines.append(shell_line([server, "-m", "MODEL.gguf", *args]))  # a word a terminal would act on: $'...'
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...core.safetext import md_prose
 from ..data import RunData, compute_by_label, host_compute
 
 
@@ -140,8 +141,8 @@ def format_cell(v) -> str:
 
 
 def markdown_table(head: list[str], body: list[list[str]]) -> str:
-    def esc(s: str) -> str:
-        return s.replace("|", "\\|").replace("\n", " ")
+    def esc(s: str) -> str:  # no HTML, link or line break from a stored name (safetext.md_prose)
+        return md_prose(s).replace("|", "\\|")
 
     lines = ["| " + " | ".join(esc(h) for h in head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]

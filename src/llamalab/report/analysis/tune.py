@@ -5,12 +5,12 @@ command, llama.cpp's default beside it, and how many candidates each stage looke
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core import stats
+from ...core.safetext import one_line, shell_line
 from ...llamacpp import argv
 from ...tune import pick as tunepick
 from ...tune import space as ts
@@ -56,6 +56,7 @@ class View:
     repeats: int = 1
     replay: tunepick.Replay | None = None  # an exhaustive run: the race over its own trials
     stored: bool = True  # the pick as the run stored it (False: a run stored before tunes stored their pick)
+    command_words: list[str] = field(default_factory=list)  # the words of `command`
 
 
 # ---------------------------------------------------------------- measured speeds (stage two)
@@ -80,11 +81,16 @@ def command(data: RunData, build: str, parallel: int, model: str) -> str:
     """The llama-server command a configuration of the run ran with, as a user types it: the study's server
     arguments, the build's, and the slots (-np K -kvu); the budget emulation's -fitt and the default's `-ts 0,…`
     (llama.cpp's "no split given", there only to keep the emulation from adding one) left out."""
+    return shell_line(command_words(data, build, parallel, model))
+
+
+def command_words(data: RunData, build: str, parallel: int, model: str) -> list[str]:
+    """The words of `command` (what llama-swap's entry quotes its own way)."""
     server = data.server_args
     args = list(data.build_spec(build).args or [])
     if build == DEFAULT and (split := argv.value(args, *argv.TENSOR_SPLIT)) and set(split.replace(",", "")) <= {"0"}:
         args = argv.without(args, with_value=set(argv.TENSOR_SPLIT))
-    return shlex.join(["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"])
+    return ["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"]
 
 
 def _candidates(doc: dict) -> dict[str, dict]:
@@ -138,6 +144,7 @@ def view(data: RunData) -> View | None:
     v = View(run_id=data.id, doc=doc, rows=rows, pick=p, pick_sentence=sentence,
              versus_default=_versus_default(pick_row, base_row),
              command=command(data, p.name, k, model), default_command=command(data, DEFAULT, k, model),
+             command_words=command_words(data, p.name, k, model),
              devices=list((doc.get("rig") or {}).get("devices") or []), parallel=k, stored=stored)
     v.stage_lines = stage_lines(doc)
     v.undecided = list(d.undecided)
@@ -370,16 +377,43 @@ def lines(v: View) -> list[str]:
 
 def llama_swap(v: View, name: str | None = None) -> str:
     """The pick as a llama-swap configuration entry (YAML: `models: NAME: cmd: …`), llama-swap's `${PORT}` in
-    place of a port; paste it under `models:` of llama-swap's config.yaml."""
-    words = shlex.split(v.command)
+    place of a port; paste it under `models:` of llama-swap's config.yaml. Whatever the model's path holds, the YAML
+    is one model whose cmd llama-swap splits into exactly the command's words: the name and the cmd are YAML
+    double-quoted scalars with everything but printable ASCII escaped (no line break, `#` or `:` can end them), and
+    the cmd's words are quoted for llama-swap's POSIX split with `${` and line breaks kept apart from what
+    llama-swap reads before splitting (its `${…}` and `${env.…}` macros, its `#` comment lines and trailing
+    backslashes: proxy/config/config.go)."""
+    words = v.command_words or shlex.split(v.command)
     model = (v.doc.get("model") or {}).get("path") or "MODEL"
     key = name or Path(model).stem
-    cmd = " ".join([words[0], "--port", "${PORT}", *(shlex.quote(w) for w in words[1:])])
-    return ("# llamalab tune, run " + v.run_id + ": " + v.pick.reason.replace("\n", " ") + "\n"
+    cmd = " ".join([words[0], "--port", "${PORT}", *(_swap_word(w) for w in words[1:])])
+    reason = "".join(c for c in one_line(v.pick.reason) if c.isprintable() and c not in "\u2028\u2029\ufeff")
+    return ("# llamalab tune, run " + one_line(v.run_id) + ": " + reason + "\n"
             "models:\n"
-            f"  {json.dumps(key)}:\n"
-            "    cmd: |\n"
-            f"      {cmd}\n")
+            f"  {yaml_quoted(key)}:\n"
+            f"    cmd: {yaml_quoted(cmd)}\n")
+
+
+def _swap_word(word: str) -> str:
+    """One word for llama-swap's cmd: shell-quoted (every `${` and line break then lies inside single quotes), each
+    `${` split by an empty quote (`$''{`: no macro), each line break with empty quotes either side (no line of the
+    cmd starts with `#` or ends with a backslash)."""
+    return shlex.quote(word).replace("${", "$''{").replace("\n", "''\n''")
+
+
+def yaml_quoted(text: str) -> str:
+    """A YAML double-quoted scalar of `text` in printable ASCII: `"` and `\\` escaped, every other character outside
+    printable ASCII as `\\xHH`, `\\uHHHH` or `\\UHHHHHHHH` (YAML 1.1 and 1.2 read them alike)."""
+    out = []
+    for c in text:
+        o = ord(c)
+        if c in '"\\':
+            out.append("\\" + c)
+        elif 0x20 <= o < 0x7F:
+            out.append(c)
+        else:
+            out.append(f"\\x{o:02x}" if o <= 0xFF else f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
+    return '"' + "".join(out) + '"'
 
 
 def as_json(v: View | None) -> dict:

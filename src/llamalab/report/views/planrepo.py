@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from ...core.safetext import md_prose, md_text
 from ...plan.repo import QuantRow, RepoPlan
 from ..analysis.tables import markdown_table
 
@@ -70,8 +71,8 @@ def lines(plan: RepoPlan) -> list[str]:
 
 def markdown(plan: RepoPlan) -> str:
     body = [cells(plan, r) for r in plan.rows]
-    text = [f"## {plan.ref}: every quant under the budgets", "", markdown_table(head(plan), body), ""]
-    text += [f"- {x}" for x in lines(plan)]
+    text = [f"## {md_text(plan.ref)}: every quant under the budgets", "", markdown_table(head(plan), body), ""]
+    text += [f"- {md_prose(x)}" for x in lines(plan)]  # file names from the hub: no HTML, link or escape sequence
     return "\n".join(text) + "\n"
 
 
