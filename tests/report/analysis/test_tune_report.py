@@ -225,3 +225,14 @@ def test_a_race_says_what_it_did_not_load_and_in_which_order(data):
         "stage two (race): all 4 front members and llama.cpp's default screened with one trial each; 1 ruled out")
     rows = {r.build: r for r in rtune._rows({**v.doc, "stage2": s2}, rtune._candidates(v.doc), [], ["t03"], v.pick)}
     assert rows["t03"].note == "not loaded: t02 holds more context"
+
+
+def test_the_report_says_whether_stage_one_was_reused_or_computed_afresh(data):
+    v = rtune.view(data)
+    s1 = v.doc["stage1"]
+    why = "it was made by llamalab 0.0.9 (stage-one code abc), this is llamalab 0.1.0 (stage-one code def)"
+    lines = rtune.stage_lines({**v.doc, "stage1": {**s1, "afresh": why}})
+    assert lines[1] == f"stage one computed afresh, not reused from the cache of this search: {why}"
+    lines = rtune.stage_lines({**v.doc, "stage1": {**s1, "reused_from": "0123456789abcdef"}})
+    assert lines[1].startswith("stage one reused from an earlier tune of this search")
+    assert not s1.get("reused_from") and rtune.stage_lines(v.doc)[1].startswith("stage two")  # neither: no line

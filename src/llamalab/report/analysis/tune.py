@@ -262,6 +262,11 @@ def stage_lines(doc: dict) -> list[str]:
                                               ("pruned by prediction", by.get("pruned", 0)),
                                               ("infeasible", by.get("infeasible", 0)),
                                               ("not plannable", by.get("unplannable", 0))) if n)]
+    if s1.get("afresh"):
+        out.append(f"stage one computed afresh, not reused from the cache of this search: {s1['afresh']}")
+    elif s1.get("reused_from"):
+        out.append("stage one reused from an earlier tune of this search, model, build and budgets (its dry runs "
+                   "and time are that tune's)")
     out += _stage_two_lines(s2)
     q = doc.get("quality") or {}
     if q.get("measured"):
