@@ -101,9 +101,9 @@ def test_kld_of_quantized_kv_caches_on_gemma(llama_home, tmp_path, demo_prep):
 
     info = models.read_info(model)
     t0 = time.monotonic()
-    q = quality.for_pairs(art.binary("llama-perplexity"), model, info.fingerprint, demo_prep.source.path,
-                          ["q8_0/q8_0", "q4_0/q4_0"], tmp_path / "home", tmp_path / "logs", art.env(),
-                          Progress())
+    runs = quality.Runs.of(demo_prep, art)  # the demo study's devices: two local rpc-servers
+    q = quality.for_pairs(runs, model, info.fingerprint, demo_prep.source.path, ["q8_0/q8_0", "q4_0/q4_0"],
+                          tmp_path / "home", tmp_path / "logs", Progress())
     assert q.measured and not q.notes, q.notes
     k = q.by_pair
     print("\nGemma 3 270M Q4_K_M, KV cache against f16/f16 "
@@ -112,9 +112,12 @@ def test_kld_of_quantized_kv_caches_on_gemma(llama_home, tmp_path, demo_prep):
               f"{v['same_top_pct']:.2f}%" for kv, v in k.items()), file=sys.stderr)
     assert k["q4_0/q4_0"]["mean"] > k["q8_0/q8_0"]["mean"] > 0
     assert k["q4_0/q4_0"]["same_top_pct"] < k["q8_0/q8_0"]["same_top_pct"] <= 100
-    # cached per model file, text and pair: asked again, nothing runs
-    again = quality.for_pairs(art.binary("llama-perplexity"), model, info.fingerprint, demo_prep.source.path,
-                              ["q8_0/q8_0"], tmp_path / "home", tmp_path / "logs2", art.env(), Progress())
+    # run on the study's devices: llama-perplexity offloaded to the two rpc-servers
+    log = (tmp_path / "logs" / "kld-q8_0-q8_0.log").read_text(errors="replace")
+    assert "using device RPC0" in log and "using device RPC1" in log, log[-2000:]
+    # cached per model file, text, pair, build and backend: asked again, nothing runs
+    again = quality.for_pairs(runs, model, info.fingerprint, demo_prep.source.path, ["q8_0/q8_0"],
+                              tmp_path / "home", tmp_path / "logs2", Progress())
     assert again.by_pair["q8_0/q8_0"]["cached"] and not (tmp_path / "logs2").exists()
 
 
