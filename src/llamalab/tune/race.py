@@ -64,7 +64,9 @@ def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOpt
                                 artifacts={b.name: dataclasses.replace(setup.art, name=b.name) for b in builds})
     race = Race(s2, spec, one, rule, opts.seconds if opts.seconds is not None else spec.seconds)
     t2 = time.monotonic()
-    ropts = dataclasses.replace(opts, model=setup.prep.model_path, resume=None)
+    # no search of contexts within the budgets after the passes (the runner's, where llama.cpp's fit left a device
+    # over its budget): stage one verified every member's context by dry runs already, so it would only spend time
+    ropts = dataclasses.replace(opts, model=setup.prep.model_path, resume=None, budget_context="off")
     run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), skip=race.skip, cut=race.cut)
     with Store(opts.db) as store:
         before_extension = single_trials(store.trials(run_id))
