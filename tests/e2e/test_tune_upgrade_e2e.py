@@ -90,7 +90,7 @@ def test_a_quality_result_of_another_build_or_backend_is_not_reused(setup, tmp_p
 
     first = measure(runs, "logs1")
     assert first.measured and not first.by_pair["q8_0/q8_0"]["cached"], first.notes
-    assert first.runs == {"build": setup.art.key, "backend": "cpu-rpcx2"}
+    assert first.runs == {"build": f"{setup.art.source.key}/{setup.art.key}", "backend": "cpu-rpcx2"}
     # on the study's devices: llama-perplexity got the rpc-servers and offloaded its layers to them
     log = (tmp_path / "logs1" / "kld-q8_0-q8_0.log").read_text(errors="replace")
     assert "using device RPC0" in log and "using device RPC1" in log, log[-3000:]

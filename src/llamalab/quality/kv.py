@@ -65,7 +65,8 @@ class Runs:
     """Where the quality runs run, and what identifies it in the cache: the build's llama-perplexity and the
     environment that selects its libraries, the study's devices (`devices(log_dir)` starts them for the runs, as
     `setup.prepare.device_setup` does for llama-server; None: the devices llama-perplexity finds itself), the
-    build (its key: source and CMake options) and the backend with its device count."""
+    build (its llama.cpp source's key and its own: the backend and CMake options) and the backend with its device
+    count."""
 
     binary: Path
     env: Mapping[str, str]
@@ -76,7 +77,7 @@ class Runs:
     @classmethod
     def of(cls, prep: Prepared, art: BuildArtifact) -> Runs:
         """The study's first build on the study's devices."""
-        return cls(binary=art.binary("llama-perplexity"), env=art.env(), build=art.key,
+        return cls(binary=art.binary("llama-perplexity"), env=art.env(), build=f"{art.source.key}/{art.key}",
                    backend=f"{prep.backend}x{prep.study.devices.count}",
                    devices=lambda log_dir: device_setup(prep, art, log_dir))
 
