@@ -94,6 +94,7 @@ class Lab:
     rate: str = "1gbit"
     tag: str = field(default_factory=lambda: str(os.getpid()))
     force_relay: bool = False  # use the relay even where netem exists, or with no delay (to measure the relay)
+    delays_ms: list[float] | None = None  # a delay per host, each way (None: `delay_ms` for every host)
     hosts: list[Host] = field(default_factory=list)
     shaping: dict = field(default_factory=dict)
     children: list[proc.Child] = field(default_factory=list)
@@ -120,26 +121,33 @@ class Lab:
         self.shaping = self._shape()
         return self
 
+    def delay_of(self, i: int) -> float:
+        """Host i's delay each way, in ms."""
+        return self.delays_ms[i] if self.delays_ms is not None else self.delay_ms
+
     def _shape(self) -> dict:
         """netem on both ends of every link; without sch_netem (or with force_relay): tbf for the rate, and the relay
         for the delay."""
-        netem = ["netem", "delay", f"{self.delay_ms:g}ms", "rate", self.rate]
         tbf = ["tbf", "rate", self.rate, "burst", "256kb", "latency", "50ms"]
-        ends = [(ns, dev) for h in self.hosts for ns, dev in ((None, h.veth), (h.ns, h.peer))]
+        ends = [(i, ns, dev) for i, h in enumerate(self.hosts) for ns, dev in ((None, h.veth), (h.ns, h.peer))]
+        netem = ["netem", "delay", f"{self.delay_ms:g}ms", "rate", self.rate]
         mode = "netem"
         try:
             if self.force_relay:
                 raise RuntimeError("netem not wanted: unknown")
-            for ns, dev in ends:
-                _run("tc", "qdisc", "replace", "dev", dev, "root", *netem, ns=ns)
+            for i, ns, dev in ends:
+                _run("tc", "qdisc", "replace", "dev", dev, "root", "netem", "delay", f"{self.delay_of(i):g}ms",
+                     "rate", self.rate, ns=ns)
         except RuntimeError as e:
             if "unknown" not in str(e).lower():
                 raise
-            mode = "tbf+relay" if self.delay_ms > 0 or self.force_relay else "tbf"
-            for ns, dev in ends:
+            delayed = any(self.delay_of(i) > 0 for i in range(len(self.hosts)))
+            mode = "tbf+relay" if delayed or self.force_relay else "tbf"
+            for _, ns, dev in ends:
                 _run("tc", "qdisc", "replace", "dev", dev, "root", *tbf, ns=ns)
         why = "relay asked for" if self.force_relay else "this kernel has no sch_netem"
         return {"mode": mode, "delay_ms_each_way": self.delay_ms, "rate": self.rate,
+                "delays_ms_each_way": [self.delay_of(i) for i in range(len(self.hosts))],
                 "qdisc": " ".join(netem if mode == "netem" else tbf), "rtt_added_ms": 2 * self.delay_ms,
                 "note": {"netem": "tc netem on both ends of each veth pair",
                          "tbf": f"{why}: tc tbf limits the rate on both ends; no delay",
@@ -148,7 +156,7 @@ class Lab:
 
     def start_rpc(self, binary: Path, env: dict[str, str], log_dir: Path, threads: int = 1) -> None:
         """An rpc-server in each namespace, bound to the namespace's address (behind the relay in tbf+relay mode)."""
-        for h in self.hosts:
+        for i, h in enumerate(self.hosts):
             relay = self.shaping.get("mode") == "tbf+relay"
             port = h.port + 1 if relay else h.port
             c = proc.spawn(["ip", "netns", "exec", h.ns, str(binary), "-H", h.address, "-p", str(port),
@@ -161,7 +169,7 @@ class Lab:
                 # a network costs the hosts no CPU: the relay runs at high priority so that waiting for a core
                 # (2 shared cores) adds as little as possible to the delay it models
                 r = proc.spawn(["ip", "netns", "exec", h.ns, "nice", "-n", "-15", sys.executable, str(RELAY),
-                                h.address, str(h.port), h.address, str(port), f"{self.delay_ms:g}"],
+                                h.address, str(h.port), h.address, str(port), f"{self.delay_of(i):g}"],
                                log_path=log_dir / f"{h.ns}-relay.log")
                 self.children.append(r)
                 if not net.wait_port(h.address, h.port, 30, alive=r.alive):

@@ -22,13 +22,17 @@
 #                                           # shares and -ts 3,1), NVML's per-process figure after each load, and
 #                                           # `llamalab inspect` of each; one file back: tensor-ledger.tar.gz (after `build`)
 #   bash benchmarks/device/run.sh tune-race # issue 24: each tune-h200 study --exhaustive, then raced on the same front
+#   bash benchmarks/device/run.sh tune-goals # issue 44 (after `build`; over 10 minutes: run it in `chain`): the 8B study
+#                                           # with f16/q8_0 (tune-8b-seedkv.toml) and the MoE one, each --exhaustive,
+#                                           # raced, and raced for --goal throughput on the same front, with a summary
+#                                           # (benchmarks/tune-h200/goals.sh: TUNES, THROUGHPUT choose what runs)
 #   COLLECT=split-modes bash benchmarks/device/run.sh chain   # the stages in CHAIN (default: build split-modes
 #                                           # tensor-ledger tune) one after another in one session of their own, started
 #                                           # by the first call, so the GPU never waits for the next call; each call
 #                                           # waits for the stage named in COLLECT and returns its files
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
-stage=${1:?stage: build, study, split-modes, validate, vulkan-build, vulkan, tune, tune-race or chain (and study-bg, vulkan-bg, split-modes-bg, tune-bg)}
+stage=${1:?stage: build, study, split-modes, validate, vulkan-build, vulkan, tune, tune-race, tune-goals or chain (and study-bg, vulkan-bg, split-modes-bg, tune-bg)}
 study=${STUDY:-benchmarks/h200/study.toml}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -114,6 +118,13 @@ case "$stage" in
       (cd /tmp/tune-race && tar czf "$OUT/tune-race-$t.tar.gz" $(ls | grep -- "-$t-") plots 2>/dev/null)
     done
     echo "tune-race stage: done in $(( $(date +%s) - t0 )) s"
+    ;;
+  tune-goals)
+    # Issue 44: benchmarks/tune-h200/goals.sh — per study (TUNES, default "8b-seedkv moe") --exhaustive, raced and
+    # raced for throughput on the same front. Files back (5): stderr.txt, tune-goals-summary.json and .md (both picks,
+    # stage two's device seconds and trials of each run, the throughput pick's context beside the default's, the race
+    # replayed over the exhaustive trials), tune-goals-<study>.tar.gz (its tune outputs, reports, exports, plots).
+    OUT="$OUT" LL="python3 -m llamalab.cli" PY=python3 bash benchmarks/tune-h200/goals.sh
     ;;
   study|split-modes)
     # split-modes: the split-modes study (layer with 4 and 1 copies and without pipeline parallelism, tensor, row,

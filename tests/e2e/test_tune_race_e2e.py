@@ -10,6 +10,15 @@ the exhaustive run's configuration with fewer trials. The race's decisions under
 the throughput goal) are checked where noise cannot enter: replayed over the exhaustive run's own trials, they
 must pick what the same rule picks from all of them.
 
+A default below --min-gen-tps (issue 44), on a rig where that is so for a reason no noise undoes: two rpc-servers
+in network namespaces, the second behind a link that adds 40 ms each way (tests/netns.py), so that llama.cpp's
+default, which fits the 700 MiB budgets by spreading the model over both, crosses the slow link at every token
+(8.3 and 9.7 t/s in two runs here), and `-sm none` on the first server alone does not (39.1 and 50.1 t/s), holding
+61,952 tokens against the default's 65,536. Under --min-gen-tps 20 the
+exhaustive run picks `-sm none`, with less context than the default; the race must pick it too (before, it cut
+it after one trial as "fewer tokens than llama.cpp's default, which is as fast as itself" and kept the default:
+"no configuration met the constraints").
+
 Gemma 3 270M (a real model from PyPI): llama-perplexity's KL divergence of q8_0/q8_0 and q4_0/q4_0 caches against
 f16/f16; q4_0/q4_0 must change the output more than q8_0/q8_0 (f16/q8_0, between them, is in docs/tune.md's table;
 each pair is a llama-perplexity run of about 20 s here).
@@ -25,6 +34,7 @@ import time
 
 import pytest
 
+import netns
 from llamalab.models import packaged
 from llamalab.quality import kv as quality
 from llamalab.report import data as rdata
@@ -101,9 +111,9 @@ def test_kld_of_quantized_kv_caches_on_gemma(llama_home, tmp_path, demo_prep):
 
     info = models.read_info(model)
     t0 = time.monotonic()
-    q = quality.for_pairs(art.binary("llama-perplexity"), model, info.fingerprint, demo_prep.source.path,
-                          ["q8_0/q8_0", "q4_0/q4_0"], tmp_path / "home", tmp_path / "logs", art.env(),
-                          Progress())
+    runs = quality.Runs.of(demo_prep, art)  # the demo study's devices: two local rpc-servers
+    q = quality.for_pairs(runs, model, info.fingerprint, demo_prep.source.path, ["q8_0/q8_0", "q4_0/q4_0"],
+                          tmp_path / "home", tmp_path / "logs", Progress())
     assert q.measured and not q.notes, q.notes
     k = q.by_pair
     print("\nGemma 3 270M Q4_K_M, KV cache against f16/f16 "
@@ -112,9 +122,12 @@ def test_kld_of_quantized_kv_caches_on_gemma(llama_home, tmp_path, demo_prep):
               f"{v['same_top_pct']:.2f}%" for kv, v in k.items()), file=sys.stderr)
     assert k["q4_0/q4_0"]["mean"] > k["q8_0/q8_0"]["mean"] > 0
     assert k["q4_0/q4_0"]["same_top_pct"] < k["q8_0/q8_0"]["same_top_pct"] <= 100
-    # cached per model file, text and pair: asked again, nothing runs
-    again = quality.for_pairs(art.binary("llama-perplexity"), model, info.fingerprint, demo_prep.source.path,
-                              ["q8_0/q8_0"], tmp_path / "home", tmp_path / "logs2", art.env(), Progress())
+    # run on the study's devices: llama-perplexity offloaded to the two rpc-servers
+    log = (tmp_path / "logs" / "kld-q8_0-q8_0.log").read_text(errors="replace")
+    assert "using device RPC0" in log and "using device RPC1" in log, log[-2000:]
+    # cached per model file, text, pair, build and backend: asked again, nothing runs
+    again = quality.for_pairs(runs, model, info.fingerprint, demo_prep.source.path, ["q8_0/q8_0"],
+                              tmp_path / "home", tmp_path / "logs2", Progress())
     assert again.by_pair["q8_0/q8_0"]["cached"] and not (tmp_path / "logs2").exists()
 
 
@@ -139,3 +152,86 @@ def test_an_open_pick_gets_more_trials(tmp_path):
         assert any("still open" in line for line in out["stages"])
     else:  # every interval cleared 1 either way: nothing was open (said, and nothing more run)
         assert max(most.values()) == 2 and not out.get("undecided")
+
+
+SLOW_LINK = """name = "tune-slow-link"
+description = "tune on two remote rpc-servers, the second behind a slow link"
+[model]
+preset = "tiny"
+[devices]
+backend = "rpc"
+rpc = [{{endpoint = "{fast}", backend = "cpu"}}, {{endpoint = "{slow}", backend = "cpu"}}]
+vram = ["700MiB", "700MiB"]
+[server]
+args = []
+fit_target_mib = [64]
+[[builds]]
+name = "default"
+[workload]
+prompt_tokens = 128
+output_tokens = 16
+output = "fixed"
+repeats = 2
+warmup = 1
+concurrency = [1]
+threshold = 0.1
+[tune]
+goal = "context"
+parallel = 2
+splits = ["layer", "layer-nopp", "none"]
+kv = ["f16/f16"]
+ubatch = [512]
+"""
+
+
+@pytest.fixture
+def slow_link(tmp_path, demo_prep):
+    """Two rpc-servers in namespaces, the second behind 40 ms each way; the study that tunes on them."""
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    lab = netns.Lab(count=2, delays_ms=[0.0, 40.0])
+    try:
+        lab.up()
+        binary = demo_prep.artifacts["copies4"].binary("ggml-rpc-server")
+        lab.start_rpc(binary, demo_prep.artifacts["copies4"].env(), tmp_path / "netns-logs")
+        fast, slow = lab.hosts
+        study = tmp_path / "slow-link.toml"
+        study.write_text(SLOW_LINK.format(fast=fast.endpoint, slow=slow.endpoint), encoding="utf-8")
+        yield study
+    finally:
+        lab.down()
+
+
+def _tune_study(data, study, *args: str) -> dict:
+    env = {**os.environ, "LLAMALAB_DATA": str(data)}
+    done = subprocess.run([sys.executable, "-m", "llamalab.cli", "tune", str(study), "--json", *args],
+                          env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_a_default_below_min_gen_tps_rules_nothing_out(tmp_path, slow_link):
+    data = tmp_path / "data"
+    ex = _tune_study(data, slow_link, "--min-gen-tps", "20", "--exhaustive")
+    race = _tune_study(data, slow_link, "--min-gen-tps", "20")
+    with Store(data / "results.db", readonly=True) as store:
+        d_ex, d_race = rdata.load(store, ex["run_id"]), rdata.load(store, race["run_id"])
+    v_ex, v_race = rtune.view(d_ex), rtune.view(d_race)
+    ms = {m.name: m for m in rtune.measures_of(d_ex, v_ex)}
+    label = {r.build: r.label for r in v_ex.rows}
+    s_ex, s_race = ex["search"]["stage2"], race["search"]["stage2"]
+    print(f"\nslow link: exhaustive pick {v_ex.pick.name} ({label[v_ex.pick.name]}), {s_ex['trials']} trials in "
+          f"{s_ex['seconds']:.1f} s; race pick {v_race.pick.name}, {s_race['trials']} trials in "
+          f"{s_race['seconds']:.1f} s; generation " + ", ".join(
+              f"{n} {m.n_ctx:,} tokens {m.median('output_tps'):.1f} t/s" for n, m in ms.items()), file=sys.stderr)
+    # the situation: the default fits and holds the most context, and generates under the floor
+    assert not ex["search"]["default"]["over_budget"] and v_ex.rule.default_fits
+    assert ms["default"].median("output_tps") < 20 and ms["default"].n_ctx >= max(m.n_ctx for m in ms.values())
+    pick = ms[v_ex.pick.name]
+    assert v_ex.pick.name != "default" and pick.n_ctx < ms["default"].n_ctx and "-sm none" in v_ex.command
+    # the race: the same pick, with fewer trials; the members with more context ruled out by their speed only
+    assert v_race.pick.name == v_ex.pick.name and s_race["trials"] < s_ex["trials"]
+    assert v_ex.replay is not None and v_ex.replay.pick.name == v_ex.pick.name
+    assert all("fewer than llama.cpp's default" not in why for why in
+               [*s_race["screened_out"].values(), *s_race.get("not_loaded", {}).values()])

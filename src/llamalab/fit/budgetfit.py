@@ -142,7 +142,8 @@ def for_config(dry_run_at: DryRunAt, names: Sequence[str], budgets_mib: Sequence
         why = "the model's header gives no training context" if not cap else first or "no figures"
         none = Limit(n_ctx=None, exact=False, error=why)
         return BudgetFit(devices=list(names), budgets_mib=list(budgets_mib), margins_mib=list(margins_mib),
-                         allowance_mib=[0.0] * len(names), cap=cap, budget=none, margin=none, dry_runs=1)
+                         allowance_mib=[0.0] * len(names), cap=cap, budget=none, margin=none,
+                         dry_runs=1 if cap else 0)  # without a training context nothing was dry-run
     ref = reference if reference is not None and start is not None and n0 == start else None
     fit = search(measure, names, budgets_mib, margins_mib, allowance(seen[-1], names, ref), cap,
                  known={n0: tuple(first)})

@@ -60,8 +60,11 @@ def pair_argv(binary: Path, model: Path, base: Path, kv: str, device_args: Seque
 
 def common_args(device_args: Sequence[str] = ()) -> list[str]:
     """The same context, chunks and batch in every run; flash attention on (a quantized V cache needs it); every
-    layer offloaded, to the devices `device_args` names (none given: the devices llama-perplexity finds itself)."""
-    return ["-c", str(N_CTX), "--chunks", str(CHUNKS), "-b", str(N_CTX), "-fa", "on", "-ngl", "999", *device_args]
+    layer offloaded, to the devices `device_args` names (the study's: `--rpc` for rpc-servers; none given: the
+    devices llama-perplexity finds itself); llama.cpp's load lines in the log (`-lv 4`, as llama-server gets: which
+    devices it used, how many layers each took)."""
+    return ["-c", str(N_CTX), "--chunks", str(CHUNKS), "-b", str(N_CTX), "-fa", "on", "-ngl", "999", "-lv", "4",
+            *device_args]
 
 
 def arm_argv(binary: Path, model: Path, base: Path, args: Sequence[str], chunks: int, corpus: Path | None = None

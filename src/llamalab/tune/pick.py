@@ -1,22 +1,28 @@
 """`llamalab tune`'s rule for the pick, pure: a measured configuration against another in one speed (ratio,
 interval, verdict), the measured front, and the pick for the goal. Stage two's race (tune/race.py) asks it which
-configurations can still be the pick; the run stores what it decided (`Decision`), which the reports
-(report/analysis/tune.py) show.
+configurations can still be the pick — before a member's load (`cannot_win`) and after its screening trial
+(`ruled_out`); the run stores what it decided (`Decision`), which the reports (report/analysis/tune.py) show.
 
 A comparison with one trial on a side has a ratio but no interval: its verdict is "untested (one trial)", and the
-pick treats it as unknown — never as equal, never as slower.
+pick treats it as unknown — never as equal, never as slower. Configurations that are not measurably different are
+told apart by what they give the user (context), never by their medians (docs/tune.md, "What the pick means").
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import stats
 from . import space as ts
 from .records import DEFAULT
+
+GEN = "output_tps"  # single-stream generation: goal context's speed
+AGG = "aggregate_output_tps"  # aggregate output at K requests: goal throughput's speed
+SPEED_WORDS = {"input_tps": "prompt", GEN: "generation", AGG: "aggregate output"}
+TIED_SHOWN = 6  # the tied configurations a throughput pick's reason names
 
 
 def compare(base: ts.Measures, cand: ts.Measures, metric: str, threshold: float) -> tuple[stats.Ratio, str] | None:
@@ -55,6 +61,7 @@ class Pick:
     reason: str
     considered: tuple[str, ...]  # the configurations that met the constraints
     floor: str | None = None  # whose generation set the speed floor (goal context without --min-gen-tps)
+    tied: tuple[str, ...] = ()  # goal throughput: those not measurably slower than the reference, the pick among them
 
 
 def _constrained(ms: Sequence[ts.Measures], default: str, floor: int, *, default_fits: bool, min_trials: int,
@@ -65,7 +72,7 @@ def _constrained(ms: Sequence[ts.Measures], default: str, floor: int, *, default
     fits: list[ts.Measures] = []
     klds = kld or {}
     for m in ms:
-        gen = m.median("output_tps")
+        gen = m.median(GEN)
         mean_kld = klds.get(m.name)
         if m.name == default and not default_fits:
             why_out[m.name] = "does not fit the budgets"
@@ -73,8 +80,8 @@ def _constrained(ms: Sequence[ts.Measures], default: str, floor: int, *, default
             why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
         elif gen is None:
             why_out[m.name] = "no generation measured"
-        elif len(m.samples.get("output_tps") or []) < min_trials:
-            why_out[m.name] = f"untested: {len(m.samples.get('output_tps') or [])} trial(s), fewer than {min_trials}"
+        elif len(m.samples.get(GEN) or []) < min_trials:
+            why_out[m.name] = f"untested: {len(m.samples.get(GEN) or [])} trial(s), fewer than {min_trials}"
         elif max_kld is not None and mean_kld is not None and mean_kld > max_kld:
             why_out[m.name] = f"its KV cache's mean KLD {mean_kld:.4f} is above --max-kld {max_kld:g}"
         elif min_gen_tps is not None and gen < min_gen_tps:
@@ -84,17 +91,19 @@ def _constrained(ms: Sequence[ts.Measures], default: str, floor: int, *, default
     return why_out, fits
 
 
-def _as_fast(fits: list[ts.Measures], base: ts.Measures, who: str, threshold: float
+def _as_fast(fits: list[ts.Measures], base: ts.Measures, who: str, threshold: float, metric: str = GEN
              ) -> tuple[list[ts.Measures], dict[str, str]]:
-    """Those in `fits` not measurably slower in generation than `base`, and why each other one is out (pure)."""
+    """Those in `fits` not measurably slower in `metric` than `base` — no "slower" verdict, an interval, and a median
+    ratio no more than twice the threshold below 1 — and why each other one is out (pure)."""
     keep, out = [], {}
+    word = SPEED_WORDS.get(metric, metric)
     for m in fits:
-        v = None if m.name == base.name else compare(base, m, "output_tps", threshold)
+        v = None if m.name == base.name else compare(base, m, metric, threshold)
         if v is not None and v[1] == stats.UNTESTED:
-            out[m.name] = (f"generation {stats.format_ratio(v[0])} of {who}: untested (one trial on a side), so "
+            out[m.name] = (f"{word} {stats.format_ratio(v[0])} of {who}: untested (one trial on a side), so "
                            "not shown to be as fast")
         elif v is not None and (v[1] == "slower" or v[0].ratio < 1 - 2 * threshold):
-            out[m.name] = (f"generation {stats.format_ratio(v[0])} of {who}: "
+            out[m.name] = (f"{word} {stats.format_ratio(v[0])} of {who}: "
                            + ("measurably slower" if v[1] == "slower" else
                               f"not shown to be as fast (median more than {2 * threshold:.0%} below)"))
         else:
@@ -109,15 +118,16 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
     requests' `need_context`) and whose generation is at least `min_gen_tps` — without a floor, not measurably
     slower than the default's (no "slower" verdict, and a median ratio no more than twice the threshold below 1,
     so that a wide interval on a noisy machine does not pass a slow candidate); ties go to the faster generation.
-    Throughput: the highest aggregate output t/s at K requests among those that hold the context asked for (and
-    meet a generation floor if one is given); ties go to more context. The default is a candidate too, unless it
-    does not fit the budgets (`default_fits`). Its speed is the floor, as what the user has without tuning — but a
-    default that does not fit is not something these cards can run: where nothing that fits is as fast as it (an
-    MoE model whose experts must leave the GPUs), the floor is the fastest configuration that fits instead, and
-    the reason says so. A configuration measured with fewer than `min_trials` single-stream trials (a race
-    stopped it after its screening trial) is untested, not a candidate; so is one whose generation against the
-    floor's has no interval. `kld` (configuration → mean KL divergence of its KV cache types against f16/f16) with
-    `max_kld` rules out caches that change the output more than that."""
+    Throughput (`throughput_pick`): the most context among those whose aggregate output at K requests is not
+    measurably slower, by the same test, than the fastest's — or than the default's where nothing is measurably
+    faster than it — among those that hold the context asked for (and meet a generation floor if one is given).
+    The default is a candidate too, unless it does not fit the budgets (`default_fits`). Its speed is the floor, as
+    what the user has without tuning — but a default that does not fit is not something these cards can run: where
+    nothing that fits is as fast as it (an MoE model whose experts must leave the GPUs), the floor is the fastest
+    configuration that fits instead, and the reason says so. A configuration measured with fewer than `min_trials`
+    single-stream trials (a race stopped it after its screening trial) is untested, not a candidate; so is one
+    whose speed against the floor's has no interval. `kld` (configuration → mean KL divergence of its KV cache
+    types against f16/f16) with `max_kld` rules out caches that change the output more than that."""
     by = {m.name: m for m in ms}
     floor = max(min_context, need_context)
     why_out, fits = _constrained(ms, default, floor, default_fits=default_fits, min_trials=min_trials,
@@ -133,33 +143,60 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
     floor_of: str | None = default if by.get(default) is not None else None
     if not ok and not default_fits and fits:
         # the default cannot run on these cards: the fastest configuration that can sets the pace instead
-        fastest = max(fits, key=lambda m: m.median("output_tps") or 0.0)
+        fastest = max(fits, key=lambda m: m.median(GEN) or 0.0)
         ok, slower = as_fast(fastest, f"{fastest.name}'s")
         floor_of = fastest.name
         speed_floor = (f"{fastest.name}, the fastest configuration that fits (llama.cpp's default does not fit "
                        f"the budgets and everything that fits is slower than it)")
     why_out |= slower
+    if goal == "throughput" and ok:
+        return throughput_pick(ok, default, threshold) or _nothing_met(
+            default, {**why_out, "aggregate output": "none measured at K requests"}, default_fits)
     if not ok:
-        return Pick(default, "no configuration met the constraints (" + "; ".join(
-            f"{k}: {v}" for k, v in list(why_out.items())[:4]) + "): keep llama.cpp's default"
-            + ("" if default_fits else ", which does not fit the budgets either (relax --min-gen-tps or "
-               "--min-context)"), ())
-    if goal == "throughput":
-        def key(m: ts.Measures):
-            return (m.median("aggregate_output_tps") or m.median("output_tps") or 0.0, m.n_ctx)
-        best = max(ok, key=key)
-        val = best.median("aggregate_output_tps") or best.median("output_tps") or 0.0
-        reason = f"the highest aggregate output ({val:,.1f} t/s) with at least {floor:,} tokens of context"
+        return _nothing_met(default, why_out, default_fits)
+    best = max(ok, key=lambda m: (m.n_ctx, m.median(GEN) or 0.0))
+    floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
+                 else f"generating not measurably slower than {speed_floor}")
+    reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
+    return Pick(best.name, reason, tuple(m.name for m in ok), floor_of if min_gen_tps is None else None)
+
+
+def _nothing_met(default: str, why_out: dict[str, str], default_fits: bool) -> Pick:
+    return Pick(default, "no configuration met the constraints (" + "; ".join(
+        f"{k}: {v}" for k, v in list(why_out.items())[:4]) + "): keep llama.cpp's default"
+        + ("" if default_fits else ", which does not fit the budgets either (relax --min-gen-tps or "
+           "--min-context)"), ())
+
+
+def throughput_pick(ok: Sequence[ts.Measures], default: str, threshold: float) -> Pick | None:
+    """Goal throughput among the configurations that meet the constraints (`ok`; pure): the reference is the
+    fastest (highest median aggregate output at K requests), or llama.cpp's default where it is among them and
+    nothing is measurably faster than it; the tied are those not measurably slower than the reference (no "slower"
+    verdict, an interval, a median no more than twice the threshold below — goal context's test); the pick is the
+    one of them with the most context (then the higher median). So noise never trades context away: a configuration
+    whose lead is within the intervals wins nothing over one that holds more. None where none measured aggregate
+    output."""
+    cands = [m for m in ok if m.samples.get(AGG)]
+    if not cands:
+        return None
+    fastest = max(cands, key=lambda m: (m.median(AGG) or 0.0, m.n_ctx))
+    base = next((m for m in cands if m.name == default), None)
+    faster = [m.name for m in cands if base is not None and m is not base
+              and (v := compare(base, m, AGG, threshold)) is not None and v[1] == "faster"]
+    ref = base if base is not None and not faster else fastest
+    tied, _ = _as_fast(cands, ref, "the reference's", threshold, AGG)
+    best = max(tied, key=lambda m: (m.n_ctx, m.median(AGG) or 0.0))
+    ranked = sorted(tied, key=lambda m: (-m.n_ctx, m.name))
+    names = [f"{m.name} ({m.n_ctx:,} tokens, {m.median(AGG) or 0.0:,.1f} t/s)" for m in ranked[:TIED_SHOWN]]
+    more = f" and {len(ranked) - TIED_SHOWN} more" if len(ranked) > TIED_SHOWN else ""
+    if ref is base:
+        who = f"llama.cpp's default ({ref.median(AGG) or 0.0:,.1f} t/s; no configuration is measurably faster)"
     else:
-        best = max(ok, key=lambda m: (m.n_ctx, m.median("output_tps") or 0.0))
-        floor_txt = (f"generating at least {min_gen_tps:g} t/s" if min_gen_tps is not None
-                     else f"generating not measurably slower than {speed_floor}")
-        reason = f"the most context ({best.n_ctx:,} tokens) {floor_txt}"
-    uses_floor = goal == "context" and min_gen_tps is None
-    return Pick(best.name, reason, tuple(m.name for m in ok), floor_of if uses_floor else None)
-
-
-
+        who = (f"the fastest, {ref.name} ({ref.median(AGG) or 0.0:,.1f} t/s"
+               + (f"; measurably faster than llama.cpp's default: {', '.join(faster)})" if faster else ")"))
+    reason = (f"the most context ({best.n_ctx:,} tokens) among the configurations not measurably slower in aggregate "
+              f"output than {who}: " + (f"tied: {', '.join(names)}{more}" if len(ranked) > 1 else "none other is"))
+    return Pick(best.name, reason, tuple(m.name for m in ok), None, tuple(m.name for m in ranked))
 
 
 # ---------------------------------------------------------------- the race (stage two)
@@ -183,6 +220,13 @@ class Rule:
         return pick(ms, self.default, self.goal, min_context=self.floor_ctx, min_gen_tps=self.min_gen_tps,
                     threshold=self.threshold, default_fits=self.default_fits, min_trials=min(2, repeats),
                     kld=self.kld, max_kld=self.max_kld)
+
+    def kld_over(self, name: str) -> str | None:
+        """Why `name`'s KV cache is out under --max-kld (its KLD measured above it), or None."""
+        mean_kld = (self.kld or {}).get(name)
+        if self.max_kld is not None and mean_kld is not None and mean_kld > self.max_kld:
+            return f"its KV cache's mean KLD {mean_kld:.4f} is above --max-kld {self.max_kld:g}"
+        return None
 
     @classmethod
     def of_search(cls, doc: Mapping[str, Any]) -> Rule:
@@ -218,12 +262,13 @@ class Decision:
 
     def as_dict(self) -> dict[str, Any]:
         return {"build": self.pick.name, "reason": self.pick.reason, "considered": list(self.pick.considered),
-                "floor": self.pick.floor, "undecided": list(self.undecided), "repeats": self.repeats,
-                "rule": self.rule.as_dict()}
+                "floor": self.pick.floor, "tied": list(self.pick.tied), "undecided": list(self.undecided),
+                "repeats": self.repeats, "rule": self.rule.as_dict()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Decision:
-        return cls(pick=Pick(str(d["build"]), str(d["reason"]), tuple(d.get("considered") or ()), d.get("floor")),
+        return cls(pick=Pick(str(d["build"]), str(d["reason"]), tuple(d.get("considered") or ()), d.get("floor"),
+                             tuple(d.get("tied") or ())),
                    rule=Rule.from_dict(d.get("rule") or {"default": DEFAULT, "goal": "context"}),
                    repeats=int(d.get("repeats") or 1), undecided=tuple(d.get("undecided") or ()))
 
@@ -245,73 +290,140 @@ def spread(full: Sequence[ts.Measures], metric: str) -> float | None:
     return max(out) if out else None
 
 
+def eligible(p: ts.Measures, rule: Rule) -> bool:
+    """Whether a configuration measured with all its trials meets the pick's constraints, the speed floor aside: it
+    fits the budgets (llama.cpp's default may not), holds the context asked for, its KV cache is within --max-kld,
+    and it generates (at least --min-gen-tps where given) — for good, since no later measurement of another
+    configuration changes any of these."""
+    gen = p.median(GEN)
+    return (gen is not None and p.n_ctx >= rule.floor_ctx and rule.kld_over(p.name) is None
+            and (p.name != rule.default or rule.default_fits)
+            and (rule.min_gen_tps is None or gen >= rule.min_gen_tps))
+
+
 def passes_floor(p: ts.Measures, default: ts.Measures | None, rule: Rule) -> bool:
-    """Whether a fully measured configuration meets the pick's speed floor for good: at least --min-gen-tps, or
-    (without one) not measurably slower in generation than the fully measured default, as `pick` decides it —
-    a floor that later measurements of other configurations cannot move."""
-    gen = p.median("output_tps")
-    if gen is None:
+    """Whether a fully measured configuration can be the pick for goal context as far as speed goes, for good:
+    `eligible`, and at least --min-gen-tps, or (without one) not measurably slower in generation than the fully
+    measured default, as `pick` decides it — llama.cpp's default passing its own floor — a floor that later
+    measurements of other configurations cannot move."""
+    if not eligible(p, rule):
         return False
-    if rule.min_gen_tps is not None:
-        return gen >= rule.min_gen_tps
+    if rule.min_gen_tps is not None or p.name == rule.default:
+        return True
     if default is None:
         return False
-    if p.name == default.name:
-        return rule.default_fits
-    v = compare(default, p, "output_tps", rule.threshold)
+    v = compare(default, p, GEN, rule.threshold)
     return v is not None and v[1] not in ("slower", stats.UNTESTED) and v[0].ratio >= 1 - 2 * rule.threshold
+
+
+def cannot_win(name: str, n_ctx: int, full: Sequence[ts.Measures], rule: Rule) -> str | None:
+    """Why a front member cannot be the pick whatever it measures — so the race does not load it — or None. From
+    its verified context and its KV pair's quality (stage one and the quality runs, before stage two) and from the
+    configurations measured with all their trials before its turn (llama.cpp's default first):
+
+    - a constraint it fails for good: fewer tokens than --min-context (and K requests), a KV pair above --max-kld;
+    - goal context: a configuration measured with all its trials that holds more context meets the speed floor for
+      good (`passes_floor`), so the pick holds at least that much — llama.cpp's default where it fits and its own
+      speed is the floor (or it generates at least --min-gen-tps), or a member before it."""
+    if n_ctx < rule.floor_ctx:
+        return f"holds {n_ctx:,} tokens, fewer than the {rule.floor_ctx:,} needed"
+    if (why := rule.kld_over(name)) is not None:
+        return why
+    if rule.goal != "context":
+        return None
+    default = next((x for x in full if x.name == rule.default), None)
+    better = [p for p in full if p.name != name and p.n_ctx > n_ctx and passes_floor(p, default, rule)]
+    if not better:
+        return None
+    p = max(better, key=lambda x: (x.n_ctx, x.name == rule.default))
+    if p.name == rule.default:
+        meets = ("fits the budgets and whose own speed is the floor" if rule.min_gen_tps is None else
+                 f"generates {p.median(GEN) or 0.0:,.1f} t/s with all its trials, at least --min-gen-tps "
+                 f"{rule.min_gen_tps:g}")
+        return (f"holds {n_ctx:,} tokens, fewer than llama.cpp's default ({p.n_ctx:,}), which {meets}: it cannot "
+                "be the pick for the most context")
+    return (f"{p.name} holds more context ({p.n_ctx:,} > {n_ctx:,} tokens) and meets the speed floor with all its "
+            f"trials: the pick has at least {p.n_ctx:,}")
+
+
+def _least_gen(full: Sequence[ts.Measures], rule: Rule) -> tuple[float, str] | None:
+    """Goal context: the least single-stream generation median the pick can have, known for good from the
+    configurations measured with all their trials — --min-gen-tps; or, below llama.cpp's default's median by twice
+    the threshold (`pick`'s median rule), the default's where it fits, else the lower of the default's and the
+    fastest fitting configuration's (the floor moves to the fastest that fits only where nothing is as fast as the
+    default). None where nothing sets one yet."""
+    if rule.min_gen_tps is not None:
+        return rule.min_gen_tps, f"--min-gen-tps {rule.min_gen_tps:g}"
+    default = next((x for x in full if x.name == rule.default), None)
+    dg = default.median(GEN) if default is not None else None
+    if dg is None:
+        return None
+    cut = 1 - 2 * rule.threshold
+    if rule.default_fits:
+        return dg * cut, f"the default's {dg:,.1f} t/s less {2 * rule.threshold:.0%}"
+    fitting = [p for p in full if p.name != rule.default and eligible(p, rule)]
+    if not fitting:
+        return None
+    fastest = max(fitting, key=lambda x: x.median(GEN) or 0.0)
+    fg = fastest.median(GEN) or 0.0
+    if dg <= fg:
+        return dg * cut, f"the default's {dg:,.1f} t/s less {2 * rule.threshold:.0%}"
+    return fg * cut, (f"{fastest.name}'s {fg:,.1f} t/s less {2 * rule.threshold:.0%}: the default does not fit, "
+                      "and the floor is at least the lower of its speed and the fastest that fits")
+
+
+def _least_agg(full: Sequence[ts.Measures], rule: Rule) -> tuple[float, str] | None:
+    """Goal throughput: the least aggregate output median the pick can have, known for good — twice the threshold
+    below the reference's lowest possible median: llama.cpp's default's where it meets the constraints (the
+    reference is it or something faster), else the fastest configuration measured in full that meets them."""
+    rivals = [p for p in full if eligible(p, rule) and p.median(AGG)]
+    default = next((p for p in rivals if p.name == rule.default), None)
+    ref = default if default is not None else max(rivals, key=lambda x: x.median(AGG) or 0.0, default=None)
+    if ref is None:
+        return None
+    val = ref.median(AGG) or 0.0
+    who = "llama.cpp's default's" if ref is default else f"{ref.name}'s"
+    return val * (1 - 2 * rule.threshold), f"{who} {val:,.1f} t/s less {2 * rule.threshold:.0%}"
 
 
 def ruled_out(m: ts.Measures, full: Sequence[ts.Measures], rule: Rule) -> str | None:
     """Why `m`, measured with its screening trial only, cannot be the pick — so the race gives it no more trials —
     or None. `full`: the configurations measured with every trial so far (the default among them). Each reason is
-    one the measurements show, never an assumed order of the dimensions:
-
-    - a constraint it fails for good (context floor, --max-kld, no generation measured);
-    - goal context: a fully measured configuration with more context meets the speed floor for good (the pick has
-      at least that much context), or the default (which fits) holds more than it;
-    - its screening trial is below what the pick needs by more than the largest trial-to-trial spread measured in
-      this run: below the speed floor (goal context; for --min-gen-tps, or the default's median where the default
-      fits), or below a fully measured configuration's aggregate output (goal throughput)."""
-    by = {x.name: x for x in full}
-    default = by.get(rule.default)
-    if m.n_ctx < rule.floor_ctx:
-        return f"holds {m.n_ctx:,} tokens, fewer than the {rule.floor_ctx:,} needed"
-    mean_kld = (rule.kld or {}).get(m.name)
-    if rule.max_kld is not None and mean_kld is not None and mean_kld > rule.max_kld:
-        return f"its KV cache's mean KLD {mean_kld:.4f} is above --max-kld {rule.max_kld:g}"
-    gen = m.median("output_tps")
+    one the measurements show, never an assumed order of the dimensions: what `cannot_win` finds before a load, no
+    generation measured, or a screening trial below the least speed the pick can have (`_least_gen`: goal context;
+    `_least_agg`: goal throughput) by more than the largest trial-to-trial spread measured in this run."""
+    if (why := cannot_win(m.name, m.n_ctx, full, rule)) is not None:
+        return why
+    gen = m.median(GEN)
     if gen is None:
         return "its screening trial measured no generation"
     if rule.goal == "context":
-        if default is not None and rule.default_fits and m.n_ctx < default.n_ctx:
-            return (f"holds {m.n_ctx:,} tokens, fewer than llama.cpp's default ({default.n_ctx:,}), which is as fast "
-                    "as itself: it cannot be the pick for the most context")
-        better = [p for p in full if p.name != m.name and p.n_ctx > m.n_ctx and passes_floor(p, default, rule)]
-        if better:
-            p = max(better, key=lambda x: x.n_ctx)
-            return (f"{p.name} holds more context ({p.n_ctx:,} > {m.n_ctx:,} tokens) and meets the speed floor "
-                    f"with all its trials: the pick has at least {p.n_ctx:,}")
-        s = spread(full, "output_tps")
-        default_gen = default.median("output_tps") if default is not None else None
-        floor = rule.min_gen_tps if rule.min_gen_tps is not None else (
-            default_gen * (1 - 2 * rule.threshold) if rule.default_fits and default_gen else None)
-        if s is not None and floor is not None and gen < floor * (1 - s):
-            return (f"its screening trial generates {gen:,.1f} t/s, below the floor of {floor:,.1f} t/s by more than "
-                    f"the largest trial-to-trial spread measured in this run ({s:.0%})")
+        metric, got, least = GEN, gen, _least_gen(full, rule)
+        what = f"its screening trial generates {gen:,.1f} t/s"
+    else:
+        metric, got, least = AGG, m.median(AGG) or gen, _least_agg(full, rule)
+        what = f"its screening trial's aggregate output is {m.median(AGG) or gen:,.1f} t/s"
+    s = spread(full, metric)
+    if s is None or least is None or got >= least[0] * (1 - s):
         return None
-    agg = m.median("aggregate_output_tps") or gen
-    s = spread(full, "aggregate_output_tps")
-    rivals = [p for p in full if p.name != m.name and p.n_ctx >= rule.floor_ctx and p.median("aggregate_output_tps")
-              and (rule.min_gen_tps is None or (p.median("output_tps") or 0) >= rule.min_gen_tps)
-              and (p.name != rule.default or rule.default_fits)]
-    if s is not None and rivals:
-        p = max(rivals, key=lambda x: x.median("aggregate_output_tps") or 0.0)
-        best = p.median("aggregate_output_tps") or 0.0
-        if agg < best * (1 - s) * (1 - rule.threshold):
-            return (f"its screening trial's aggregate output, {agg:,.1f} t/s, is below {p.name}'s {best:,.1f} t/s by "
-                    f"more than the largest trial-to-trial spread measured in this run ({s:.0%})")
-    return None
+    return (f"{what}, below the floor of {least[0]:,.1f} t/s ({least[1]}) by more than the largest trial-to-trial "
+            f"spread measured in this run ({s:.0%})")
+
+
+def load_order(front: Sequence[tuple[str, int]], rule: Rule) -> tuple[list[str], str]:
+    """The order stage two loads the front members in (after llama.cpp's default, which sets the floor), and why:
+    the most context first. For goal context that is the order that decides the race soonest: the first member
+    that meets the speed floor with all its trials is the pick, and every member after it holds less context, so
+    none of them is loaded (`cannot_win`). For goal throughput stage one gives no speed to order by; the pick is the
+    most context among the tied, so the same order."""
+    order = [name for name, _ in sorted(front, key=lambda x: -x[1])]
+    if rule.goal == "context":
+        why = ("the most context first: the first member that meets the speed floor with all its trials is the pick, "
+               "and no member with less context is loaded after it")
+    else:
+        why = ("the most context first (stage one measures no speed to order by; ties in aggregate output go to "
+               "the most context)")
+    return order, why
 
 
 def undecided(ms: Sequence[ts.Measures], chosen: Pick, rule: Rule, repeats: int) -> list[str]:
@@ -366,15 +478,17 @@ def more_trials(ms: Sequence[ts.Measures], rule: Rule, repeats: int, have: int, 
 @dataclass(frozen=True)
 class Replay:
     pick: Pick
-    ruled: dict[str, str]  # member → why the race gave it no more trials
+    ruled: dict[str, str]  # member → why the race gave it no more trials after its screening trial
     trials: int  # trials the race would have run (one per configuration and trial number)
+    not_loaded: dict[str, str] = field(default_factory=dict)  # member → why the race would not have loaded it
 
 
 def replay(ms: Sequence[ts.Measures], order: Sequence[str], rule: Rule, repeats: int) -> Replay:
     """The race over measurements an exhaustive run made (every configuration with all its trials, `ms`): the
     decisions stage two's race would have taken had it measured these same trials — the default first, then the
-    members in `order` (most context first), each ruled out or given its remaining trials — and the pick from what
-    the race would have kept. The oracle check: this pick is the exhaustive run's own."""
+    members in `order` (most context first), each not loaded (`cannot_win`), ruled out after its screening trial
+    (`ruled_out`) or given its remaining trials — and the pick from what the race would have kept. The oracle check:
+    this pick is the exhaustive run's own."""
     by = {m.name: m for m in ms}
 
     def first(m: ts.Measures) -> ts.Measures:
@@ -383,9 +497,13 @@ def replay(ms: Sequence[ts.Measures], order: Sequence[str], rule: Rule, repeats:
     full: list[ts.Measures] = [by[rule.default]] if rule.default in by else []
     kept: list[ts.Measures] = list(full)
     ruled: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for name in order:
         m = by.get(name)
         if m is None or name == rule.default:
+            continue
+        if (why := cannot_win(name, m.n_ctx, full, rule)) is not None:
+            skipped[name] = why
             continue
         why = ruled_out(first(m), full, rule) if repeats > 1 else None
         if why:
@@ -394,5 +512,5 @@ def replay(ms: Sequence[ts.Measures], order: Sequence[str], rule: Rule, repeats:
         else:
             full.append(m)
             kept.append(m)
-    trials = sum(min(repeats, len(m.samples.get("output_tps") or [])) for m in kept)
-    return Replay(pick=rule.pick(kept, repeats), ruled=ruled, trials=trials)
+    trials = sum(min(repeats, len(m.samples.get(GEN) or [])) for m in kept)
+    return Replay(pick=rule.pick(kept, repeats), ruled=ruled, trials=trials, not_loaded=skipped)

@@ -1,8 +1,8 @@
 """Tune's stage two: the verified front and llama.cpp's default run for real through the study runner — every
 member a build of one binary with its own arguments, so the run's report compares each with the default — as a race
-(docs/tune.md): a screening trial each, the remaining trials only for those the measurements cannot yet rule out,
-and more trials where the pick is still open. `--exhaustive` runs every member with all its trials: the oracle the
-race is checked against.
+(docs/tune.md): no load for a member that cannot be the pick whatever it measures, a screening trial for each of
+the others, the remaining trials only for those the measurements cannot yet rule out, and more trials where the
+pick is still open. `--exhaustive` runs every member with all its trials: the oracle the race is checked against.
 """
 
 from __future__ import annotations
@@ -64,8 +64,10 @@ def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOpt
                                 artifacts={b.name: dataclasses.replace(setup.art, name=b.name) for b in builds})
     race = Race(s2, spec, one, rule, opts.seconds if opts.seconds is not None else spec.seconds)
     t2 = time.monotonic()
-    ropts = dataclasses.replace(opts, model=setup.prep.model_path, resume=None)
-    run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), cut=race.cut)
+    # no search of contexts within the budgets after the passes (the runner's, where llama.cpp's fit left a device
+    # over its budget): stage one verified every member's context by dry runs already, so it would only spend time
+    ropts = dataclasses.replace(opts, model=setup.prep.model_path, resume=None, budget_context="off")
+    run_id = runner.execute(prep2, None, ropts, progress, passes=race.passes(), skip=race.skip, cut=race.cut)
     with Store(opts.db) as store:
         before_extension = single_trials(store.trials(run_id))
     race.extend(prep2, ropts, run_id, progress)
@@ -74,6 +76,7 @@ def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOpt
         trials = store.trials(run_id)
     return run_id, s2, {
         "real": [DEFAULT, *(m.build for m in one.front)], "screened_out": race.ruled,
+        "not_loaded": race.not_loaded, "order": race.order, "order_reason": race.order_reason,
         "seconds": stage2_s, "screen": not exhaustive(spec), "mode": race.mode,
         "time_budget_s": race.budget_s, "time_left_out": race.timed_out, "extended": race.extended,
         "trials": single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats,
@@ -81,28 +84,53 @@ def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOpt
 
 
 class Race:
-    """Stage two as a race over the whole verified front (docs/tune.md): the default, then each member — the most
-    context first — each in one server start: a screening trial, then its remaining trials on the same server
-    unless the measurements already show it cannot be the pick (`tunepick.ruled_out`, against the configurations
-    measured with all their trials before it), or the time budget is spent. `exhaustive`: every configuration with
-    all its trials, nothing ruled out (the oracle the race is checked against)."""
+    """Stage two as a race over the whole verified front (docs/tune.md): the default, then each member in the order
+    `tunepick.load_order` gives (the most context first), each in at most one server start: none where what is
+    known before its load shows it cannot be the pick (`tunepick.cannot_win`: its verified context or KV quality
+    against the constraints, or a configuration measured in full before it that holds more context and meets the
+    speed floor), else a screening trial, then its remaining trials on the same server unless the measurements
+    already show it cannot be the pick (`tunepick.ruled_out`, against the configurations measured with all their
+    trials before it), or the time budget is spent. `exhaustive`: every configuration with all its trials, nothing
+    ruled out (the oracle the race is checked against)."""
 
     def __init__(self, study: Study, spec: TuneSpec, one: StageOne, rule: tunepick.Rule, budget_s: float | None):
         self.study, self.spec, self.one, self.rule = study, spec, one, rule
         self.mode = "exhaustive" if exhaustive(spec) else "race"
         self.budget_s = budget_s
         self.ctx_of = {DEFAULT: one.default.n_ctx or 0} | {str(m.build): int(m.n_ctx or 0) for m in one.front}
-        self.ruled: dict[str, str] = {}
+        self.order, self.order_reason = tunepick.load_order([(str(m.build), int(m.n_ctx or 0)) for m in one.front],
+                                                            rule)
+        self.not_loaded: dict[str, str] = {}  # member → why it was not loaded (cannot be the pick)
+        self.ruled: dict[str, str] = {}  # member → why it got no trial after its screening trial
         self.timed_out: list[str] = []
         self.extended: list[dict[str, Any]] = []
         self.t0: float | None = None
 
     def passes(self) -> list[Pass]:
-        """One server start per configuration, in the builds' order: the default, then the members by context."""
+        """One server start per configuration: the default, then the members in `order`."""
         n = self.study.workload.repeats
         self.t0 = time.monotonic()
+        rank = {name: i for i, name in enumerate([DEFAULT, *self.order])}
+        builds = sorted(self.study.builds, key=lambda b: rank.get(b.name, len(rank)))
         return [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=tuple(range(1, n + 1)))
-                for b in self.study.builds]
+                for b in builds]
+
+    def _full(self, store: Store, run_id: str, but: str) -> list[ts.Measures]:
+        """The configurations other than `but` measured so far with all their trials."""
+        n = self.study.workload.repeats
+        return [m for m in measures(store, run_id, self.ctx_of, self.spec.parallel)
+                if m.name != but and len(m.samples.get("output_tps") or []) >= n]
+
+    def skip(self, store: Store, run_id: str, p: Pass) -> str | None:
+        """Before a member's load: why it cannot be the pick whatever it measures (`tunepick.cannot_win`), so it is
+        not loaded; None to load it."""
+        name = p.config.build.name
+        if self.mode == "exhaustive" or name == DEFAULT:
+            return None
+        why = tunepick.cannot_win(name, self.ctx_of.get(name, 0), self._full(store, run_id, name), self.rule)
+        if why:
+            self.not_loaded[name] = why
+        return why
 
     def _over_time(self) -> bool:
         return self.budget_s is not None and self.t0 is not None and time.monotonic() - self.t0 > self.budget_s
@@ -139,10 +167,8 @@ class Race:
             self.timed_out.append(name)
             self.ruled[name] = f"the time budget of {self.budget_s:g} s ([tune] seconds, --seconds) is spent"
             return self.ruled[name]
-        ms = measures(store, run_id, self.ctx_of, self.spec.parallel)
-        n = self.study.workload.repeats
-        full = [m for m in ms if m.name != name and len(m.samples.get("output_tps") or []) >= n]
-        me = next((m for m in ms if m.name == name), None)
+        me = next((m for m in measures(store, run_id, self.ctx_of, self.spec.parallel) if m.name == name), None)
+        full = self._full(store, run_id, name)
         why = "its screening trial measured nothing" if me is None else tunepick.ruled_out(me, full, self.rule)
         if why:
             self.ruled[name] = why

@@ -9,15 +9,13 @@
  4. each survivor verified by a dry run of exactly its command at its predicted context, stepped down where a
     device is over its budget (or up where every device has room), then the front again from verified figures.
 
-A stage one is kept under `$LLAMALAB_HOME/tune/` for the same search, model, build and budgets (`stage_one_key`),
-so a tune run again races the same front without its dry runs.
+A stage one is kept under `$LLAMALAB_HOME/tune/` for the same search, model, build and budgets, made by the same
+llamalab (tune/stage_one_cache.py), so a tune run again races the same front without its dry runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 import time
 from dataclasses import dataclass
@@ -26,7 +24,6 @@ from typing import Any
 
 from ..core import proc
 from ..core.errors import ConfigError, ModelError
-from ..core.write import atomic_write
 from ..fit import budget, maxctx
 from ..llamacpp.build import BuildArtifact
 from ..llamacpp.cmake import cmake_true
@@ -90,6 +87,8 @@ class StageOne:
     seconds: float
     notes: tuple[str, ...] = ()
     reused_from: str | None = None  # stage one read from the cache of an earlier tune (its key)
+    key: str | None = None  # what it is cached under (tune/stage_one_cache.py; None: not cached, no budgets)
+    afresh: str | None = None  # why a stage one cached for this search was not reused (made by other code …)
 
     @property
     def front(self) -> list[Member]:
@@ -384,68 +383,6 @@ def with_front(members: list[Member], rig: ts.Rig) -> list[Member]:
             f"{items[j][0].label(rig)} holds {items[j][1]:,} tokens and gives up nothing this keeps"
             if j is not None else "dominated"))
     return out
-
-
-# ---------------------------------------------------------------- stage one, reused
-
-
-def stage_one_key(setup: TuneSetup) -> str | None:
-    """What stage one's dry runs depend on, hashed: the search (the study's [tune] dimensions and floors, its
-    workload's sizes, server and build arguments), the model file (path, size, modification time), the build, the
-    backend and devices, and the budgets. None without budgets: then each device's budget is what it reports free,
-    which changes from run to run."""
-    if not setup.budgets:
-        return None
-    prep, st = setup.prep, setup.study
-    try:
-        stat = prep.model_path.stat()
-    except OSError:
-        return None
-    what = {
-        "tune": setup.spec.model_dump(include={"splits", "kv", "ubatch", "n_cpu_moe", "min_context", "parallel"}),
-        "need": need_context(st), "server": st.server.model_dump(), "args": list(st.builds[0].args),
-        "devices": st.devices.model_dump(), "budgets": list(setup.budgets),
-        "model": [str(prep.model_path), stat.st_size, stat.st_mtime_ns],
-        "build": [setup.art.key, setup.art.source.key], "backend": prep.backend,
-    }
-    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def load(text: str, key: str) -> StageOne | None:
-    """A cached stage one, or None where the file does not read as one (it is then made again)."""
-    try:
-        d = json.loads(text)
-        rig_fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["rig"].items()}
-        layout_fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["layout"].items()}
-        sp = d["space"]
-        space = ts.Space(splits=tuple(sp["splits"]), kv=tuple(tuple(p) for p in sp["kv"]),
-                         ubatch=tuple(sp["ubatch"]), n_cpu_moe=tuple(sp["n_cpu_moe"]),
-                         not_searched=dict(sp["not_searched"]))
-        return StageOne(rig=ts.Rig(**rig_fields), layout=ts.ModelLayout(**layout_fields), space=space,
-                        default=Default.from_dict(d["default"]), default_extra=tuple(d["default_extra"]),
-                        members=tuple(Member.from_dict(r) for r in d["records"]), dry_runs=int(d["dry_runs"]),
-                        seconds=float(d["seconds"]), notes=tuple(d["notes"]), reused_from=key)
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return None
-
-
-def made_or_cached(setup: TuneSetup, logs: Path, home: Path, *, fresh: bool, timeout_s: float,
-                   progress: Progress) -> StageOne:
-    """Stage one, or the same stage one an earlier tune made (same search, model file, build, devices and budgets:
-    `stage_one_key`), so that a tune run again — with --exhaustive, another goal or floor — races the same front
-    without its dry runs. --fresh makes it again."""
-    key = stage_one_key(setup)
-    path = home / "tune" / f"stage1-{key}.json" if key else None
-    if path is not None and not fresh and path.is_file():
-        one = load(path.read_text(encoding="utf-8", errors="replace"), key or "")
-        if one is not None:
-            progress.message(f"tune stage one: reused from an earlier tune of this search, model, build and budgets "
-                             f"({one.dry_runs} dry runs, {one.seconds:.1f} s; --fresh makes it again)")
-            return one
-    one = stage_one(setup, logs, timeout_s, progress)
-    if path is not None:
-        atomic_write(path, json.dumps(one.as_dict()))
-    return one
 
 
 def counts(one: StageOne) -> dict[str, Any]:

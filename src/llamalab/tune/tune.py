@@ -1,10 +1,11 @@
 """`llamalab tune`: the llama-server command for this rig and this model, found by dry runs and proven by real runs.
 
 The set-up is resolved once (`prepare`: the study as tune runs it, its one build, model and devices, as a
-`TuneSetup`); then stage one (tune/stage_one.py: the search from dry runs, reused for the same search, model, build
-and budgets), the front's KV pairs' quality (quality/kv.py), and stage two (tune/race.py: the whole verified front
-and llama.cpp's default raced for real). The run is stored with its search (`tunes.result_json`) and with what it
-decided (`tune_picks.pick_json`: the pick, its reason and the rule, tune/pick.py `Decision`), which
+`TuneSetup`); then stage one (tune/stage_one.py: the search from dry runs; tune/stage_one_cache.py: reused for the
+same search, model, build and budgets, made by the same llamalab), the front's KV pairs' quality (quality/kv.py),
+and stage two (tune/race.py: the whole verified front and llama.cpp's default raced for real). The run is stored
+with its search (`tunes.result_json`) and with what it decided (`tune_picks.pick_json`: the pick, its reason and
+the rule, tune/pick.py `Decision`), which
 report/analysis/tune.py renders with the front and the pick's command.
 """
 
@@ -28,6 +29,7 @@ from ..study.spec import Study, TuneSpec, with_budgets
 from . import pick as tunepick
 from . import race as racemod
 from . import stage_one as s1
+from . import stage_one_cache
 from .records import DEFAULT
 
 
@@ -71,8 +73,8 @@ def run_tune(study: Study, opts: RunOptions, progress: Progress) -> TuneResult:
     spec = setup.spec
     logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="llamalab-tune-"))
     try:
-        one = s1.made_or_cached(setup, logs, opts.home, fresh=opts.fresh, timeout_s=opts.timeout_s,
-                                progress=progress)
+        one = stage_one_cache.made_or_cached(setup, logs, opts.home, fresh=opts.fresh, timeout_s=opts.timeout_s,
+                                             progress=progress)
         kld = quality.for_front(setup.prep, setup.art, [m.kv for m in one.front], spec, logs, opts.home, progress)
     finally:
         if opts.logs_dir is None:
@@ -127,7 +129,8 @@ def search_doc(setup: s1.TuneSetup, one: s1.StageOne, counts: dict[str, Any]) ->
                   "not_searched": one.space.not_searched},
         "default": one.default.as_dict(),
         "candidates": [m.as_dict() for m in one.members],
-        "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds, "reused_from": one.reused_from},
+        "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds, "reused_from": one.reused_from,
+                   "key": one.key, "afresh": one.afresh},
         "notes": list(one.notes),
     }
 

@@ -205,3 +205,34 @@ def test_a_stored_pick_is_the_pick_shown_after_the_rule_changes(tmp_path, monkey
     js = document.document(stored)
     assert js["answer"]["build"] == "t01" and js["tune"]["pick"]["build"] == "t01" and js["tune"]["pick"]["stored"]
     assert js["answer"]["command"] == v.command and js["tune_picks"][0]["pick"]["build"] == "t01"
+
+
+def test_a_race_says_what_it_did_not_load_and_in_which_order(data):
+    """A race that left members unloaded (issue 44): the stage-two line says how many were loaded, in which order
+    and why, how many were not; each unloaded member's row says why; a race stored before says what it always did."""
+    v = rtune.view(data)
+    s2 = {"mode": "race", "real": ["default", "t01", "t02", "t03", "t04"], "screened_out": {"t01": "slow"},
+          "not_loaded": {"t03": "t02 holds more context", "t04": "t02 holds more context"},
+          "order_reason": "the most context first: the first …", "trials": 7, "trials_before_extension": 7,
+          "trials_exhaustive": 15, "seconds": 12.5}
+    line = rtune.stage_lines({**v.doc, "stage2": s2})[1]
+    assert line == ("stage two (race): 2 of the 4 front members loaded after llama.cpp's default, the most context "
+                    "first: the first …; 2 not loaded: they cannot be the pick whatever they measure; each loaded one "
+                    "screened with one trial; 1 ruled out by the measurements, the rest measured with every trial: 7 "
+                    "trials of the 15 an exhaustive run makes, in 12.5 s")
+    old = {k: x for k, x in s2.items() if k not in ("not_loaded", "order_reason")}
+    assert rtune.stage_lines({**v.doc, "stage2": old})[1].startswith(
+        "stage two (race): all 4 front members and llama.cpp's default screened with one trial each; 1 ruled out")
+    rows = {r.build: r for r in rtune._rows({**v.doc, "stage2": s2}, rtune._candidates(v.doc), [], ["t03"], v.pick)}
+    assert rows["t03"].note == "not loaded: t02 holds more context"
+
+
+def test_the_report_says_whether_stage_one_was_reused_or_computed_afresh(data):
+    v = rtune.view(data)
+    s1 = v.doc["stage1"]
+    why = "it was made by llamalab 0.0.9 (stage-one code abc), this is llamalab 0.1.0 (stage-one code def)"
+    lines = rtune.stage_lines({**v.doc, "stage1": {**s1, "afresh": why}})
+    assert lines[1] == f"stage one computed afresh, not reused from the cache of this search: {why}"
+    lines = rtune.stage_lines({**v.doc, "stage1": {**s1, "reused_from": "0123456789abcdef"}})
+    assert lines[1].startswith("stage one reused from an earlier tune of this search")
+    assert not s1.get("reused_from") and rtune.stage_lines(v.doc)[1].startswith("stage two")  # neither: no line

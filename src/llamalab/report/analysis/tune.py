@@ -166,6 +166,7 @@ def _rows(doc: dict, cands: dict[str, dict], ms: list[ts.Measures], order: list[
     if default.get("over_budget"):
         front.discard(DEFAULT)  # measured, but not something these cards could run
     screened = (doc.get("stage2") or {}).get("screened_out") or {}
+    not_loaded = (doc.get("stage2") or {}).get("not_loaded") or {}
     rows = []
     for b in order:
         m = by.get(b)
@@ -182,7 +183,9 @@ def _rows(doc: dict, cands: dict[str, dict], ms: list[ts.Measures], order: list[
         if m and b != DEFAULT and DEFAULT in by:
             row.vs_default = _vs_default(by[DEFAULT], m, threshold)
             row.gen_vs_default = row.vs_default.get("output_tps", "")
-        if b in screened:
+        if b in not_loaded:
+            row.note = "not loaded: " + not_loaded[b]
+        elif b in screened:
             row.note = "stopped after one trial: " + screened[b]
         elif m is None:
             row.note = "not measured (the configuration failed; see the run's report)"
@@ -207,8 +210,8 @@ def _replay_line(replay: tunepick.Replay, ms: list[ts.Measures], repeats: int, p
     total = sum(min(repeats, len(m.samples.get("output_tps") or [])) for m in ms)
     return (f"the race, replayed over these same trials: it would pick {replay.pick.name}"
             + (" — the same pick" if replay.pick.name == p.name else f" — NOT this run's pick ({p.name})")
-            + f", with {replay.trials} of these {total} trials ({len(replay.ruled)} members ruled out after "
-              "their screening trial)")
+            + f", with {replay.trials} of these {total} trials ({len(replay.not_loaded)} members not loaded, "
+              f"{len(replay.ruled)} ruled out after their screening trial)")
 
 
 def over_note(default: dict, doc: dict) -> str:
@@ -266,6 +269,11 @@ def stage_lines(doc: dict) -> list[str]:
                                               ("pruned by prediction", by.get("pruned", 0)),
                                               ("infeasible", by.get("infeasible", 0)),
                                               ("not plannable", by.get("unplannable", 0))) if n)]
+    if s1.get("afresh"):
+        out.append(f"stage one computed afresh, not reused from the cache of this search: {s1['afresh']}")
+    elif s1.get("reused_from"):
+        out.append("stage one reused from an earlier tune of this search, model, build and budgets (its dry runs "
+                   "and time are that tune's)")
     out += _stage_two_lines(s2)
     q = doc.get("quality") or {}
     if q.get("measured"):
@@ -305,16 +313,7 @@ def _stage_two_lines(s2: dict) -> list[str]:
         out.append(f"stage two (exhaustive): every one of the {len(real)} front members and llama.cpp's default with "
                    f"all its trials, {s2.get('trials', 0)} trials in {float(s2.get('seconds') or 0):.1f} s")
     elif s2.get("mode") == "race":
-        timed = s2.get("time_left_out") or []
-        out.append(f"stage two (race): all {len(real)} front members and llama.cpp's default screened with one trial "
-                   f"each; {len(screened) - len(timed)} ruled out by the measurements, the rest measured with every "
-                   f"trial: {s2.get('trials_before_extension', s2.get('trials', 0))} trials of the "
-                   f"{s2.get('trials_exhaustive', 0)} an exhaustive run makes"
-                   + (f", then {s2['trials'] - s2['trials_before_extension']} more where the pick was still open"
-                      if s2.get("trials_before_extension") is not None and s2["trials"] > s2["trials_before_extension"]
-                      else "") + f", in {float(s2.get('seconds') or 0):.1f} s"
-                   + (f"; the time budget ({float(s2['time_budget_s']):g} s) left {len(timed)} unmeasured beyond "
-                      f"screening: {', '.join(timed)}" if timed else ""))
+        out.append(_race_line(s2, real, screened))
         for ext in s2.get("extended") or []:
             out.append(f"stage two (race): the pick was still open ({'; '.join(ext.get('why') or [])}), so "
                        f"{', '.join(ext.get('names') or [])} got trials {ext['trials'][0]}–{ext['trials'][-1]} too")
@@ -323,6 +322,27 @@ def _stage_two_lines(s2: dict) -> list[str]:
                    f"{float(s2.get('seconds') or 0):.1f} s" + (f"; {len(screened)} stopped after a first trial "
                                                               "(clearly dominated)" if screened else ""))
     return out
+
+
+def _race_line(s2: dict, real: list[str], screened: dict) -> str:
+    """A race's stage two in one line: what was loaded and in which order, what was not and why, what was screened
+    and ruled out, the trials against an exhaustive run's, the time and the time budget."""
+    timed = s2.get("time_left_out") or []
+    skipped = s2.get("not_loaded") or {}
+    if "order_reason" in s2:
+        unloaded = f"; {len(skipped)} not loaded: they cannot be the pick whatever they measure" if skipped else ""
+        loaded = (f"{len(real) - len(skipped)} of the {len(real)} front members loaded after llama.cpp's default, "
+                  f"{s2['order_reason']}{unloaded}; each loaded one screened with one trial")
+    else:  # a race stored before it left members unloaded
+        loaded = f"all {len(real)} front members and llama.cpp's default screened with one trial each"
+    return (f"stage two (race): {loaded}; {len(screened) - len(timed)} ruled out by the measurements, the rest "
+            f"measured with every trial: {s2.get('trials_before_extension', s2.get('trials', 0))} trials of the "
+            f"{s2.get('trials_exhaustive', 0)} an exhaustive run makes"
+            + (f", then {s2['trials'] - s2['trials_before_extension']} more where the pick was still open"
+               if s2.get("trials_before_extension") is not None and s2["trials"] > s2["trials_before_extension"]
+               else "") + f", in {float(s2.get('seconds') or 0):.1f} s"
+            + (f"; the time budget ({float(s2['time_budget_s']):g} s) left {len(timed)} unmeasured beyond "
+               f"screening: {', '.join(timed)}" if timed else ""))
 
 
 SHOWN = 8  # the rows a short view of the front keeps
