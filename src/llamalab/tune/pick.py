@@ -169,13 +169,13 @@ def _nothing_met(default: str, why_out: dict[str, str], default_fits: bool) -> P
 
 
 def throughput_pick(ok: Sequence[ts.Measures], default: str, threshold: float) -> Pick | None:
-    """Goal throughput among the configurations that meet the constraints (`ok`; pure): the reference is the
-    fastest (highest median aggregate output at K requests), or llama.cpp's default where it is among them and
-    nothing is measurably faster than it; the tied are those not measurably slower than the reference (no "slower"
-    verdict, an interval, a median no more than twice the threshold below — goal context's test); the pick is the
-    one of them with the most context (then the higher median). So noise never trades context away: a configuration
-    whose lead is within the intervals wins nothing over one that holds more. None where none measured aggregate
-    output."""
+    """Goal throughput among the configurations that meet the constraints (`ok`; pure). Where llama.cpp's default is
+    among them and nothing is measurably faster than it, the default stays the pick (nothing buys aggregate output
+    over what the user has), the tied said. Otherwise the reference is the fastest (highest median aggregate output
+    at K requests); the tied are those not measurably slower than it (no "slower" verdict, an interval, a median no
+    more than twice the threshold below — goal context's test); the pick is the one of them with the most context
+    (then the higher median). So noise never trades context away: a configuration whose lead is within the
+    intervals wins nothing over one that holds more. None where none measured aggregate output."""
     cands = [m for m in ok if m.samples.get(AGG)]
     if not cands:
         return None
@@ -185,17 +185,19 @@ def throughput_pick(ok: Sequence[ts.Measures], default: str, threshold: float) -
               and (v := compare(base, m, AGG, threshold)) is not None and v[1] == "faster"]
     ref = base if base is not None and not faster else fastest
     tied, _ = _as_fast(cands, ref, "the reference's", threshold, AGG)
-    best = max(tied, key=lambda m: (m.n_ctx, m.median(AGG) or 0.0))
     ranked = sorted(tied, key=lambda m: (-m.n_ctx, m.name))
     names = [f"{m.name} ({m.n_ctx:,} tokens, {m.median(AGG) or 0.0:,.1f} t/s)" for m in ranked[:TIED_SHOWN]]
     more = f" and {len(ranked) - TIED_SHOWN} more" if len(ranked) > TIED_SHOWN else ""
-    if ref is base:
-        who = f"llama.cpp's default ({ref.median(AGG) or 0.0:,.1f} t/s; no configuration is measurably faster)"
-    else:
-        who = (f"the fastest, {ref.name} ({ref.median(AGG) or 0.0:,.1f} t/s"
-               + (f"; measurably faster than llama.cpp's default: {', '.join(faster)})" if faster else ")"))
+    said = f"tied: {', '.join(names)}{more}" if len(ranked) > 1 else "none other is"
+    if ref is base:  # nothing buys aggregate output over what the user has: the default stays the pick
+        reason = (f"keep llama.cpp's default ({ref.median(AGG) or 0.0:,.1f} t/s): no configuration is measurably "
+                  f"faster in aggregate output; not measurably slower than it — {said}")
+        return Pick(ref.name, reason, tuple(m.name for m in ok), None, tuple(m.name for m in ranked))
+    best = max(tied, key=lambda m: (m.n_ctx, m.median(AGG) or 0.0))
+    who = (f"the fastest, {ref.name} ({ref.median(AGG) or 0.0:,.1f} t/s"
+           + (f"; measurably faster than llama.cpp's default: {', '.join(faster)})" if faster else ")"))
     reason = (f"the most context ({best.n_ctx:,} tokens) among the configurations not measurably slower in aggregate "
-              f"output than {who}: " + (f"tied: {', '.join(names)}{more}" if len(ranked) > 1 else "none other is"))
+              f"output than {who}: {said}")
     return Pick(best.name, reason, tuple(m.name for m in ok), None, tuple(m.name for m in ranked))
 
 
