@@ -554,6 +554,7 @@ class _TuneRule(_Row):
     default_fits: bool | None = None
     kld: dict[str, Real] | None = None
     max_kld: Num = None
+    differs: dict[str, str] | None = None  # members whose outputs differ from the default's (the output check)
 
 
 class _TunePick(_Row):
@@ -562,6 +563,7 @@ class _TunePick(_Row):
     reason: str
     considered: list[str] = Field(default_factory=list)
     floor: str | None = None
+    tied: list[str] = Field(default_factory=list)  # goal throughput: those not measurably slower than the reference
     undecided: list[str] = Field(default_factory=list)
     repeats: Annotated[int, Field(ge=1, le=4096)] | None = None
     rule: _TuneRule | None = None

@@ -65,8 +65,8 @@ class Pick:
 
 
 def _constrained(ms: Sequence[ts.Measures], default: str, floor: int, *, default_fits: bool, min_trials: int,
-                 min_gen_tps: float | None, kld: dict[str, float] | None, max_kld: float | None
-                 ) -> tuple[dict[str, str], list[ts.Measures]]:
+                 min_gen_tps: float | None, kld: dict[str, float] | None, max_kld: float | None,
+                 differs: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[ts.Measures]]:
     """Why each configuration that misses the pick's constraints is out, and those that meet them (pure)."""
     why_out: dict[str, str] = {}
     fits: list[ts.Measures] = []
@@ -76,6 +76,8 @@ def _constrained(ms: Sequence[ts.Measures], default: str, floor: int, *, default
         mean_kld = klds.get(m.name)
         if m.name == default and not default_fits:
             why_out[m.name] = "does not fit the budgets"
+        elif differs and m.name in differs:
+            why_out[m.name] = differs_text(differs[m.name])
         elif m.n_ctx < floor:
             why_out[m.name] = f"holds {m.n_ctx:,} tokens, fewer than {floor:,}"
         elif gen is None:
@@ -89,6 +91,11 @@ def _constrained(ms: Sequence[ts.Measures], default: str, floor: int, *, default
         else:
             fits.append(m)
     return why_out, fits
+
+
+def differs_text(words: str) -> str:
+    """Why a member is out for its outputs: the output check's verdict against llama.cpp's default."""
+    return f"it {words} from llama.cpp's default (the same KV cache: a different computation, never the pick)"
 
 
 def _as_fast(fits: list[ts.Measures], base: ts.Measures, who: str, threshold: float, metric: str = GEN
@@ -113,7 +120,8 @@ def _as_fast(fits: list[ts.Measures], base: ts.Measures, who: str, threshold: fl
 
 def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int = 0, min_gen_tps: float | None = None,
          need_context: int = 0, threshold: float = 0.02, default_fits: bool = True, min_trials: int = 1,
-         kld: dict[str, float] | None = None, max_kld: float | None = None) -> Pick:
+         kld: dict[str, float] | None = None, max_kld: float | None = None,
+         differs: Mapping[str, str] | None = None) -> Pick:
     """The configuration for the goal. Context: the most context among those that hold `min_context` (and the K
     requests' `need_context`) and whose generation is at least `min_gen_tps` — without a floor, not measurably
     slower than the default's (no "slower" verdict, and a median ratio no more than twice the threshold below 1,
@@ -127,11 +135,12 @@ def pick(ms: Sequence[ts.Measures], default: str, goal: str, *, min_context: int
     configuration that fits instead, and the reason says so. A configuration measured with fewer than `min_trials`
     single-stream trials (a race stopped it after its screening trial) is untested, not a candidate; so is one
     whose speed against the floor's has no interval. `kld` (configuration → mean KL divergence of its KV cache
-    types against f16/f16) with `max_kld` rules out caches that change the output more than that."""
+    types against f16/f16) with `max_kld` rules out caches that change the output more than that; `differs`
+    (configuration → the output check's words) rules out one that computes differently from the default."""
     by = {m.name: m for m in ms}
     floor = max(min_context, need_context)
     why_out, fits = _constrained(ms, default, floor, default_fits=default_fits, min_trials=min_trials,
-                                 min_gen_tps=min_gen_tps, kld=kld, max_kld=max_kld)
+                                 min_gen_tps=min_gen_tps, kld=kld, max_kld=max_kld, differs=differs)
 
     def as_fast(base: ts.Measures | None, who: str) -> tuple[list[ts.Measures], dict[str, str]]:
         if min_gen_tps is not None or goal != "context" or base is None:
@@ -216,12 +225,14 @@ class Rule:
     default_fits: bool = True
     kld: dict[str, float] | None = None
     max_kld: float | None = None
+    # members whose outputs (with the default's KV cache) differ from the default's: the output check's words
+    differs: dict[str, str] | None = None
 
     def pick(self, ms: Sequence[ts.Measures], repeats: int) -> Pick:
         """`pick` under this rule, a configuration with fewer than min(2, repeats) trials untested."""
         return pick(ms, self.default, self.goal, min_context=self.floor_ctx, min_gen_tps=self.min_gen_tps,
                     threshold=self.threshold, default_fits=self.default_fits, min_trials=min(2, repeats),
-                    kld=self.kld, max_kld=self.max_kld)
+                    kld=self.kld, max_kld=self.max_kld, differs=self.differs)
 
     def kld_over(self, name: str) -> str | None:
         """Why `name`'s KV cache is out under --max-kld (its KLD measured above it), or None."""
@@ -295,10 +306,11 @@ def spread(full: Sequence[ts.Measures], metric: str) -> float | None:
 def eligible(p: ts.Measures, rule: Rule) -> bool:
     """Whether a configuration measured with all its trials meets the pick's constraints, the speed floor aside: it
     fits the budgets (llama.cpp's default may not), holds the context asked for, its KV cache is within --max-kld,
-    and it generates (at least --min-gen-tps where given) — for good, since no later measurement of another
-    configuration changes any of these."""
+    it computes what the default computes (the output check), and it generates (at least --min-gen-tps where
+    given) — for good, since no later measurement of another configuration changes any of these."""
     gen = p.median(GEN)
     return (gen is not None and p.n_ctx >= rule.floor_ctx and rule.kld_over(p.name) is None
+            and p.name not in (rule.differs or {})
             and (p.name != rule.default or rule.default_fits)
             and (rule.min_gen_tps is None or gen >= rule.min_gen_tps))
 
@@ -323,7 +335,8 @@ def cannot_win(name: str, n_ctx: int, full: Sequence[ts.Measures], rule: Rule) -
     its verified context and its KV pair's quality (stage one and the quality runs, before stage two) and from the
     configurations measured with all their trials before its turn (llama.cpp's default first):
 
-    - a constraint it fails for good: fewer tokens than --min-context (and K requests), a KV pair above --max-kld;
+    - a constraint it fails for good: fewer tokens than --min-context (and K requests), a KV pair above --max-kld,
+      outputs that differ from the default's (the output check, once its reference generation is stored);
     - goal context: a configuration measured with all its trials that holds more context meets the speed floor for
       good (`passes_floor`), so the pick holds at least that much — llama.cpp's default where it fits and its own
       speed is the floor (or it generates at least --min-gen-tps), or a member before it."""
@@ -331,6 +344,8 @@ def cannot_win(name: str, n_ctx: int, full: Sequence[ts.Measures], rule: Rule) -
         return f"holds {n_ctx:,} tokens, fewer than the {rule.floor_ctx:,} needed"
     if (why := rule.kld_over(name)) is not None:
         return why
+    if rule.differs and name in rule.differs:
+        return differs_text(rule.differs[name])
     if rule.goal != "context":
         return None
     default = next((x for x in full if x.name == rule.default), None)

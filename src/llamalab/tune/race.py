@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from ..llamacpp import argv as argvmod
 from ..llamacpp import server as servermod
+from ..quality import outputs as qout
+from ..quality.kv import is_synthetic
 from ..run import runner
 from ..setup.options import RunOptions
 from ..setup.progress import Progress
@@ -52,6 +56,46 @@ def measures(store: Store, run_id: str, ctx_of: dict[str, int], parallel: int) -
     return ts.measures(store.trials(run_id), ctx_of, parallel, ledger_contexts(store.configs(run_id)))
 
 
+@dataclass(frozen=True)
+class OutputCheck:
+    """What the race needs to judge a member's outputs against llama.cpp's default's (quality/outputs.py): each
+    member's KV pair, the default's, and whether the model is synthetic (only identity counts there)."""
+
+    kv_of: dict[str, str]
+    default_kv: str
+    synthetic: bool
+
+    @classmethod
+    def of(cls, setup: TuneSetup, one: StageOne) -> OutputCheck:
+        args = [*setup.study.server.args, *setup.study.builds[0].args]
+        k = argvmod.value(args, "-ctk", "--cache-type-k") or "f16"
+        v = argvmod.value(args, "-ctv", "--cache-type-v") or "f16"
+        return cls(kv_of={str(m.build): m.kv for m in one.front}, default_kv=f"{k}/{v}",
+                   synthetic=is_synthetic(setup.prep.model_info.name))
+
+    def differing(self, store: Store, run_id: str) -> dict[str, str]:
+        """The members measured so far whose outputs, with the default's KV cache, differ from the default's
+        (member → the verdict's words). A member with another KV pair is not judged so: what its cache changes is a
+        quality cost (its KLD, the KV quality check's), not a fault."""
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for r in store.outputs(run_id):
+            rows.setdefault(str(r["build"]), []).append(r)
+        base = {mode: [by[k] for k in sorted(by)] for mode, by in qout.by_mode(rows.get(DEFAULT, [])).items()}
+        out: dict[str, str] = {}
+        for name, kv in self.kv_of.items():
+            if kv != self.default_kv or name not in rows or not base:
+                continue
+            mine = {mode: by[min(by)] for mode, by in qout.by_mode(rows[name]).items() if by}
+            v = qout.judge(DEFAULT, base, mine, None, synthetic=self.synthetic)
+            if v.kind == qout.DIFFERS:
+                out[name] = v.words
+        return out
+
+    def rule(self, rule: tunepick.Rule, store: Store, run_id: str) -> tunepick.Rule:
+        """`rule` with the members that compute differently so far (`Rule.differs`)."""
+        return dataclasses.replace(rule, differs=self.differing(store, run_id) or None)
+
+
 def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOptions, progress: Progress
               ) -> tuple[str, Study, dict[str, Any]]:
     """The race over the front (`Race`), stored as a run: its id, the study it ran and what the search records
@@ -62,7 +106,8 @@ def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOpt
                                         "settings": [SettingSpec(name="tune", label=f"tune: {spec.goal}")]})
     prep2 = dataclasses.replace(setup.prep, study=s2, skipped={},
                                 artifacts={b.name: dataclasses.replace(setup.art, name=b.name) for b in builds})
-    race = Race(s2, spec, one, rule, opts.seconds if opts.seconds is not None else spec.seconds)
+    race = Race(s2, spec, one, rule, opts.seconds if opts.seconds is not None else spec.seconds,
+                OutputCheck.of(setup, one))
     t2 = time.monotonic()
     # no search of contexts within the budgets after the passes (the runner's, where llama.cpp's fit left a device
     # over its budget): stage one verified every member's context by dry runs already, so it would only spend time
@@ -80,7 +125,7 @@ def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOpt
         "seconds": stage2_s, "screen": not exhaustive(spec), "mode": race.mode,
         "time_budget_s": race.budget_s, "time_left_out": race.timed_out, "extended": race.extended,
         "trials": single_trials(trials), "trials_exhaustive": len(builds) * s2.workload.repeats,
-        "trials_before_extension": before_extension}
+        "trials_before_extension": before_extension, "outputs_differ": race.differ}
 
 
 class Race:
@@ -93,8 +138,11 @@ class Race:
     trials before it), or the time budget is spent. `exhaustive`: every configuration with all its trials, nothing
     ruled out (the oracle the race is checked against)."""
 
-    def __init__(self, study: Study, spec: TuneSpec, one: StageOne, rule: tunepick.Rule, budget_s: float | None):
-        self.study, self.spec, self.one, self.rule = study, spec, one, rule
+    def __init__(self, study: Study, spec: TuneSpec, one: StageOne, rule: tunepick.Rule, budget_s: float | None,
+                 check: OutputCheck | None = None):
+        self.study, self.spec, self.one, self.base_rule, self.check = study, spec, one, rule, check
+        self.rule = rule
+        self.differ: dict[str, str] = {}  # member → why its outputs rule it out (the output check)
         self.mode = "exhaustive" if exhaustive(spec) else "race"
         self.budget_s = budget_s
         self.ctx_of = {DEFAULT: one.default.n_ctx or 0} | {str(m.build): int(m.n_ctx or 0) for m in one.front}
@@ -115,6 +163,12 @@ class Race:
         return [Pass(config=Config(build=b, setting=self.study.settings[0]), trials=tuple(range(1, n + 1)))
                 for b in builds]
 
+    def _judge(self, store: Store, run_id: str) -> None:
+        """The rule with the members measured so far whose outputs differ from the default's (`OutputCheck`)."""
+        if self.check is not None:
+            self.rule = self.check.rule(self.base_rule, store, run_id)
+            self.differ = dict(self.rule.differs or {})
+
     def _full(self, store: Store, run_id: str, but: str) -> list[ts.Measures]:
         """The configurations other than `but` measured so far with all their trials."""
         n = self.study.workload.repeats
@@ -125,6 +179,7 @@ class Race:
         """Before a member's load: why it cannot be the pick whatever it measures (`tunepick.cannot_win`), so it is
         not loaded; None to load it."""
         name = p.config.build.name
+        self._judge(store, run_id)
         if self.mode == "exhaustive" or name == DEFAULT:
             return None
         why = tunepick.cannot_win(name, self.ctx_of.get(name, 0), self._full(store, run_id, name), self.rule)
@@ -146,6 +201,7 @@ class Race:
         while self.mode == "race" and have < cap and not self._over_time():
             with Store(opts.db) as store:
                 ms = measures(store, run_id, self.ctx_of, self.spec.parallel)
+                self._judge(store, run_id)
             nxt = tunepick.more_trials(ms, self.rule, n, have, cap)
             if nxt is None:
                 break
@@ -163,6 +219,7 @@ class Race:
         name = p.config.build.name
         if self.mode == "exhaustive" or name == DEFAULT or trial != 1:
             return None
+        self._judge(store, run_id)
         if self._over_time():
             self.timed_out.append(name)
             self.ruled[name] = f"the time budget of {self.budget_s:g} s ([tune] seconds, --seconds) is spent"

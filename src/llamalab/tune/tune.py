@@ -101,6 +101,8 @@ def run_tune(study: Study, opts: RunOptions, progress: Progress) -> TuneResult:
            "threshold": s2.workload.threshold, "repeats": s2.workload.repeats, "notes": [*one.notes, *kld.notes]}
     with Store(opts.db) as store:
         ms = racemod.measures(store, run_id, race_contexts(one), spec.parallel)
+        # the members whose outputs (with the default's KV cache) differ from the default's are out
+        rule = racemod.OutputCheck.of(setup, one).rule(rule, store, run_id)
         decision = tunepick.decide(ms, rule, s2.workload.repeats)
         store.save_tune(run_id, doc, decision.as_dict())
     return TuneResult(run_id=run_id, doc=doc)

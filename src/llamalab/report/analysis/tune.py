@@ -136,7 +136,7 @@ def view(data: RunData) -> View | None:
     d, stored = decision(data, doc, ms)
     p, rule, repeats = d.pick, d.rule, d.repeats
     order = [DEFAULT, *[b for b in (doc.get("stage2") or {}).get("real", []) if b != DEFAULT]]
-    rows = _rows(doc, cands, ms, order, p)
+    rows = _rows(doc, cands, ms, order, p, rule.differs or {})
     model = (doc.get("model") or {}).get("path") or "MODEL"
     pick_row = next((r for r in rows if r.build == p.name), None)
     base_row = next((r for r in rows if r.build == DEFAULT), None)
@@ -155,9 +155,11 @@ def view(data: RunData) -> View | None:
     return v
 
 
-def _rows(doc: dict, cands: dict[str, dict], ms: list[ts.Measures], order: list[str], p: Pick) -> list[Row]:
+def _rows(doc: dict, cands: dict[str, dict], ms: list[ts.Measures], order: list[str], p: Pick,
+          differs: dict[str, str] | None = None) -> list[Row]:
     """One row per configuration stage two ran, in `order` (llama.cpp's default first): its medians, memory,
-    speeds against the default, whether it is on the front or the pick, and why it was not measured in full."""
+    speeds against the default, whether it is on the front or the pick, why it was not measured in full, and why
+    its outputs rule it out (`differs`: the output check's words against llama.cpp's default's)."""
     threshold = float(doc.get("threshold") or 0.02)
     ctx = _contexts(doc, cands)
     by = {m.name: m for m in ms}
@@ -187,6 +189,8 @@ def _rows(doc: dict, cands: dict[str, dict], ms: list[ts.Measures], order: list[
             row.note = "not loaded: " + not_loaded[b]
         elif b in screened:
             row.note = "stopped after one trial: " + screened[b]
+        elif differs and b in differs:
+            row.note = "not the pick: " + tunepick.differs_text(differs[b])
         elif m is None:
             row.note = "not measured (the configuration failed; see the run's report)"
         elif b == DEFAULT and default.get("over_budget"):
