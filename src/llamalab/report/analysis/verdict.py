@@ -212,6 +212,9 @@ def memory_sentences(data: RunData, contexts: dict[tuple[str, str], dict] | None
         row, base = contexts.get((c["candidate"], c["setting"])), contexts.get((c["baseline"], c["setting"]))
         if row is not None and base is not None and (row.get("budget_fit") or base.get("budget_fit")):
             fitted = f"llama.cpp's fit: {c['baseline_n_ctx']:,} → {c['candidate_n_ctx']:,}" if ctx else ""
+            if ctx and c.get("candidate_engine"):
+                fitted = (f"ran at {c['baseline_n_ctx']:,}, llama.cpp's fit → {c['candidate_n_ctx']:,}, llamalab's "
+                          f"search ({c['candidate_engine']} has no fit)")
             if row["measured_delta_tokens"] is not None:
                 s += (f"; context within every budget {_signed(row['measured_delta_tokens'], 0)} tokens "
                       f"({base['n_ctx']:,} → {row['n_ctx']:,}" + (f"; {fitted}" if fitted else "") + ")")
