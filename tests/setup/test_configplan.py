@@ -56,3 +56,20 @@ def test_nothing_fits_is_none_with_how_far_over(monkeypatch):
     art = SimpleNamespace(engine="ik_llama.cpp")
     n, doc = configplan.engine_context(_prep(), None, art, None, {}, __import__("pathlib").Path("/tmp/x"), None)
     assert n is None and doc["budget"]["n_ctx"] is None and doc["budget"]["over_mib"] > 0
+
+
+def test_a_loads_figures_name_the_rpc_servers_as_llama_cpp_numbers_them():
+    """ik_llama.cpp prints every rpc-server as RPC0[host:port], the second one's buffers first: a plan names them
+    RPC0, RPC1 in its own device order (its `using device` lines), the endpoint as the description, as a dry run's
+    figures do (tests/fixtures/logs/ik-rpc-copies4-fa-off.log)."""
+    from llamalab.logs import ledger
+    from testpaths import FIXTURES
+
+    led = ledger.parse((FIXTURES / "logs" / "ik-rpc-copies4-fa-off.log").read_text().splitlines())
+    cp = configplan.ConfigPlan(build="ik", setting="s", status="ok")
+    configplan._load_figures(cp, led)
+    assert [(d.name, d.description) for d in cp.devices] == [("RPC0", "127.0.0.1:39637"), ("RPC1", "127.0.0.1:54577")]
+    assert [(d.model_mib, d.context_mib, d.compute_mib) for d in cp.devices] == [(42.03, 52.5, 137.0),
+                                                                                 (37.26, 7.5, 137.0)]
+    assert (cp.host.model_mib, cp.host.context_mib, cp.host.compute_mib) == (31.25, 0.49, 16.01)
+    assert (cp.n_ctx, cp.pipeline_parallel, cp.sched_copies, cp.graph_splits) == (7680, False, 1, 3)

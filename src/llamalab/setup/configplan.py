@@ -289,7 +289,12 @@ def _load_figures(cp: ConfigPlan, led: Ledger) -> None:
                              context_mib=round(sum(ctx), 2) if ctx else None, compute_mib=b.compute_mib)
 
     js = led.to_json()
-    cp.devices = [figures(n, led.devices[n], led.device_desc.get(n, "")) for n in order.device_names(js)]
+    # rpc-servers as llama.cpp numbers them (RPC0, RPC1 … in --rpc's order; ik prints each as RPC0[host:port]), the
+    # endpoint as the description, as a dry run's figures name them
+    names = order.device_names(js)
+    rpc = [n for n in names if n.startswith("RPC") and n.endswith("]")]
+    cp.devices = [figures(f"RPC{rpc.index(n)}" if n in rpc else n, led.devices[n], led.device_desc.get(n, ""))
+                  for n in names]
     host = Buffers()
     for b in led.host.values():
         for kind in ("model", "kv", "rs", "compute", "output"):
