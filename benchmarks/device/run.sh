@@ -49,6 +49,14 @@ if [ ! -d /tmp/site/pydantic ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD/src
 ll() { python3 -m llamalab.cli "$@"; }
+# the last run's report (Markdown, JSON), its export and its logs into $OUT; its id in $run_id
+last_run_files() {
+  ll report --format md -o "$OUT/report.md"
+  ll report --format json -o "$OUT/report.json"
+  run_id=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['run']['id'])")
+  ll export "$run_id" -o "$OUT/export.json"
+  tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs/$run_id" . 2>/dev/null
+}
 if [ ! -f "$LLAMALAB_HOME/src/llama.cpp-b11312/.llamalab-source.json" ]; then
   mkdir -p "$LLAMALAB_HOME/src" && tar xzf .carry/llama.cpp-b11312.tar.gz -C "$LLAMALAB_HOME/src" || exit 1
 fi
@@ -120,11 +128,7 @@ case "$stage" in
     s=$(date +%s)
     ll run engines "${sets[@]}" > /dev/null 2>> "$OUT/stderr.txt"; rc=$?
     echo "run rc=$rc in $(( $(date +%s) - s )) s"; tail -25 "$OUT/stderr.txt"
-    ll report --format md -o "$OUT/report.md"
-    ll report --format json -o "$OUT/report.json"
-    run_id=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['run']['id'])")
-    ll export "$run_id" -o "$OUT/export.json"
-    tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs/$run_id" . 2>/dev/null
+    last_run_files
     head -60 "$OUT/report.md"
     echo "engines stage: done in $(( $(date +%s) - t0 )) s"
     ;;
@@ -232,11 +236,7 @@ case "$stage" in
     echo "plan (27B shape, header-only) rc=$? in $(( $(date +%s) - t0 )) s"
     ll run "$vstudy" > /dev/null 2>> "$OUT/stderr.txt"; rc=$?
     echo "run rc=$rc in $(( $(date +%s) - t0 )) s"; tail -15 "$OUT/stderr.txt"
-    ll report --format md -o "$OUT/report.md"
-    ll report --format json -o "$OUT/report.json"
-    run_id=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['run']['id'])")
-    ll export "$run_id" -o "$OUT/export.json"
-    tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs/$run_id" . 2>/dev/null
+    last_run_files
     python3 benchmarks/vulkan-h200/side_by_side.py "$OUT/report.json" "$OUT/plan-27b.json"
     echo "vulkan stage: done in $(( $(date +%s) - t0 )) s"
     ;;
