@@ -82,12 +82,15 @@ def loopback() -> None:
 
 # The modules that take longest in `make test` (seconds summed over workers, benchmarks/ci-time/README.md): they
 # start first, so that no long module is left for one worker at the end while the other idles. Only the order depends
-# on this list; a module missing from it runs after these, in collection order. The versions module leads: on a
-# machine that has not built b11434 yet its fixture compiles it (about 600 s of one core), and that compile should
-# run beside the tests that only use the CPU in Python (the hostile sweeps, the golden reports, fuzzing, parse bounds,
-# the remote plans' dry runs) rather than beside the tune tests, whose races run more trials the noisier the machine.
+# on this list; a module missing from it runs after these, in collection order. The engines and versions modules
+# lead: on a machine that has not built ik_llama.cpp and b11434 yet their fixtures compile them (ik_llama.cpp's three
+# programs about 20 min of compiler CPU on this project's VM, b11434 about 600 s of one core), and those compiles
+# should run beside the tests that only use the CPU in Python (the hostile sweeps, the golden reports, fuzzing,
+# parse bounds, the remote plans' dry runs) rather than beside the tune tests, whose races run more trials the
+# noisier the machine.
 HEAVY_FIRST = [
-    "tests/e2e/test_versions_e2e.py", "tests/e2e/test_hostile_round3.py", "tests/test_remote_plan.py",
+    "tests/e2e/test_engines_e2e.py", "tests/e2e/test_versions_e2e.py", "tests/e2e/test_hostile_round3.py",
+    "tests/test_remote_plan.py",
     "tests/report/test_golden.py", "tests/logs/test_ledger_fuzz.py", "tests/logs/test_parse_bounds.py",
     "tests/e2e/test_tune_race_e2e.py", "tests/e2e/test_tune_e2e.py", "tests/e2e/test_demo_e2e.py",
     "tests/e2e/test_budget_context_e2e.py", "tests/test_faults.py", "tests/test_vulkan_lavapipe.py",

@@ -26,13 +26,19 @@
 #                                           # with f16/q8_0 (tune-8b-seedkv.toml) and the MoE one, each --exhaustive,
 #                                           # raced, and raced for --goal throughput on the same front, with a summary
 #                                           # (benchmarks/tune-h200/goals.sh: TUNES, THROUGHPUT choose what runs)
+#   bash benchmarks/device/run.sh engines-bg # issue 43: `llamalab run engines` on two virtual CUDA devices (sm_90) with the 8B
+#                                           # preset and the seed rig's 16 + 12 GiB budgets: llama.cpp (4 copies; no-op -ot)
+#                                           # against ik_llama.cpp (1 copy; built with 4), KV f16/q8_0 and f16/f16, in its own
+#                                           # session (call again to wait). Needs .carry/ik_llama.cpp-0.1.5.tar.gz (the
+#                                           # unpacked pinned ik source with its .llamalab-source.json, without docs, models,
+#                                           # media and github-data: tar czf … -C ~/.cache/llamalab/src ik_llama.cpp-0.1.5)
 #   COLLECT=split-modes bash benchmarks/device/run.sh chain   # the stages in CHAIN (default: build split-modes
 #                                           # tensor-ledger tune) one after another in one session of their own, started
 #                                           # by the first call, so the GPU never waits for the next call; each call
 #                                           # waits for the stage named in COLLECT and returns its files
 # At most 8 files come back from a call, so each stage writes at most 7.
 set -uo pipefail
-stage=${1:?stage: build, study, split-modes, validate, vulkan-build, vulkan, tune, tune-race, tune-goals or chain (and study-bg, vulkan-bg, split-modes-bg, tune-bg)}
+stage=${1:?stage: build, study, split-modes, validate, vulkan-build, vulkan, tune, tune-race, tune-goals, engines or chain (and study-bg, vulkan-bg, split-modes-bg, tune-bg, engines-bg)}
 study=${STUDY:-benchmarks/h200/study.toml}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -43,6 +49,14 @@ if [ ! -d /tmp/site/pydantic ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD/src
 ll() { python3 -m llamalab.cli "$@"; }
+# the last run's report (Markdown, JSON), its export and its logs into $OUT; its id in $run_id
+last_run_files() {
+  ll report --format md -o "$OUT/report.md"
+  ll report --format json -o "$OUT/report.json"
+  run_id=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['run']['id'])")
+  ll export "$run_id" -o "$OUT/export.json"
+  tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs/$run_id" . 2>/dev/null
+}
 if [ ! -f "$LLAMALAB_HOME/src/llama.cpp-b11312/.llamalab-source.json" ]; then
   mkdir -p "$LLAMALAB_HOME/src" && tar xzf .carry/llama.cpp-b11312.tar.gz -C "$LLAMALAB_HOME/src" || exit 1
 fi
@@ -66,7 +80,7 @@ case "$stage" in
     if [ -f "$work/rc" ]; then echo "build finished: rc=$(cat "$work/rc")"; cat "$work/builds.json";
     else echo "build still running after $(( $(date +%s) - t0 )) s: call this stage again"; fi
     ;;
-  study-bg|vulkan-bg|split-modes-bg|tune-bg)
+  study-bg|vulkan-bg|split-modes-bg|tune-bg|engines-bg)
     inner=${stage%-bg}; work=/tmp/llamalab-$inner; mkdir -p "$work/out"
     if [ ! -f "$work/rc" ] && { [ ! -f "$work/pid" ] || ! kill -0 "$(cat "$work/pid")" 2>/dev/null; }; then
       setsid bash -c "OUT='$work/out' bash '$0' $inner > '$work/stdout.txt' 2>&1; echo \$? > '$work/rc'" &
@@ -93,6 +107,30 @@ case "$stage" in
     done
     tar czf "$OUT/tune.tar.gz" -C /tmp/tune-files . 2>/dev/null
     echo "tune stage: done in $(( $(date +%s) - t0 )) s"
+    ;;
+  engines)
+    # Issue 43. Files back (6): stderr.txt, builds.json (`llamalab build --json`: each build's seconds and ccache),
+    # report.md, report.json, export.json, logs.tar.gz (every server, rpc and search log of the run). ik_llama.cpp's
+    # CUDA build (llama-server and llama-perplexity, sm_90, GGML_IQK_FA_ALL_QUANTS=OFF) is its one libggml with the
+    # CUDA kernels in it, so its copies-4 variant recompiles that library (ccache's preprocessed mode keeps every
+    # file but ggml-backend.cpp where the machine has ccache).
+    if [ ! -f "$LLAMALAB_HOME/src/ik_llama.cpp-0.1.5/.llamalab-source.json" ]; then
+      tar xzf .carry/ik_llama.cpp-0.1.5.tar.gz -C "$LLAMALAB_HOME/src" || exit 1
+    fi
+    two='settings=[{name="kv-f16-q8_0",args=["-ctk","f16","-ctv","q8_0"]},{name="kv-f16-f16",args=["-ctk","f16","-ctv","f16"]}]'
+    sets=(--set 'devices.backend="cuda"' --set 'devices.count=2' --set 'model.preset="8b"'
+          --set 'devices.vram=["16GiB","12GiB"]' --set 'server.fit_target_mib=[1024]'
+          --set "${ENGINES_SETTINGS:-$two}" --set "workload.repeats=${ENGINES_REPEATS:-2}")
+    s=$(date +%s)
+    ll build engines "${sets[@]}" --json > "$OUT/builds.json" 2> "$OUT/stderr.txt"
+    echo "build rc=$? in $(( $(date +%s) - s )) s"; tail -4 "$OUT/stderr.txt"
+    python3 -c "import json; [print(b['build'], b.get('build_seconds'), 's', 'reused' if b.get('reused') else '', b.get('skipped') or '') for b in json.load(open('$OUT/builds.json'))]" 2>/dev/null
+    s=$(date +%s)
+    ll run engines "${sets[@]}" > /dev/null 2>> "$OUT/stderr.txt"; rc=$?
+    echo "run rc=$rc in $(( $(date +%s) - s )) s"; tail -25 "$OUT/stderr.txt"
+    last_run_files
+    head -60 "$OUT/report.md"
+    echo "engines stage: done in $(( $(date +%s) - t0 )) s"
     ;;
   tune-race)
     # Issue 24: each tune twice on the same front — `--exhaustive` (every member with all its trials), then raced
@@ -198,11 +236,7 @@ case "$stage" in
     echo "plan (27B shape, header-only) rc=$? in $(( $(date +%s) - t0 )) s"
     ll run "$vstudy" > /dev/null 2>> "$OUT/stderr.txt"; rc=$?
     echo "run rc=$rc in $(( $(date +%s) - t0 )) s"; tail -15 "$OUT/stderr.txt"
-    ll report --format md -o "$OUT/report.md"
-    ll report --format json -o "$OUT/report.json"
-    run_id=$(python3 -c "import json; print(json.load(open('$OUT/report.json'))['run']['id'])")
-    ll export "$run_id" -o "$OUT/export.json"
-    tar czf "$OUT/logs.tar.gz" -C "$LLAMALAB_DATA/runs/$run_id" . 2>/dev/null
+    last_run_files
     python3 benchmarks/vulkan-h200/side_by_side.py "$OUT/report.json" "$OUT/plan-27b.json"
     echo "vulkan stage: done in $(( $(date +%s) - t0 )) s"
     ;;

@@ -186,7 +186,8 @@ def test_study_hash_unchanged_without_source(tmp_path):
     with_bin, _ = studymod.load("demo", ["source.bin=\"/opt/llama-b11312\""])
     model = tmp_path / "m.gguf"
     assert session.study_hash(st, model) != session.study_hash(with_bin, model)
-    # the hash of a study without [source] (nor [tune], [outputs] at its defaults, min_devices or builds[].source) is
+    # the hash of a study without [source] (nor [tune], [outputs] at its defaults, min_devices, builds[].source or
+    # builds[].engine) is
     # what it was before those keys existed
     import hashlib
     import json
@@ -197,7 +198,7 @@ def test_study_hash_unchanged_without_source(tmp_path):
         for entry in before[table]:
             del entry["min_devices"]
             if table == "builds":
-                del entry["source"]
+                del entry["source"], entry["engine"]
     before["workload"]["seed"] = 42  # a key that was dropped, hashed as it was
     assert session.study_hash(st, model) == hashlib.sha256(
         (json.dumps(before, separators=(",", ":"), ensure_ascii=False) + "|" + str(model)).encode()).hexdigest()[:16]

@@ -98,3 +98,16 @@ def test_the_stored_form_reads_back():
     rows = [{"mode": "single", "rep": 2, "result": {"sequences": [g.as_dict()]}},
             {"mode": "single", "rep": 1, "result": {"sequences": [g.as_dict()]}}]
     assert q.by_mode(rows) == {"single": {2: [g], 1: [g]}}
+
+
+def test_a_side_without_token_ids_is_compared_by_its_pieces():
+    """ik_llama.cpp's server gives no token ids (run/references.py): its sequences are compared with llama.cpp's by
+    their text pieces, and the comparison says so."""
+    base = [q.Generated(prompt=0, tokens=(5, 6, 7), pieces=(" a", " b", " c"))]
+    same = [q.Generated(prompt=0, tokens=(), pieces=(" a", " b", " c"))]
+    other = [q.Generated(prompt=0, tokens=(), pieces=(" a", " x", " c"))]
+    r = q.compare(base, same, "single")
+    assert (r.identical, r.parting, r.by) == (1, None, "pieces") and r.as_dict()["by"] == "pieces"
+    r = q.compare(base, other, "single")
+    assert r.parting is not None and r.parting.pos == 1 and r.parting.arm[0] == " x"
+    assert "by" not in q.compare(base, base, "single").as_dict()  # token ids on both sides: as before

@@ -379,3 +379,20 @@ def test_failed_requests_of_a_level_are_kept_in_its_trial():
     reqs = trials[0].requests
     assert len(reqs) == 4 and sorted(r.index for r in reqs) == [0, 1, 2, 3]
     assert [r.error for r in reqs if not r.ok] == ["the server failed mid-stream: slot lost"]
+
+
+def test_an_erase_whose_answer_was_lost_counts_as_done_where_the_engine_loses_them():
+    """ik_llama.cpp registers to wait for an erase's answer after posting it (llamacpp/engines.py): where its main
+    loop is quicker the answer is dropped and the request hangs. With `lost_ok` a 5 s wait that ends unanswered is
+    the erase done; without, it is a refusal."""
+    waited = []
+
+    def hang(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slots/1":
+            waited.append(request.extensions["timeout"]["read"])
+            raise httpx.ReadTimeout("timed out", request=request)
+        return httpx.Response(200, json={"id_slot": 0, "n_erased": 0})
+
+    with httpx.Client(base_url="http://llama.test", transport=httpx.MockTransport(hang)) as c:
+        assert workload.clear_slots(c, 2, lost_ok=True) and waited == [5.0]
+        assert not workload.clear_slots(c, 2) and waited[-1] == 30.0

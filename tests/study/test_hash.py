@@ -17,6 +17,7 @@ MODEL = Path("/m/model.gguf")
 
 PINNED = {
     "demo": "e58e9d415bd9b82e",
+    "engines": "d6169906da205514",
     "pipeline-parallel": "d534eff20c7ce4f4",
     "split-modes": "a9020f032bd7b5df",
     "tune": "a342b241045661a1",

@@ -18,8 +18,11 @@ from ..llamacpp import argv
 STEP = 256  # llama.cpp pads the context to multiples of 256
 
 
-def probe_args(args: Sequence[str], n_ctx: int) -> list[str]:
-    """The study's server arguments with fit off and the context fixed (any -c/-fitt/-fit dropped first)."""
+def probe_args(args: Sequence[str], n_ctx: int, *, fit: bool = True) -> list[str]:
+    """The study's server arguments with fit off and the context fixed (any -c/-fitt/-fit dropped first). `fit`:
+    the engine has llama.cpp's fit to turn off (ik_llama.cpp has none of the context: only -c is set)."""
+    if not fit:
+        return argv.without(args, with_value=("-c", "--ctx-size")) + ["-c", str(n_ctx)]
     drop = ("-c", "--ctx-size", "-fitt", "--fit-target", "-fit", "--fit", "-fitc", "--fit-ctx")
     return argv.without(args, with_value=drop) + ["-fit", "off", "-c", str(n_ctx)]
 

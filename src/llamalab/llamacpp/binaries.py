@@ -7,6 +7,11 @@ target, the ggml backends it has (from its `load_backend` lines, its `--list-dev
 libraries beside it) and which helper programs sit next to it (rpc-server under either of its names,
 llama-bench, llama-fit-params). All of that is stored with the run.
 
+The binaries may be ik_llama.cpp's (engines.py): their engine is read from their own `--version` output, and where
+that cannot tell (ik_llama.cpp prints `version: N (C)` as llama.cpp did before mid-2025), from `llama-server -rtr
+--version`, which only ik_llama.cpp answers with its version (engines.IK_PROBE); ik_llama.cpp names its rpc-server
+`rpc-server` and has no `--list-devices`.
+
 ggml-org's release archives (`llama-bNNNN-bin-ubuntu-x64.tar.gz`) hold the programs and their `.so` files side
 by side in one folder, linked with RPATH `$ORIGIN` and with the backends as loadable libraries
 (`GGML_BACKEND_DL`), so their `--version` prints a `load_backend: loaded … backend from …` line per backend.
@@ -25,6 +30,7 @@ from pathlib import Path
 from ..core import proc
 from ..core.errors import ConfigError, SourceError
 from ..core.records import JsonObject
+from . import engines
 from .build import BuildArtifact
 from .source import Source
 
@@ -171,6 +177,7 @@ class Binaries:
     backends: tuple[str, ...]
     devices_text: str = ""
     libraries: tuple[str, ...] = field(default=())
+    engine: str = engines.LLAMA_CPP
 
     @property
     def key(self) -> str:
@@ -185,12 +192,12 @@ class Binaries:
     def source(self) -> Source:
         """What the builds table records as the llama.cpp a build ran: these binaries' version."""
         return Source(path=self.dir, origin=f"bin:{self.dir}", build_number=self.version.build_number,
-                      commit=self.version.commit)
+                      commit=self.version.commit, engine=self.engine)
 
     def describe(self) -> str:
         v = self.version
         progs = ", ".join(self.files[p] for p in NAMES if p in self.files)
-        return (f"{v.version} ({(v.commit or 'unknown')[:9]}) in {self.dir}: {progs}; backends "
+        return (f"{self.engine} {v.version} ({(v.commit or 'unknown')[:9]}) in {self.dir}: {progs}; backends "
                 f"{', '.join(self.backends) or 'not reported'}"
                 + (f"; built with {v.compiler} for {v.target}" if v.compiler else ""))
 
@@ -201,6 +208,7 @@ class Binaries:
             "version": v.version, "build_number": v.build_number, "commit": v.commit,
             "compiler": v.compiler, "target": v.target, "backends": list(self.backends),
             "version_text": self.version_text, "devices_text": self.devices_text,
+            **({"engine": self.engine} if self.engine != engines.LLAMA_CPP else {}),
         }
 
 
@@ -246,6 +254,7 @@ def probe(given: str | Path, where: str = "--llama-bin") -> Binaries:
     if why:
         raise SourceError(f"{server} does not run here: {why[0]}.", tip=why[1])
     version = parse_version(out)
+    engine = engine_of(server, out)
     files = {}
     for prog, names in NAMES.items():
         for name in names:
@@ -254,11 +263,23 @@ def probe(given: str | Path, where: str = "--llama-bin") -> Binaries:
                 files[prog] = name
                 break
     libs = tuple(sorted(p.name for p in d.iterdir() if p.name.startswith("libggml")))
-    rc, devices = proc.capture([str(server), "--list-devices"], timeout_s=60)
-    devices = devices if rc == 0 else ""
+    devices = ""
+    if engines.get(engine).lists_devices:
+        rc, devices = proc.capture([str(server), "--list-devices"], timeout_s=60)
+        devices = devices if rc == 0 else ""
     backends = list(version.backends) + device_backends(devices) + library_backends(libs)
     return Binaries(dir=d, given=str(given), files=files, version=version, version_text=out.strip()[-4000:],
-                    backends=tuple(dict.fromkeys(backends)), devices_text=devices.strip()[-4000:], libraries=libs)
+                    backends=tuple(dict.fromkeys(backends)), devices_text=devices.strip()[-4000:], libraries=libs,
+                    engine=engine)
+
+
+def engine_of(server: Path, version_text: str) -> str:
+    """The engine of a llama-server: from its `--version` output where that tells, else from `-rtr --version`."""
+    known = engines.engine_of_version(version_text)
+    if known is not None:
+        return known
+    rc, out = proc.capture([str(server), *engines.IK_PROBE], timeout_s=30)
+    return engines.engine_of_probe(rc, out)
 
 
 def check_devices(b: Binaries, backend: str, *, local_rpc: bool, where: str = "--llama-bin") -> None:
@@ -283,4 +304,4 @@ def check_devices(b: Binaries, backend: str, *, local_rpc: bool, where: str = "-
 def artifact(b: Binaries, name: str, backend: str) -> BuildArtifact:
     """A study build that runs these binaries: no CMake options of its own, nothing built."""
     return BuildArtifact(name=name, key=b.key, source=b.source(), backend=backend, options={}, bin_dir=b.dir,
-                         files=dict(b.files), given=b.as_dict())
+                         files=dict(b.files), given=b.as_dict(), engine=b.engine)

@@ -1,12 +1,15 @@
-"""CMake builds of llama.cpp, cached by (source, backend, options).
+"""CMake builds of llama.cpp (and of ik_llama.cpp, the other engine: engines.py), cached by (source, backend,
+options).
 
-A build whose options differ from another only in `GGML_SCHED_MAX_COPIES` is a *copies variant*: only
-`ggml-base` is rebuilt, in a second tree, and the base tree's binaries run with that tree's library first on
-`LD_LIBRARY_PATH` (llama-cpp-facts.md §4). The log's `sched copies = N` line confirms which library was loaded.
+A build whose options differ from another only in `GGML_SCHED_MAX_COPIES` is a *copies variant*: only the library
+that reads it is rebuilt (`ggml-base`; ik_llama.cpp's one `ggml`), in a second tree, and the base tree's binaries
+run with that tree's library first on `LD_LIBRARY_PATH` (llama-cpp-facts.md §4). The log's `sched copies = N` line
+confirms which library was loaded. An ik_llama.cpp tree builds from its own copy of the source (iksource.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,23 +24,16 @@ from ..core import proc
 from ..core.errors import BuildError
 from ..core.paths import locked
 from ..core.records import JsonObject
-from . import amx, ccache
+from . import amx, ccache, engines, iksource
 from . import source as source_mod
 from .source import Source
 
-COPIES = "GGML_SCHED_MAX_COPIES"
-DEFAULT_COPIES = "4"
+COPIES = engines.COPIES
+DEFAULT_COPIES = "4"  # llama.cpp's; an engine's own is `Engine.default_copies`
 
-# Options every build gets (llama-cpp-facts.md §5): no tests, examples or web UI; no OpenSSL.
-COMMON_DEFINES: dict[str, str] = {
-    "CMAKE_BUILD_TYPE": "Release",
-    "LLAMA_BUILD_TESTS": "OFF",
-    "LLAMA_BUILD_EXAMPLES": "OFF",
-    "LLAMA_BUILD_UI": "OFF",
-    "LLAMA_USE_PREBUILT_UI": "OFF",
-    "LLAMA_OPENSSL": "OFF",
-    "LLAMA_CURL": "OFF",
-}
+# Options every llama.cpp build gets (llama-cpp-facts.md §5): no tests, examples or web UI; no OpenSSL. An
+# ik_llama.cpp build gets its engine's (engines.py).
+COMMON_DEFINES: dict[str, str] = dict(engines.ENGINES[engines.LLAMA_CPP].defines)
 
 BACKEND_DEFINES: dict[str, dict[str, str]] = {
     "cpu": {},
@@ -76,6 +72,7 @@ class BuildArtifact:
     cmake_argv: tuple[str, ...] = field(default=())
     files: dict[str, str] = field(default_factory=dict)  # program → file name, where it differs (given binaries)
     given: JsonObject | None = None  # binaries llamalab did not build (binaries.Binaries.as_dict): what they are
+    engine: str = engines.LLAMA_CPP
 
     def binary(self, name: str) -> Path:
         return self.bin_dir / self.files.get(name, TARGETS.get(name, name))
@@ -93,10 +90,11 @@ class BuildArtifact:
 
     @property
     def expected_copies(self) -> int:
-        return int(self.options.get(COPIES, DEFAULT_COPIES))
+        return engines.get(self.engine).copies(self.options)
 
     def as_dict(self) -> JsonObject:
         return {
+            **({"engine": self.engine} if self.engine != engines.LLAMA_CPP else {}),
             "name": self.name,
             "key": self.key,
             "backend": self.backend,
@@ -126,10 +124,10 @@ def normalize(options: Mapping[str, object]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def split_copies(options: Mapping[str, str]) -> tuple[dict[str, str], str]:
-    """(options without GGML_SCHED_MAX_COPIES, the copies value — default 4)."""
+def split_copies(options: Mapping[str, str], default: str = DEFAULT_COPIES) -> tuple[dict[str, str], str]:
+    """(options without GGML_SCHED_MAX_COPIES, the copies value — default 4, or the engine's `default`)."""
     rest = {k: v for k, v in options.items() if k != COPIES}
-    return rest, str(options.get(COPIES, DEFAULT_COPIES))
+    return rest, str(options.get(COPIES, default))
 
 
 def options_key(backend: str, options: Mapping[str, str]) -> str:
@@ -139,9 +137,9 @@ def options_key(backend: str, options: Mapping[str, str]) -> str:
 
 def cmake_configure_argv(
     source_dir: Path, build_dir: Path, backend: str, options: Mapping[str, str], extra: Mapping[str, str],
-    *, generator: str | None = "Ninja",
+    *, generator: str | None = "Ninja", common: Mapping[str, str] = COMMON_DEFINES,
 ) -> list[str]:
-    defines = {**COMMON_DEFINES, **BACKEND_DEFINES[backend], **extra, **options}
+    defines = {**common, **BACKEND_DEFINES[backend], **extra, **options}
     argv = ["cmake", "-S", str(source_dir), "-B", str(build_dir)]
     if generator:
         argv += ["-G", generator]
@@ -240,16 +238,28 @@ class Builder:
     def root(self) -> Path:
         return self.home / "builds" / self.source.key
 
+    @property
+    def engine(self) -> engines.Engine:
+        return engines.get(self.source.engine)
+
+    def _files(self) -> dict[str, str]:
+        """Program → its file name, where this engine's differs from llamalab's name (ik's `rpc-server`)."""
+        out = {}
+        for p in self.targets:
+            t = self.engine.target(p)
+            if t is not None and t != TARGETS.get(p, p):
+                out[p] = t
+        return out
+
+    def _artifact(self, art: BuildArtifact, **changes: object) -> BuildArtifact:
+        return dataclasses.replace(art, engine=self.engine.name, files=self._files(), **changes)  # type: ignore[arg-type]
+
     def build(self, name: str, options: Mapping[str, object]) -> BuildArtifact:
         opts = normalize(options)
-        rest, copies = split_copies(opts)
+        rest, copies = split_copies(opts, str(self.engine.default_copies))
         base = self._checked(lambda force: self._full_build(rest, force=force))
-        if copies == DEFAULT_COPIES:
-            return BuildArtifact(
-                name=name, key=base.key, source=self.source, backend=self.backend, options=opts,
-                bin_dir=base.bin_dir, build_seconds=base.build_seconds, reused=base.reused,
-                cmake_argv=base.cmake_argv,
-            )
+        if copies == str(self.engine.default_copies):
+            return self._artifact(base, name=name, options=opts)
         return self._checked(lambda force: self._copies_variant(name, opts, base, copies, force=force))
 
     def _checked(self, make: Callable[[bool], BuildArtifact]) -> BuildArtifact:
@@ -273,24 +283,27 @@ class Builder:
     def _full_build(self, options: dict[str, str], *, force: bool = False) -> BuildArtifact:
         key = options_key(self.backend, options)
         tree = self.root / key
-        return self._build_tree(key, tree, options, self.targets, what=f"llama.cpp {self.backend} {key}",
-                                force=force)
+        targets = tuple(t for t in self.targets if self.engine.target(t) is not None)
+        art = self._build_tree(key, tree, options, targets, what=f"{self.engine.name} {self.backend} {key}",
+                               force=force)
+        return self._artifact(art)
 
     def _copies_variant(self, name: str, opts: dict[str, str], base: BuildArtifact, copies: str, *,
                         force: bool = False) -> BuildArtifact:
         key = f"{base.key}-copies{copies}"
         tree = self.root / base.key / "variants" / f"copies{copies}"
         options = {**split_copies(opts)[0], COPIES: copies}
-        art = self._build_tree(key, tree, options, ("ggml-base",), what=f"ggml-base with {COPIES}={copies}",
+        lib_target, lib_name = self.engine.copies_target, self.engine.copies_lib
+        art = self._build_tree(key, tree, options, (lib_target,), what=f"{lib_target} with {COPIES}={copies}",
                                force=force)
-        lib = tree / "bin"
-        if not any(lib.glob("libggml-base.*")):
-            raise BuildError(f"the copies variant built, but {lib} has no libggml-base library.",
+        lib = tree / self.engine.copies_lib_dir
+        if not any(lib.glob(f"{lib_name}.*")):
+            raise BuildError(f"the copies variant built, but {lib} has no {lib_name} library.",
                              tip="this llama.cpp may build static libraries; pass -DBUILD_SHARED_LIBS=ON.")
         return BuildArtifact(
             name=name, key=key, source=self.source, backend=self.backend, options=opts, bin_dir=base.bin_dir,
             lib_dir=lib, build_seconds=art.build_seconds, reused=art.reused, variant_of=base.key,
-            cmake_argv=art.cmake_argv,
+            cmake_argv=art.cmake_argv, engine=self.engine.name, files=self._files(),
         )
 
     def _build_tree(self, key: str, tree: Path, options: dict[str, str], targets: tuple[str, ...], *, what: str,
@@ -298,11 +311,12 @@ class Builder:
         tree.mkdir(parents=True, exist_ok=True)
         marker = tree / "llamalab-build.json"
         with locked(tree / ".lock"):
-            src = ccache.source_link(tree, self.source.path)  # every compile names the source `.src/…`
+            src = self._source_in(tree)
             no_amx = amx.defines(self.source.path, options, self.cpu_flags or frozenset())
             configure = cmake_configure_argv(src, tree, self.backend, {**options, **no_amx},
                                              {**self.source.cmake_defines(), **self.extra_defines},
-                                             generator="Ninja" if shutil.which("ninja") else None)
+                                             generator="Ninja" if shutil.which("ninja") else None,
+                                             common=self.engine.defines)
             done = _read_marker(marker)
             immutable = source_mod.immutable(self.source)
             files = self._expected_files(tree, targets, done)
@@ -334,8 +348,8 @@ class Builder:
             def steps() -> None:
                 if reconfigure:  # a tree configured as it is keeps its unity sources (and the objects made of them)
                     ccache.relative_unity_includes(tree, configure_step)
-                run_step(cmake_build_argv(tree, targets, self.jobs), log_path, what, "build", env=env or None,
-                         progress=self.progress)
+                run_step(cmake_build_argv(tree, tuple(self.engine.target(t) or t for t in targets), self.jobs),
+                         log_path, what, "build", env=env or None, progress=self.progress)
 
             start = time.monotonic()
             counts = ccache.counted(env, steps)
@@ -353,15 +367,24 @@ class Builder:
         return BuildArtifact(name=key, key=key, source=self.source, backend=self.backend, options=options,
                              bin_dir=tree / "bin", build_seconds=seconds, reused=False, cmake_argv=tuple(configure))
 
-    @staticmethod
-    def _expected_files(tree: Path, targets: tuple[str, ...], marker: JsonObject | None) -> dict[Path, bool]:
+    def _source_in(self, tree: Path) -> Path:
+        """`<tree>/.src`, which every compile names the source by: a link to it, or (ik_llama.cpp) the tree's own
+        copy of it (iksource.py)."""
+        if self.engine.name == engines.IK_LLAMA_CPP:
+            return iksource.tree_copy(tree, self.source.path)
+        return ccache.source_link(tree, self.source.path)
+
+    def _expected_files(self, tree: Path, targets: tuple[str, ...], marker: JsonObject | None) -> dict[Path, bool]:
         """The files a finished build of `targets` has (path → must be executable): the programs, the ggml-base
-        library for a copies variant, and every program and library the marker recorded when it was built."""
+        library for a copies variant (ik_llama.cpp's ggml), and every program and library the marker recorded when
+        it was built."""
         bin_dir = tree / "bin"
-        files = {bin_dir / TARGETS[t]: True for t in targets if t in TARGETS}
-        if "ggml-base" in targets:
-            libs = sorted(bin_dir.glob("libggml-base.so*")) + sorted(bin_dir.glob("libggml-base*.dylib"))
-            files.update({p: False for p in libs} or {bin_dir / "libggml-base.so": False})
+        eng = self.engine
+        files = {bin_dir / (eng.target(t) or TARGETS[t]): True for t in targets if t in TARGETS}
+        if eng.copies_target in targets:
+            lib_dir, lib = tree / eng.copies_lib_dir, eng.copies_lib
+            libs = sorted(lib_dir.glob(f"{lib}.so*")) + sorted(lib_dir.glob(f"{lib}*.dylib"))
+            files.update({p: False for p in libs} or {lib_dir / f"{lib}.so": False})
         recorded = (marker or {}).get("outputs")
         if isinstance(recorded, dict):
             files.update({bin_dir / str(n): bool(x) for n, x in recorded.items() if "/" not in str(n)})

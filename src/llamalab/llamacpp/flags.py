@@ -6,12 +6,20 @@ crosscheck may leave it out), and why a study file that passes it needs the user
 is looked up as llama.cpp reads it (`name_of`: `--n_gpu_layers=5` is `--n-gpu-layers`, an alias of `-ngl`).
 `argv`, `crosscheck`, the trust gate, the study model and the tune search read their flag facts from here; so are
 the K/V cache types `-ctk`/`-ctv` take (with ggml's bytes per value).
+
+Each flag also says which engine has it (`Flag.engines`; engines.py): most are in both llama.cpp and ik_llama.cpp
+(its common/common.cpp, ik-llama-cpp-python 0.1.5); `-lv`, `-kvu`, `-fitt`, `-fitc`, `--no-op-offload` are
+llama.cpp's alone (ik_llama.cpp spells verbosity `--verbosity` only, and its `--fit` takes no value), and
+ik_llama.cpp has its own (`-rtr`, `-gr`/`-no-gr`, `-mla`, `--fit-margin` …). `lacks` says why a flag is not one
+an engine takes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .engines import IK_LLAMA_CPP, LLAMA_CPP, NAMES
 
 # the kind of value a flag takes
 BARE = "bare"  # no value
@@ -32,6 +40,11 @@ KV_TYPES: tuple[str, ...] = tuple(KV_BYTES)  # what llama.cpp's -ctk/-ctv take
 KV_RANK: Mapping[str, int] = {"f32": 9, "f16": 8, "bf16": 8, "q8_0": 6, "q5_1": 5, "q5_0": 4, "q4_1": 3, "q4_0": 2,
                               "iq4_nl": 2}
 SPLIT_MODES = ("none", "layer", "row", "tensor")
+SPLIT_MODES_BY_ENGINE: Mapping[str, tuple[str, ...]] = {LLAMA_CPP: SPLIT_MODES,
+                                                        IK_LLAMA_CPP: ("none", "layer", "graph", "attn")}
+BOTH = frozenset(NAMES)
+LLAMA_ONLY = frozenset({LLAMA_CPP})
+IK_ONLY = frozenset({IK_LLAMA_CPP})
 
 # why a flag needs the user's word (study/trust.py)
 RUNS_PROGRAMS = "lets llama-server run programs or tools (shell commands, file edits, MCP servers)"
@@ -56,6 +69,8 @@ class Flag:
     bench_value: str | None = None  # the value llama-bench's flag takes where the server's is bare
     bench_skip: bool = False  # server-only: no speed of one stream changes with it, or llama-bench sets it itself
     risk: str | None = None  # why a study file that passes it needs the user's word
+    engines: frozenset[str] = BOTH  # the engines that have it
+    ik_names: tuple[str, ...] | None = None  # the spellings ik_llama.cpp takes, where it takes fewer than llama.cpp
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -75,9 +90,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("-np", ("--parallel",), COUNT, bench_skip=True),
     Flag("-ts", ("--tensor-split",), LIST, bench="-ts"),
     Flag("-sm", ("--split-mode",), CHOICE, SPLIT_MODES, bench="-sm"),
-    Flag("-fitt", ("--fit-target",), LIST, bench_skip=True),
-    Flag("-fit", ("--fit",), CHOICE, ("on", "off"), bench_skip=True),
-    Flag("-fitc", ("--fit-ctx",), COUNT, bench_skip=True),
+    Flag("-fitt", ("--fit-target",), LIST, bench_skip=True, engines=LLAMA_ONLY),
+    # ik_llama.cpp: `--fit` alone (no value), which moves MoE experts to the CPU only
+    Flag("-fit", ("--fit",), CHOICE, ("on", "off"), bench_skip=True, ik_names=("--fit",)),
+    Flag("-fitc", ("--fit-ctx",), COUNT, bench_skip=True, engines=LLAMA_ONLY),
     Flag("-c", ("--ctx-size",), COUNT, bench_skip=True),
     Flag("-cram", ("--cache-ram",), INT, bench_skip=True),
     Flag("-fa", ("--flash-attn",), CHOICE, ("on", "off", "auto"), bench="-fa"),
@@ -91,14 +107,22 @@ FLAGS: tuple[Flag, ...] = (
     Flag("-ot", ("--override-tensor",), TEXT, bench="-ot"),
     Flag("-cmoe", ("--cpu-moe",), BARE),
     Flag("-ncmoe", ("--n-cpu-moe",), COUNT),
-    Flag("--no-op-offload", (), BARE, bench="-nopo", bench_value="1"),
+    Flag("--no-op-offload", (), BARE, bench="-nopo", bench_value="1", engines=LLAMA_ONLY),
     Flag("-nkvo", ("--no-kv-offload",), BARE, bench="-nkvo", bench_value="1"),
-    Flag("-kvu", ("--kv-unified",), BARE, bench_skip=True),
-    Flag("-no-kvu", ("--no-kv-unified",), BARE, bench_skip=True),
+    Flag("-kvu", ("--kv-unified",), BARE, bench_skip=True, engines=LLAMA_ONLY),
+    Flag("-no-kvu", ("--no-kv-unified",), BARE, bench_skip=True, engines=LLAMA_ONLY),
     Flag("--host", (), TEXT, bench_skip=True),
     Flag("--port", (), COUNT, bench_skip=True),
     Flag("--reuse-port", (), BARE),
-    Flag("-lv", ("--verbosity", "--log-verbosity"), INT, bench_skip=True),
+    Flag("-lv", ("--verbosity", "--log-verbosity"), INT, bench_skip=True, ik_names=("--verbosity",)),
+    Flag("--log-disable", (), BARE, bench_skip=True),
+    # ik_llama.cpp's own (its common/common.cpp): run-time repacking, graph reuse, MLA, fused MoE, the fit's margin
+    Flag("-rtr", ("--run-time-repack",), BARE, engines=IK_ONLY),
+    Flag("-gr", ("--graph-reuse",), BARE, bench_skip=True, engines=IK_ONLY),
+    Flag("-no-gr", ("--no-graph-reuse",), BARE, bench_skip=True, engines=IK_ONLY),
+    Flag("-mla", ("--mla-use",), INT, engines=IK_ONLY),
+    Flag("-no-fmoe", ("--no-fused-moe",), BARE, engines=IK_ONLY),
+    Flag("--fit-margin", (), COUNT, bench_skip=True, engines=IK_ONLY),
     Flag("--metrics", (), BARE, bench_skip=True),
     Flag("--no-warmup", (), BARE, bench_skip=True),
     Flag("--rpc", (), URL, bench="-rpc", risk=SENDS_TO_RPC),
@@ -148,6 +172,25 @@ def names(arg: str) -> tuple[str, ...]:
     table does not have alone."""
     f = flag(arg)
     return f.names if f else (name_of(arg),)
+
+
+def lacks(engine: str, arg: str) -> str | None:
+    """Why the engine does not take this flag, where the table knows (another engine's own flag, or a spelling it
+    lacks); None where it takes it or the table does not have it."""
+    f = flag(arg)
+    if f is None:
+        return None
+    if engine not in f.engines:
+        only = " and ".join(sorted(f.engines))
+        return f"{name_of(arg)} is {only}'s alone: {engine} has no such flag"
+    if engine == IK_LLAMA_CPP and f.ik_names is not None and name_of(arg) not in f.ik_names:
+        return f"{engine} spells it {' or '.join(f.ik_names)} only"
+    return None
+
+
+def split_modes(engine: str) -> tuple[str, ...]:
+    """The -sm values the engine takes."""
+    return SPLIT_MODES_BY_ENGINE.get(engine, SPLIT_MODES)
 
 
 def risk(arg: str) -> str | None:

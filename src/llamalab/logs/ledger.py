@@ -34,6 +34,9 @@ How a log maps to one ledger:
   CPU_Mapped, CPU_*, AMX, *_Host), keyed by the printed name. Multimodal projector (clip) compute buffers and LoRA
   adapters are recorded apart, not in the per-device ledger.
 
+ik_llama.cpp's logs are read the same way (its memory lines are llama.cpp's 2024 forms); the lines only it prints
+and the figures its log has no line for are iklines.py's.
+
 Why one module of ~700 lines: the state machine that turns a load's lines into one `Ledger` is one pass whose
 steps share its state (`_State`) and order (a new load, a new context, a re-reserve); its records, line cleanup,
 patterns, `-sm tensor` attribution, failures and device order are apart (logs/records.py, rawlines.py,
@@ -47,6 +50,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import iklines
 from .failures import better_failure, failure_hint, failure_text, oom
 from .patterns import (
     ALLOC_BUF,
@@ -131,6 +135,7 @@ class _State:
     meta_members: list[str] = field(default_factory=list)  # the devices the Meta() device spans, in its order
     ollama: dict[str, dict[str, float]] = field(default_factory=dict)  # ollama's last memory summary: kind → name → MiB
     ollama_round: set[str] = field(default_factory=set)  # backends of the current "compute graph" round
+    ik: iklines.IkState = field(default_factory=iklines.IkState)  # ik_llama.cpp's own lines (iklines.py)
 
     def ctx(self) -> _Ctx:
         if not self.ctxs:
@@ -203,6 +208,7 @@ def parse(lines: Iterable[object], *, tensor_split: Sequence[float] | None = Non
         if seen.get("ollama"):
             led.wrapper = "ollama"
         _ollama_finish(st)
+        iklines.finish(st.ik, led)
         split_meta(led, st.meta_members, tensor_split)
     except Exception as e:
         led.errors.append(f"{type(e).__name__}: {e}")
@@ -256,8 +262,8 @@ def _ollama_finish(st: _State) -> None:
 def _line(st: _State, line: str, low: str) -> None:
     """One cleaned line; `low` is it lower-cased. Each pattern runs only where its keyword is in the line; each
     reader below returns True where the line is taken and nothing after it may read it."""
-    if (_structure_line(st, line, low) or _buffer_line(st, line) or _context_line(st, line)
-            or _pipeline_line(st, line, low)):
+    if (_structure_line(st, line, low) or iklines.read(st.ik, line) or _buffer_line(st, line)
+            or _context_line(st, line) or _pipeline_line(st, line, low)):
         return
     _fit_line(st, line)
 

@@ -67,6 +67,21 @@ class BreakdownRow:
 
 
 @dataclass
+class EngineFit:
+    """ik_llama.cpp's own placement of the layers, which it prints on every load (with `--fit` or not; logs/iklines.py):
+    its margin, what the model and cache need, what the devices offer less compute, the device each layer goes to
+    (its device numbers: 0 is the CPU on a build without a GPU backend), its warnings, and a failed auto-fit."""
+
+    margin_mib: int | None = None  # "Free memory F MiB on device D is less the M MiB safety margin"
+    required_mib: int | None = None  # "Memory required for model tensors + cache: R MiB"
+    available_mib: int | None = None  # "Memory available on all devices - compute: A MiB"
+    layer_device: list[int] = field(default_factory=list)  # "Setting default device in layer L to D", by layer
+    warnings: list[str] = field(default_factory=list)  # "Free memory … is less the …", as printed
+    expert_overrides: int = 0  # "Adding experts CPU overrides for layer L" (--fit on a MoE model)
+    failed: str | None = None  # "Unable to auto-fit model"
+
+
+@dataclass
 class Ledger:
     devices: dict[str, Buffers] = field(default_factory=dict)
     host: dict[str, Buffers] = field(default_factory=dict)
@@ -119,6 +134,11 @@ class Ledger:
     failure: str | None = None  # failure_reason() of the same lines
     n_loads: int = 0  # model loads seen; the ledger describes the last
     errors: list[str] = field(default_factory=list)
+    # the engine whose lines these are, where they say (ik_llama.cpp: logs/iklines.py); None: llama.cpp's or unknown
+    engine: str | None = None
+    engine_fit: EngineFit | None = None  # ik_llama.cpp's own layer placement (EngineFit)
+    # a figure the engine's log has no line for → why, and what the ledger says instead (never a guess)
+    not_printed: dict[str, str] = field(default_factory=dict)
 
     def compute_host_mib(self) -> float | None:
         vals = [b.compute_mib for b in self.host.values() if b.compute_mib is not None]

@@ -18,14 +18,22 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..llamacpp import argv
+from ..llamacpp import argv, engines
 from ..llamacpp import build as buildmod
 from ..llamacpp.build import BuildArtifact
 from ..logs.applicability import NOT_APPLICABLE
 from ..models import standin
 from ..models import synthetic as models
 from ..setup import prepare as session
-from ..setup.configplan import ConfigPlan, check_fit_on, mkdir, needs_within, plan_config, within_budgets
+from ..setup.configplan import (
+    ConfigPlan,
+    check_fit_on,
+    mkdir,
+    needs_within,
+    plan_config,
+    within_budgets,
+    within_budgets_by_load,
+)
 from ..setup.options import RunOptions
 from ..setup.progress import Progress
 from ..study.spec import Study, configs
@@ -247,13 +255,18 @@ def _within_budgets(prep: session.Prepared, plans: list[ConfigPlan], logs: Path,
         with session.device_setup(prep, art, mkdir(logs / f"devices-{bspec.name}-within".replace("/", "_"))) as dev:
             env = {**art.env(), **dev.env}
             emu = session.budget_emulation(study, art, dev, env, [*study.server.args, *bspec.args])
-            if emu is None:
+            by_load = emu is None and not engines.get(art.engine).fit_target  # no fit to dry-run: loads
+            if emu is None and not by_load:
                 continue
             for cp in mine:
                 cfg = next(c for c in configs(study) if c.build.name == cp.build and c.setting.name == cp.setting)
-                progress.message(f"dry runs: {cp.build} × {cp.setting}, the largest context within the budgets")
-                fit = within_budgets(prep, cfg, art, dev, env, emu, logs, timeout_s, start=cp.n_ctx)
-                cp.within = {**fit.as_dict(), "why": needs_within(cp) or "like every configuration of the plan"}
+                progress.message(f"{'loads' if by_load else 'dry runs'}: {cp.build} × {cp.setting}, the largest "
+                                 "context within the budgets")
+                fit = within_budgets(prep, cfg, art, dev, env, emu, logs, timeout_s, start=cp.n_ctx) \
+                    if emu is not None else within_budgets_by_load(prep, cfg, art, dev, env, logs, timeout_s,
+                                                                   start=cp.n_ctx)
+                cp.within = {**fit.as_dict(), "why": needs_within(cp) or "like every configuration of the plan",
+                             **({"engine": art.engine} if emu is None else {})}  # searched by loads
                 cp.dry_runs += fit.dry_runs
 
 

@@ -10,7 +10,9 @@ compared with its own saved logits too (its A/A: llama-perplexity evaluates in b
 
 A configuration's flags are its llama-server arguments (the study's, the build's, the setting's, the devices', the
 budget emulation's), less what llama-perplexity does not take, each said with why (`DROPPED`); the context, batch
-and chunks are the check's own.
+and chunks are the check's own. An ik_llama.cpp build runs its own llama-perplexity against the baseline's saved
+logits (its `--kl-divergence` reads llama.cpp b11312's base file: checked), with `--log-disable` (no ./llama.log):
+the engines' numerics differ, and the KLD says by how much.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from ..core import proc
 from ..llamacpp import argv as argvmod
+from ..llamacpp import engines
 from ..llamacpp.build import BuildArtifact
 from ..llamacpp.server import known_flags, unknown_flags
 from ..setup.prepare import Prepared, device_setup, emulate_budgets, server_args
@@ -133,9 +136,11 @@ def _run(prep: Prepared, build: str, setting: str, base: Path, chunks: int, logs
     folder.mkdir(parents=True, exist_ok=True)
     with device_setup(prep, art, folder) as dev:
         env = {**art.env(), **dev.env}
-        args, _ = emulate_budgets(study, art, dev, env, server_args(study, cfg, dev))
+        args, _ = emulate_budgets(study, art, dev, env, server_args(study, cfg, dev, art.engine))
+        args += [a for a in engines.log_args(engines.get(art.engine)) if a == "--log-disable"]
         rc_help, help_text = proc.capture([str(binary), "--help"], timeout_s=30, env=env)
-        kept, dropped = perplexity_args(args, known_flags(help_text) if rc_help == 0 else set())
+        readable = rc_help == 0 or art.engine != engines.LLAMA_CPP  # ik_llama.cpp's --help exits 1
+        kept, dropped = perplexity_args(args, known_flags(help_text, art.engine) if readable else set())
         cmd = kldmod.arm_argv(binary, prep.model_path, base, kept, chunks, corpus)
         rc, lines = kldmod.run(cmd, folder / "llama-perplexity.log", env)
     out: dict[str, Any] = {"argv": cmd[1:], "dropped": dropped, "chunks": chunks,

@@ -65,8 +65,9 @@ class Generated:
         return ps[0] - ps[1]
 
 
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """The first position (0-based) where two token sequences differ, or where one ends; None where identical."""
+def first_difference(a: Sequence[int] | Sequence[str], b: Sequence[int] | Sequence[str]) -> int | None:
+    """The first position (0-based) where two token (or text piece) sequences differ, or where one ends; None where
+    identical."""
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return i
@@ -98,25 +99,33 @@ class ModeResult:
     identical: int
     total: int
     parting: Parting | None
+    by: str = "tokens"  # "pieces": compared by the tokens' text (a side without token ids)
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "identical": self.identical, "total": self.total,
-                "parting": self.parting.as_dict() if self.parting else None}
+                "parting": self.parting.as_dict() if self.parting else None,
+                **({"by": self.by} if self.by != "tokens" else {})}
 
 
 def compare(base: Sequence[Generated], arm: Sequence[Generated], mode: str, context: int = 8) -> ModeResult:
-    """Each arm sequence against the baseline's sequence of the same place; `context` tokens of each continuation
-    kept from where they part."""
+    """Each arm sequence against the baseline's sequence of the same place, token by token — by the tokens' text
+    pieces where either side has no token ids (ik_llama.cpp's server gives none: run/references.py); `context`
+    tokens of each continuation kept from where they part."""
     identical, first = 0, None
+    by = "tokens"
     for i, (b, a) in enumerate(zip(base, arm)):
-        pos = first_difference(b.tokens, a.tokens)
+        if b.tokens and a.tokens:
+            pos = first_difference(b.tokens, a.tokens)
+        else:
+            by = "pieces"
+            pos = first_difference(b.pieces, a.pieces)
         if pos is None:
             identical += 1
             continue
         if first is None or pos < first.pos:
             first = Parting(seq=i, pos=pos, margin=b.margin(pos), base=_pieces(b, pos, context),
                             arm=_pieces(a, pos, context))
-    return ModeResult(mode=mode, identical=identical, total=min(len(base), len(arm)), parting=first)
+    return ModeResult(mode=mode, identical=identical, total=min(len(base), len(arm)), parting=first, by=by)
 
 
 def _pieces(g: Generated, pos: int, n: int) -> tuple[str, ...]:

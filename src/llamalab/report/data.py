@@ -85,6 +85,13 @@ class RunData:
     def build_label(self, name: str) -> str:
         return self.build_spec(name).label or name
 
+    def engine(self, name: str) -> str:
+        """The engine a build ran (the run's options record those not llama.cpp's: run.runner.run_engines)."""
+        opts = self.run.get("options")
+        engines = opts.get("engines") if isinstance(opts, dict) else None
+        got = engines.get(name) if isinstance(engines, dict) else None
+        return got if isinstance(got, str) else "llama.cpp"
+
     @property
     def server_args(self) -> list[str]:
         """The study's `[server] args`."""

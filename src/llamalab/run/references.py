@@ -6,19 +6,33 @@ this server and rotated — natural text on a real model, its tokens on a synthe
 (`temperature: 0`), a fixed number of output tokens (`[outputs] tokens`, `ignore_eos`), the top candidates and their
 log-probabilities at every position (`n_probs`), `cache_prompt` off, every slot erased first: once single-stream,
 one prompt after another, and where the study serves K requests, once with K at once (prompt k mod P in request k).
+
+ik_llama.cpp's server (llamacpp/engines.py) answers in the older shape: no token ids (no `tokens`, and its
+`completion_probabilities` are `{content, probs: [{tok_str, prob}]}`), so its sequences hold the text pieces and
+are compared by them (quality/outputs.py). Its `prob`s are too small: `get_token_probabilities`
+(examples/server/server-common.cpp) adds the probability mass beyond the top `n_probs` to the normaliser twice, so
+every reported p is p_true / (1 + T), T the tail's mass; with R the reported top's sum, R = (1 − T) / (1 + T), so
+p_true = p · 2 / (1 + R) exactly (`ik_corrected`; checked against llama.cpp b11312 on the same model: 0.007753,
+0.007373, 0.006874 against 0.007753, 0.007367, 0.006876). Its non-streamed answer is an HTTP 500 where the text
+holds a lone byte that is not UTF-8 (a synthetic model's random tokens), so it is asked to stream: its stream's last
+event holds every position's candidates, and its events are written with invalid bytes replaced. A byte token is
+written `byte: \\xNN` in both engines' pieces (llama.cpp's `bytes` read that way), so pieces compare across them.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from ..core.errors import WorkloadError
+from ..llamacpp import engines
 from . import workload
 
 
@@ -30,11 +44,41 @@ class Plan:
     top: int  # candidates kept per position (n_probs)
     concurrency: int  # K requests at once for the parallel mode; 1: single-stream only
     timeout_s: float = 600.0
+    engine: str = engines.LLAMA_CPP
 
 
 def body(ids: list[int], plan: Plan) -> dict[str, Any]:
-    return {"prompt": ids, "n_predict": plan.tokens, "ignore_eos": True, "cache_prompt": False, "stream": False,
-            "temperature": 0.0, "seed": 42, "n_probs": plan.top, "return_tokens": True}
+    return {"prompt": ids, "n_predict": plan.tokens, "ignore_eos": True, "cache_prompt": False,
+            "stream": plan.engine == engines.IK_LLAMA_CPP, "temperature": 0.0, "seed": 42, "n_probs": plan.top,
+            "return_tokens": True}
+
+
+def piece(candidate: Mapping[str, Any]) -> str:
+    """A chosen token's text as both engines can write it: a lone byte that is not text (its `bytes` one value of
+    128 or more) as ik_llama.cpp writes it, `byte: \\xNN`; else llama.cpp's `token`."""
+    raw = candidate.get("bytes")
+    if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], int) and raw[0] & 0x80:
+        return f"byte: \\x{raw[0]:x}"
+    return str(candidate.get("token", ""))
+
+
+def ik_corrected(probs: Sequence[float]) -> list[float]:
+    """ik_llama.cpp's top probabilities as they are (module docstring): each times 2 / (1 + their sum)."""
+    r = sum(probs)
+    return [p * 2.0 / (1.0 + r) for p in probs]
+
+
+def ik_sequence(answer: Mapping[str, Any], prompt: int) -> dict[str, Any]:
+    """ik_llama.cpp's answer as a stored sequence (pure): no token ids; each position's text piece and its top
+    candidates (id -1: not given), their probabilities corrected (`ik_corrected`), most likely first."""
+    probs = [p for p in answer.get("completion_probabilities") or [] if isinstance(p, dict)]
+    pieces = [str(p.get("content", "")) for p in probs]
+    top: list[list[list[float]]] = []
+    for p in probs:
+        cands = [c for c in p.get("probs") or [] if isinstance(c, dict) and isinstance(c.get("prob"), (int, float))]
+        fixed = ik_corrected([float(c["prob"]) for c in cands])
+        top.append(sorted(([-1, math.log(x)] for x in fixed if x > 0), key=lambda x: -x[1]))
+    return {"prompt": prompt, "tokens": [], "pieces": pieces, "top": top}
 
 
 def sequence(answer: Mapping[str, Any], prompt: int) -> dict[str, Any]:
@@ -52,13 +96,32 @@ def sequence(answer: Mapping[str, Any], prompt: int) -> dict[str, Any]:
     pieces = [""] * n
     if offset is not None:
         for i, p in enumerate(probs):
-            pieces[offset + i] = str(p.get("token", ""))
+            pieces[offset + i] = piece(p)
             top[offset + i] = sorted(([int(c["id"]), float(c["logprob"])] for c in p.get("top_logprobs") or []
                                       if "id" in c and "logprob" in c), key=lambda x: -x[1])
     return {"prompt": prompt, "tokens": tokens, "pieces": pieces if offset is not None else [], "top": top}
 
 
+def _last_event(r: httpx.Response) -> dict[str, Any]:
+    """A streamed answer's last event (the one with `stop`: it holds every position's candidates)."""
+    last: dict[str, Any] = {}
+    for line in r.iter_lines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            ev = json.loads(line[6:])
+            if isinstance(ev, dict) and ev.get("stop"):
+                last = ev
+    return last
+
+
 def _one(client: httpx.Client, ids: list[int], prompt: int, plan: Plan) -> dict[str, Any]:
+    if plan.engine == engines.IK_LLAMA_CPP:
+        with client.stream("POST", "/completion", json=body(ids, plan), timeout=plan.timeout_s) as r:
+            if r.status_code != 200:
+                raise WorkloadError(f"a reference request failed: HTTP {r.status_code}: {r.read()[:300]!r}")
+            last = _last_event(r)
+        if not last.get("completion_probabilities"):
+            raise WorkloadError("a reference request's stream ended without its candidates")
+        return ik_sequence(last, prompt)
     r = client.post("/completion", json=body(ids, plan), timeout=plan.timeout_s)
     if r.status_code != 200:
         raise WorkloadError(f"a reference request failed: HTTP {r.status_code}: {r.text[:300]}")
@@ -101,7 +164,8 @@ def generate(base_url: str, plan: Plan, n_slots: int, transport: httpx.BaseTrans
         prompts = [workload.prompt_ids(client, plan.prompt_tokens, rotate=37 * k) for k in range(plan.prompts)]
         modes = [("single", 1)] + ([("parallel", plan.concurrency)] if plan.concurrency > 1 else [])
         for mode, k in modes:
-            if n_slots and not workload.clear_slots(client, n_slots):
+            lost_ok = engines.get(plan.engine).erase_answer_lost
+            if n_slots and not workload.clear_slots(client, n_slots, lost_ok=lost_ok):
                 raise WorkloadError("the server refused to erase its slots before the reference generation")
             t0 = time.monotonic()
             try:

@@ -22,11 +22,12 @@ from ..core.errors import LaunchError, LlamalabError, WorkloadError
 from ..core.records import ConfigOutcome
 from ..fit import budgetfit, maxctx
 from ..llamacpp import argv as argvmod
-from ..llamacpp import crosscheck
+from ..llamacpp import crosscheck, engines
 from ..llamacpp.build import BuildArtifact
 from ..llamacpp.server import launch
 from ..logs import applicability, ledger, order, records
 from ..logs.applicability import NOT_APPLICABLE
+from ..logs.failures import failure_reason
 from ..machine import sysinfo
 from ..quality import logits
 from ..setup import configplan
@@ -88,6 +89,13 @@ def llama_cpp_info(prep: Prepared) -> dict:
     return info
 
 
+def run_engines(prep: Prepared) -> dict:
+    """What the run's options record of its engines: build → engine, for each build not of llama.cpp (none: every
+    build is llama.cpp's, as in every run before engines)."""
+    other = {name: a.engine for name, a in prep.artifacts.items() if a.engine != engines.LLAMA_CPP}
+    return {"engines": other} if other else {}
+
+
 Cut = Callable[[Store, str, Pass, int], str | None]
 Skip = Callable[[Store, str, Pass], str | None]
 
@@ -119,7 +127,8 @@ def execute(prep: Prepared, study_toml: str | None, opts: RunOptions, progress: 
     with Store(opts.db) as store:
         run_id, resumed = store.begin_run(study.name, study_toml, shash, version=__version__, resume=opts.resume,
                                           fresh=opts.fresh, model=prep.model_info.as_dict(),
-                                          options={"backend": prep.backend, "db": str(opts.db)},
+                                          options={"backend": prep.backend, "db": str(opts.db),
+                                                   **run_engines(prep)},
                                           devices=prep.topology or None)
         if resumed and not opts.resume:
             progress.message(f"resuming unfinished run {run_id} of this study (pass --fresh to start anew)")
@@ -198,7 +207,10 @@ def _afterwards(prep: Prepared, store: Store, run_id: str, opts: RunOptions, pro
     if opts.crosscheck:
         _crosscheck(prep, store, run_id, logs, progress)
     if opts.budget_context != "off" and prep.study.devices.budgets_mib:
-        _budget_fits(prep, store, run_id, logs, progress, always=opts.budget_context == "always")
+        # an engine without a fit ran at a context searched within the budgets: every configuration's is searched,
+        # so that all are compared within the same budgets
+        searched = any(not engines.get(a.engine).fit_target for a in prep.artifacts.values())
+        _budget_fits(prep, store, run_id, logs, progress, always=opts.budget_context == "always" or searched)
     if opts.max_context != "off":
         _context_checks(prep, store, run_id, logs, progress, opts.max_context, opts.max_context_probes)
 
@@ -287,7 +299,7 @@ def _crosscheck(prep: Prepared, store: Store, run_id: str, logs: Path, progress:
     progress.message(f"crosscheck: llama-bench on {cfg.build.name} × {cfg.setting.name}, {prompt}-token prompts")
     with device_setup(prep, art, log_dir) as dev:
         argvs, untranslated = crosscheck.bench_argv(art.binary("llama-bench"), prep.model_path,
-                                                    server_args(prep.study, cfg, dev), prompt=prompt,
+                                                    server_args(prep.study, cfg, dev, art.engine), prompt=prompt,
                                                     gen=output, reps=max(3, wl.repeats))
         bench, error = crosscheck.run_bench(argvs, log_dir / "llama-bench.log", {**art.env(), **dev.env})
     trials = [t for t in stored if t["build"] == cfg.build.name and t["setting"] == cfg.setting.name
@@ -349,12 +361,12 @@ class _ContextProbe:
         self.progress.message(f"context check {cfg.build.name} × {cfg.setting.name}: loading with -c {n}")
         with device_setup(prep, art, log_dir) as dev:
             env = {**art.env(), **dev.env}
-            args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
-            probe_args = maxctx.probe_args(args, n)
+            args, _ = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev, art.engine))
+            probe_args = maxctx.probe_args(args, n, fit=engines.get(art.engine).fit_target)
             try:
                 with launch(art.binary("llama-server"), prep.model_path, args=probe_args,
                             log_path=log_dir / "llama-server.log", env=env, host=prep.study.server.host,
-                            ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
+                            ready_timeout_s=prep.study.server.ready_timeout_s, engine=art.engine) as srv:
                     led = ledger.parse(srv.log_lines(), tensor_split=argvmod.tensor_split(probe_args))
             except LaunchError as e:
                 return {"loaded": False, "reason": e.message.splitlines()[0]}
@@ -400,7 +412,7 @@ def _budget_fits(prep: Prepared, store: Store, run_id: str, logs: Path, progress
         progress.message(f"context within the budgets, {cfg.build.name} × {cfg.setting.name} ({why}): dry runs")
         with device_setup(prep, art, log_dir) as dev:
             env = {**art.env(), **dev.env}
-            emu = budget_emulation(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+            emu = budget_emulation(prep.study, art, dev, env, server_args(prep.study, cfg, dev, art.engine))
             if emu is None:
                 continue
             fit = configplan.within_budgets(prep, cfg, art, dev, env, emu, log_dir, 300.0, start=led.get("n_ctx"),
@@ -445,6 +457,18 @@ def _verify_budget_fit(store: Store, run_id: str, cfg, fit: dict, probe: Callabl
 def report_device_names(led: records.Ledger) -> list[str]:
     """Device buffer names in llama.cpp's device order (as the reports order them)."""
     return order.device_names(led.to_json())
+
+
+def rpc_said(log_dir: Path, message: str) -> str:
+    """Where llama-server says an rpc-server crashed: what each local rpc-server's own log says ("" otherwise)."""
+    if "rpc-server crashed" not in message:
+        return ""
+    said = []
+    for path in sorted(log_dir.glob("rpc-server-*.log")):
+        why = failure_reason(path.read_text(errors="replace").splitlines())
+        if why:
+            said.append(f"{path.stem}: {why}")
+    return (" — " + "; ".join(said)) if said else ""
 
 
 def _pass_log_dir(logs: Path, index: int, p: Pass) -> Path:
@@ -536,6 +560,12 @@ class _Pass:
                     f"{led.pp_dropped_reason}); this configuration ran with it off")
             self.progress.warn(f"{self.label}: {note}")
             self.store.note_config(self.config_id, note)
+        if led.pipeline_parallel is False and self.art.backend not in engines.get(self.art.engine).pp_backends \
+                and self.art.expected_copies > 1:
+            note = (f"built with {engines.COPIES}={self.art.expected_copies}, but {self.art.engine} runs pipeline "
+                    f"parallelism only on {', '.join(sorted(engines.get(self.art.engine).pp_backends))} builds: it ran "
+                    "without it (its log has no \"pipeline parallelism enabled\" line)")
+            self.progress.message(f"{self.label}: {note}")
         wrong = check_copies(led, self.art)
         if wrong:
             raise LaunchError(wrong, tip="rebuild the variant (delete its folder under the build cache).")
@@ -546,7 +576,10 @@ class _Pass:
         prep, cfg, art = self.prep, self.cfg, self.art
         with device_setup(prep, art, log_dir) as dev:
             env = {**art.env(), **dev.env}
-            args, emulation = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev))
+            args, emulation = emulate_budgets(prep.study, art, dev, env, server_args(prep.study, cfg, dev, art.engine))
+            if emulation is None and prep.study.devices.budgets_mib and not argvmod.has(args, *argvmod.CTX_SIZE) \
+                    and not engines.get(art.engine).fit_target:
+                args, emulation = self.engine_context(dev, env, log_dir, args)
             # slot actions (erasing the KV cache between levels) need a save path; nothing is saved there
             (log_dir / "slots").mkdir(exist_ok=True)
             args += ["--slot-save-path", str(log_dir / "slots")]
@@ -557,7 +590,8 @@ class _Pass:
             checker = drivercheck.for_setup(prep.backend, dev)  # a device-wide source reads its baseline now
             self.split = argvmod.tensor_split(args)  # -sm tensor: how the Meta() device's buffers divide
             with launch(art.binary("llama-server"), prep.model_path, args=args, log_path=log_dir / "llama-server.log",
-                        env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s) as srv:
+                        env=env, host=prep.study.server.host, ready_timeout_s=prep.study.server.ready_timeout_s,
+                        engine=art.engine) as srv:
                 self.srv, self.loaded = srv, True
                 lines = srv.log_lines()
                 led = ledger.parse(lines, tensor_split=self.split)
@@ -581,13 +615,30 @@ class _Pass:
             self.store.save_ledger(self.config_id, led)
         return srv.load_seconds
 
+    def engine_context(self, dev, env: dict[str, str], log_dir: Path, args: list[str]) -> tuple[list[str], dict]:
+        """An engine without a fit of the context under budgets: the context llamalab found within them
+        (configplan.engine_context, stored as the configuration's search within the budgets), as -c."""
+        key = (self.cfg.build.name, self.cfg.setting.name)
+        stored = self.store.budget_fits(self.run_id).get(key)
+        n, doc = configplan.engine_context(self.prep, self.cfg, self.art, dev, env, log_dir / "context-search",
+                                           stored)
+        if stored is None:
+            self.store.save_budget_fit(self.run_id, *key, doc)
+        if n is None:
+            raise LaunchError(f"no context of {self.art.engine} fits the budgets: {budgetfit.summary(doc)}",
+                              tip="raise [devices] vram (or --budget), or lower [server] fit_target_mib.")
+        self.progress.message(f"{self.label}: {self.art.engine} has no fit of the context; runs at -c {n} "
+                              f"({budgetfit.summary(doc)})")
+        return [*args, "-c", str(n)], {"engine_context": {"n_ctx": n, "why": doc.get("why")}}
+
     def measure(self, srv, args: list[str]) -> None:
         wl = self.prep.study.workload
         try:
             if any(levels for _, levels in self.grid):
                 workload.measure(srv.url, build=self.cfg.build.name, setting=self.cfg.setting.name,
                                  trials=self.trials, cells=self.grid, warmup=wl.warmup, on_trial=self.on_trial,
-                                 n_slots=n_slots(args), go_on=self.go_on)
+                                 n_slots=n_slots(args), go_on=self.go_on,
+                                 erase_lost_ok=engines.get(self.art.engine).erase_answer_lost)
         except WorkloadError:
             if not srv.ended():
                 raise
@@ -608,7 +659,7 @@ class _Pass:
                 if (r["build"], r["setting"]) == (name, setting)}
         plan = references.Plan(prompts=spec.prompts, prompt_tokens=min(spec.prompt_tokens, min(wl.prompt_lengths)),
                                tokens=spec.tokens, top=spec.top, concurrency=max(levels),
-                               timeout_s=wl.request_timeout_s)
+                               timeout_s=wl.request_timeout_s, engine=self.art.engine)
         for rep in range(1, (2 if name == study.builds[0].name else 1) + 1):
             if ("single", rep) in have:
                 continue
@@ -635,8 +686,9 @@ class _Pass:
                                   "(not tried again)")
             self.store.finish_config(self.config_id, NOT_APPLICABLE, reason=f"llama.cpp: {said}")
         else:
-            self.progress.warn(f"{self.label} failed: {e.message}")  # with the server log's last lines where it died
-            self.store.finish_config(self.config_id, "failed", reason=e.message)
+            message = e.message + rpc_said(log_dir, e.message)
+            self.progress.warn(f"{self.label} failed: {message}")  # with the server log's last lines where it died
+            self.store.finish_config(self.config_id, "failed", reason=message)
         if lines:
             self.store.save_ledger(self.config_id, ledger.parse(lines, tensor_split=self.split))
         return NOT_APPLICABLE if said else "failed"

@@ -21,7 +21,15 @@ input copies; +32 MiB on an 8B shape with 4 copies), while the rpc-server's own 
 (GGML_RPC_DEBUG=1) confirms the full load's figure. Across backends, weights and KV cache per device depend only
 on the layer split, cache types and context, so a CPU-RPC plan predicts them for a CUDA rig; compute buffers
 depend on each backend's kernels (flash attention, matmul scratch), so CPU-RPC compute is an approximation of
-another backend's."""
+another backend's.
+
+An engine without a fit of the context to dry-run (ik_llama.cpp: its `--fit` only moves MoE experts, its
+`--dry-run` allocates every buffer, starts the server and serves, and its compute buffers then differ from a real
+load's: 8.49/8.00/4.01 MiB against 8.00/8.00/4.51 on the tiny model's two rpc-servers and the CPU) is measured by a
+real load instead (`load_plan`): llama-server started with the configuration's arguments and stopped as soon as its
+context has reserved its graph (`graph splits = S`, the context's last line), its figures read by the ledger. It
+reads the weights (seconds on a large model), and its figures are the load's own. The largest context within the
+budgets is searched over such loads at fixed -c (`within_budgets_by_load`)."""
 
 from __future__ import annotations
 
@@ -33,13 +41,14 @@ from pathlib import Path
 from ..core import net, proc
 from ..core.errors import ConfigError
 from ..fit import budget, budgetfit
-from ..llamacpp import argv
+from ..llamacpp import argv, engines
 from ..llamacpp import build as buildmod
 from ..llamacpp.build import BuildArtifact
 from ..llamacpp.cmake import cmake_true
-from ..logs import applicability
+from ..logs import applicability, ledger, order
 from ..logs.applicability import NOT_APPLICABLE
 from ..logs.dryrun import END_OF_FIT, DeviceFigures, DryRun, parse_dry_run, real_load
+from ..logs.records import Buffers, Ledger
 from ..study.spec import Config, Study
 from . import prepare as session
 
@@ -177,7 +186,10 @@ def check_fit_on(study: Study) -> None:
 def plan_config(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str],
                  emu: budget.Emulation | None, logs: Path, timeout_s: float,
                  extra_args: Sequence[str] = ()) -> ConfigPlan:
-    """One configuration's dry run(s): the study's llama-server arguments, with the budgets' -fitt/-ts."""
+    """One configuration's dry run(s): the study's llama-server arguments, with the budgets' -fitt/-ts (an engine
+    without a fit of the context: a load stopped once its context is made, `load_plan`)."""
+    if not engines.get(art.engine).fit_target:
+        return load_plan(prep, cfg, art, dev, env, logs, timeout_s, extra_args)
     study = prep.study
     args = session.server_args(study, cfg, dev)
     if emu is not None:
@@ -229,6 +241,129 @@ def plan_config(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev, en
             if over > 0:
                 cp.over_budget[d.name] = round(over, 2)
     return cp
+
+
+END_OF_CONTEXT = "graph splits"  # ik_llama.cpp's context prints it last (`llama_init_from_model: graph splits = S`)
+
+
+def load_plan(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str], logs: Path,
+              timeout_s: float, extra_args: Sequence[str] = ()) -> ConfigPlan:
+    """One configuration's memory by a real load stopped once its context is made (module docstring): what an engine
+    without a fit of the context is planned with."""
+    from ..llamacpp.server import server_argv
+
+    args = [*session.server_args(prep.study, cfg, dev, art.engine), *extra_args]
+    stem = f"{cfg.build.name}-{cfg.setting.name}{''.join(extra_args)}-load".replace("/", "_")
+    log_path = logs / f"{stem}.log"
+    cp = ConfigPlan(build=cfg.build.name, setting=cfg.setting.name, status="ok", args=args, env=env, dry_runs=1,
+                    logs=[str(log_path)], budgets_mib=prep.study.devices.budgets_mib,
+                    fit_message=f"{art.engine} has no fit of the context: a real load, stopped once its context "
+                                "was made")
+    t0 = time.monotonic()
+    cmd = server_argv(art.binary("llama-server"), prep.model_path, host="127.0.0.1",
+                      port=net.free_port("127.0.0.1"), args=args, engine=art.engine)
+    done, stopped = proc.run_until(cmd, log_path=log_path, env=env, timeout_s=timeout_s,
+                                   until=lambda line: END_OF_CONTEXT in line)
+    cp.seconds = round(time.monotonic() - t0, 2)
+    lines = _read_lines(log_path)
+    led = ledger.parse(lines)
+    said = applicability.refusal(lines)
+    if said or not stopped:
+        cp.status = NOT_APPLICABLE if said else "failed"
+        cp.reason = f"{art.engine}: {said}" if said else (
+            f"llama-server ended before its context was made ({done.returncode}): "
+            + (led.failure or (lines[-1][:200] if lines else "no output")))
+        return cp
+    _load_figures(cp, led)
+    cp.n_ctx_train = prep.model_info.n_ctx_train
+    cp.expected = expected_pipeline(args, len(cp.devices), prep.model_info.n_layer, art.options)
+    return cp
+
+
+def _load_figures(cp: ConfigPlan, led: Ledger) -> None:
+    """A load's ledger as a plan's figures: per device (in the engine's order) model, context (KV and outputs) and
+    compute MiB, the host's, the context, pipeline parallelism, copies and splits."""
+    def figures(name: str, b: Buffers, desc: str = "") -> DeviceFigures:
+        ctx = [x for x in (b.kv_mib, b.output_mib, b.rs_mib) if x is not None]
+        return DeviceFigures(name=name, description=desc, model_mib=b.model_mib,
+                             context_mib=round(sum(ctx), 2) if ctx else None, compute_mib=b.compute_mib)
+
+    js = led.to_json()
+    # rpc-servers as llama.cpp numbers them (RPC0, RPC1 … in --rpc's order; ik prints each as RPC0[host:port]), the
+    # endpoint as the description, as a dry run's figures name them
+    names = order.device_names(js)
+    rpc = [n for n in names if n.startswith("RPC") and n.endswith("]")]
+    cp.devices = [figures(f"RPC{rpc.index(n)}" if n in rpc else n, led.devices[n], led.device_desc.get(n, ""))
+                  for n in names]
+    host = Buffers()
+    for b in led.host.values():
+        for kind in ("model", "kv", "rs", "compute", "output"):
+            if (v := getattr(b, f"{kind}_mib")) is not None:
+                host.add(kind, v)
+    cp.host = figures("Host", host)
+    cp.n_ctx, cp.n_ubatch, cp.n_embd = led.n_ctx, led.n_ubatch, led.n_embd
+    cp.pipeline_parallel, cp.graph_splits = led.pipeline_parallel, led.graph_splits
+    cp.sched_copies = led.n_copies if led.n_copies is not None else (1 if led.pipeline_parallel is False else None)
+
+
+def within_budgets_by_load(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str],
+                           logs: Path, timeout_s: float, *, start: int | None = None) -> budgetfit.BudgetFit:
+    """The largest context within every budget (and within every budget less the margin: `[server]
+    fit_target_mib`, else llama.cpp's 1024 MiB) of a configuration on an engine without a fit of the context, by
+    loads at fixed -c (`load_plan`; a load's figures are its own: nothing is kept free for a dry run's error)."""
+    budgets = prep.study.devices.budgets_mib or []
+    cap = prep.model_info.n_ctx_train or 0
+    first = load_plan(prep, cfg, art, dev, env, logs, timeout_s, ["-c", str(_start(start, cap))]) if cap else None
+    if first is None or first.status != "ok" or not first.devices:
+        why = "the model's header gives no training context" if not cap else \
+            (first.reason if first is not None and first.reason else "the load printed no device buffers")
+        none = budgetfit.Limit(n_ctx=None, exact=False, error=why)
+        return budgetfit.BudgetFit(devices=[], budgets_mib=list(budgets), margins_mib=[], allowance_mib=[], cap=cap,
+                                   budget=none, margin=none, dry_runs=1)
+    names = [d.name for d in first.devices]
+    per = budgets * len(names) if len(budgets) == 1 else budgets
+    margins = prep.study.server.fit_target_mib or [budget.DEFAULT_MARGIN_MIB]
+    margins = margins * len(names) if len(margins) == 1 else margins
+
+    def measure(n: int):
+        cp = load_plan(prep, cfg, art, dev, env, logs, timeout_s, ["-c", str(n)])
+        if cp.status != "ok":
+            return cp.reason or cp.status
+        by = {d.name: d.used_mib or 0.0 for d in cp.devices}
+        return [by.get(x, 0.0) for x in names]
+
+    n0 = _start(start, cap)
+    fit = budgetfit.search(measure, names, per, margins, [0.0] * len(names), cap,
+                           known={n0: tuple(d.used_mib or 0.0 for d in first.devices)})
+    fit.dry_runs += 1
+    return fit
+
+
+ENGINE_CONTEXT = ("{engine} has no fit of the context (its --fit only moves MoE experts, and it has no -fitt to "
+                  "emulate a budget with): llamalab searched the largest context within every budget less the margin "
+                  "by loads at fixed -c, and ran it there")
+
+
+def engine_context(prep: session.Prepared, cfg: Config, art: BuildArtifact, dev, env: dict[str, str], logs: Path,
+                   stored: dict | None) -> tuple[int | None, dict]:
+    """The context a configuration of an engine without a fit of the context runs at under the study's budgets
+    (what llama.cpp's fit aims for: within every budget less the margin; within every budget where nothing fits
+    the margin), and the search as `budget_fits` stores it; a search stored before (a resumed run, a later pass) is
+    reused. None where not even 256 tokens fit."""
+    doc = stored
+    if not doc or "margin" not in doc:
+        fit = within_budgets_by_load(prep, cfg, art, dev, env, mkdir(logs), 300.0)
+        doc = {**fit.as_dict(), "why": ENGINE_CONTEXT.format(engine=art.engine), "fitted_n_ctx": None,
+               "engine": art.engine}
+    n = (doc.get("margin") or {}).get("n_ctx") or (doc.get("budget") or {}).get("n_ctx")
+    return (int(n) if n else None), doc
+
+
+def _start(start: int | None, cap: int) -> int:
+    """The first context to load: `start` (else the model's), in whole steps of 256, at most the model's."""
+    from ..fit import maxctx
+
+    return max(maxctx.STEP, min(start or cap, cap) // maxctx.STEP * maxctx.STEP) if cap else maxctx.STEP
 
 
 def _read_lines(path: Path) -> list[str]:

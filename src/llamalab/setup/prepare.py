@@ -17,7 +17,7 @@ from ..core.errors import BuildError, ConfigError
 from ..core.paths import cache_home
 from ..fit import budget
 from ..llamacpp import argv as argvmod
-from ..llamacpp import binaries, source, sourceref, toolchain
+from ..llamacpp import binaries, engines, flags, source, sourceref, toolchain
 from ..llamacpp import build as buildmod
 from ..llamacpp import server as servermod
 from ..llamacpp import vulkan as vulkanmod
@@ -89,12 +89,15 @@ def study_hash(study: Study, model_path: Path) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str]:
-    """llama-server arguments for one configuration (pure)."""
+def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup, engine: str = engines.LLAMA_CPP) -> list[str]:
+    """llama-server arguments for one configuration on a build of `engine` (pure): what llamalab adds of its own
+    accord per engine is engines.OWN_ARGS (ik_llama.cpp: no -kvu, no -fitt, its -ts counting the CPU first)."""
+    eng = engines.get(engine)
     args = [*study.server.args, *cfg.build.args, *cfg.setting.args, *dev.server_args]
     if not argvmod.has(args, *argvmod.PARALLEL):  # a setting may choose its own slots
         args += ["-np", str(study.server.parallel or max(4, max(study.workload.concurrency)))]
-    args += ["-kvu"]
+    if eng.unified_kv:
+        args += ["-kvu"]
     # No host-RAM prompt cache: with it, each new request first copies the idle slots' KV state to host memory
     # (measured on an H200: ~750 ms before the first token after a 4-request level), which is neither prompt
     # nor generation time and not what a study of build options measures. Requests use cache_prompt: false anyway.
@@ -102,8 +105,16 @@ def server_args(study: Study, cfg: Config, dev: devices.DeviceSetup) -> list[str
         args += ["-cram", "0"]
     if study.server.ctx:
         args += ["-c", str(study.server.ctx)]
-    if study.server.fit_target_mib:
+    if study.server.fit_target_mib and eng.fit_target:
         args += ["-fitt", ",".join(str(x) for x in study.server.fit_target_mib)]
+    # ik_llama.cpp's layer split over rpc-servers: the study's -ts, else the budgets' (as budget emulation gives
+    # llama.cpp), with the CPU's 0 in front
+    given = argvmod.tensor_split(args) or ([float(b) for b in study.devices.budgets_mib]
+                                           if study.devices.budgets_mib and len(study.devices.budgets_mib) > 1
+                                           else None)
+    split = engines.device_split(eng, dev.backend, given, dev.count)
+    if split is not None and dev.count > 1:
+        args = argvmod.replaced(args, ["-ts", ",".join(split)])
     return args
 
 
@@ -122,7 +133,7 @@ def prepare(study: Study, opts: RunOptions, progress: Progress) -> Prepared:
     given = given_binaries(study, backend, progress)
     if study.devices.rpc:
         remote.preflight(study.devices.rpc, progress.warn)
-    src = _source(study, opts, given, progress)
+    defaults = default_sources(study, opts, given, progress)  # engine → the source of builds that name none
     own = build_sources(study, opts, given, progress)  # builds with a source of their own (a versions study)
     if not user_model:
         model_path = models.synthetic(models.preset(study.model.preset or "tiny"), opts.home)
@@ -132,18 +143,21 @@ def prepare(study: Study, opts: RunOptions, progress: Progress) -> Prepared:
     not_applicable = _not_applicable(study, n_devices, backend, progress)
     artifacts: dict[str, BuildArtifact] = {}
     skipped: dict[str, str] = {}
+    kv = kv_types(study)
     for spec in study.builds:
         if spec.name in not_applicable:
             continue
         if spec.name in given:
             artifacts[spec.name] = binaries.artifact(given[spec.name], spec.name, builders.build_backend)
             continue
-        builder = builders.for_source(own.get(spec.name, src), own_source=spec.name in own)
+        engine = build_engine(spec, None, defaults)
+        builder = builders.for_source(own.get(spec.name, defaults.get(engine)),
+                                      own_source=spec.name in own)
         if builder is None:
             skipped[spec.name] = no_source_reason(spec, study.source.bin or "", given)
             progress.warn(f"skipping build {spec.name}: {skipped[spec.name]}")
             continue
-        made = _build_one(spec, builder, progress)
+        made = _build_one(spec, builder, progress, engines.kernel_cut(builder.engine, kv, spec.cmake))
         if isinstance(made, str):
             skipped[spec.name] = made
         else:
@@ -156,7 +170,8 @@ def prepare(study: Study, opts: RunOptions, progress: Progress) -> Prepared:
     vk_devices, local_gpus = _local_gpus(backend, first, progress)
     topology = _topology(study, backend, first, progress)
     first_given = next((given[b.name] for b in study.builds if b.name in given), None)
-    src = src or next(iter(own.values()), None) or first_given.source()  # type: ignore[union-attr]
+    src = defaults.get(engines.LLAMA_CPP) or next(iter(defaults.values()), None) or next(iter(own.values()), None) \
+        or first_given.source()  # type: ignore[union-attr]
     return Prepared(study=study, backend=backend, source=src, model_path=model_path, model_info=info,
                     artifacts=artifacts, skipped=skipped, topology=topology,
                     binaries={str(b.dir): b for b in given.values()}, vulkan_devices=vk_devices,
@@ -176,10 +191,10 @@ class _Builders:
         if s is None:
             return None
         if s.key not in self.builders:
-            # a version's tree builds only what the run starts; the default source's tree keeps every program
-            # (plan, plancheck and the crosscheck use them)
-            targets = needed_targets(self.study, self.backend, crosscheck=self.opts.crosscheck) if own_source \
-                else buildmod.DEFAULT_TARGETS
+            # a version's tree (and ik_llama.cpp's, whose compile is long) builds only what the run starts; the
+            # default llama.cpp source's tree keeps every program (plan, plancheck and the crosscheck use them)
+            targets = needed_targets(self.study, self.backend, crosscheck=self.opts.crosscheck) \
+                if own_source or s.engine != engines.LLAMA_CPP else buildmod.DEFAULT_TARGETS
             self.builders[s.key] = Builder(source=s, backend=self.build_backend, home=self.opts.home,
                                            targets=targets, jobs=self.opts.jobs or (os.cpu_count() or 2),
                                            extra_defines=self.extra, build_env=self.build_env,
@@ -203,15 +218,20 @@ def _not_applicable(study: Study, n_devices: int, backend: str, progress: Progre
     return out
 
 
-def _build_one(spec: BuildSpec, builder: Builder, progress: Progress) -> BuildArtifact | str:
-    """A build's artifact, or why it was skipped (OpenBLAS missing, the build failed)."""
+def _build_one(spec: BuildSpec, builder: Builder, progress: Progress, cut: dict[str, str] | None = None
+               ) -> BuildArtifact | str:
+    """A build's artifact, or why it was skipped (OpenBLAS missing, the build failed). `cut`: the engine's kernel cut
+    (engines.kernel_cut), options of the build like its own."""
     if "openblas" in spec.requires:
         ok, why = buildmod.openblas_available()
         if not ok:
             progress.warn(f"skipping build {spec.name}: {why}")
             return why
+    if cut:
+        progress.message(f"build {spec.name}: {' '.join(f'-D{k}={v}' for k, v in cut.items())} (no configuration "
+                         "uses the kernels it leaves out; engines.kernel_cut)")
     try:
-        return builder.build(spec.name, spec.cmake)
+        return builder.build(spec.name, {**(cut or {}), **spec.cmake})
     except BuildError as e:
         progress.warn(str(e))
         return f"build failed: {e.message}"
@@ -227,7 +247,7 @@ def _check_built(study: Study, artifacts: dict[str, BuildArtifact], skipped: dic
             art = artifacts[spec.name]
             for st in study.settings:
                 args = [*study.server.args, *spec.args, *st.args]
-                servermod.check_flags(art.binary("llama-server"), args, env=art.env())
+                servermod.check_flags(art.binary("llama-server"), args, env=art.env(), engine=art.engine)
     if not artifacts and not skipped:
         raise ConfigError("no build of this study applies to this rig: " + "; ".join(
             f"{k}: {v}" for k, v in not_applicable.items()),
@@ -271,7 +291,14 @@ def given_binaries(study: Study, backend: str, progress: Progress) -> dict[str, 
             binaries.check_devices(b, backend, local_rpc=local_rpc, where=where)
             progress.message(f"binaries {b.describe()}")
             probed[folder] = b
-        out[spec.name] = probed[folder]
+        b = probed[folder]
+        if spec.engine is not None and spec.engine != b.engine:
+            if spec.bin is not None:
+                raise ConfigError(f"build {spec.name} says engine = {spec.engine!r}, but its binaries in {b.dir} are "
+                                  f"{b.engine}'s (their own --version says so).",
+                                  tip="give it binaries of its engine, or drop its engine key.")
+            continue  # --llama-bin's binaries are another engine's: this build is made from its own engine's source
+        out[spec.name] = b
     return out
 
 
@@ -280,22 +307,49 @@ def checkout(study: Study, opts: RunOptions) -> Path | None:
     return opts.llama_cpp or (Path(study.source.llama_cpp).expanduser() if study.source.llama_cpp else None)
 
 
-def _source(study: Study, opts: RunOptions, given: dict[str, binaries.Binaries], progress: Progress
-            ) -> source.Source | None:
-    """The llama.cpp source to build from, when a build without a source of its own needs one: --llama-cpp, else
-    [source] llama_cpp, else the pinned source — except in a study that gives binaries ([source] bin), which never
-    compiles anything it was not given a source for. None when nothing is to be built from it."""
-    if all(b.name in given or b.source is not None for b in study.builds):
-        return None
+def build_engine(spec: BuildSpec, given: binaries.Binaries | None, defaults: dict[str, source.Source]) -> str:
+    """The engine of a build (pure): its own `engine`, else its given binaries', else that of the checkout it is
+    made from (the only default source of a study that names no engine), else llama.cpp."""
+    if spec.engine is not None:
+        return spec.engine
+    if given is not None:
+        return given.engine
+    if len(defaults) == 1:
+        return next(iter(defaults))
+    return engines.LLAMA_CPP
+
+
+def default_sources(study: Study, opts: RunOptions, given: dict[str, binaries.Binaries], progress: Progress
+                    ) -> dict[str, source.Source]:
+    """Engine → the source its builds that name none are made from: --llama-cpp (else [source] llama_cpp) for the
+    engine that checkout holds (and for builds that name no engine), else the engine's pinned release — except in a
+    study that gives binaries ([source] bin), which never compiles anything it was not given a source for. Empty
+    where nothing is to be built from a default source."""
+    rest = [b for b in study.builds if b.name not in given and b.source is None]
+    if not rest:
+        return {}
     explicit = checkout(study, opts)
-    if explicit:
-        src = source.from_dir(explicit)
-    elif study.source.bin is None:
-        src = source.pinned(opts.home, log=progress.message)
-    else:
-        return None
-    progress.message(f"llama.cpp {src.version} ({src.short_commit}) from {src.origin}")
-    return src
+    co = source.from_dir(explicit) if explicit else None
+    out: dict[str, source.Source] = {}
+    for spec in rest:
+        engine = spec.engine or (co.engine if co is not None else engines.LLAMA_CPP)
+        if engine in out:
+            continue
+        if co is not None and co.engine == engine:
+            out[engine] = co
+        elif study.source.bin is None:
+            out[engine] = source.pinned(opts.home, pin=source.DEFAULT_PIN[engine], log=progress.message)
+        else:
+            continue
+        progress.message(out[engine].describe())
+    return out
+
+
+def kv_types(study: Study) -> set[str]:
+    """Every K/V cache type the study's arguments name (-ctk, -ctv, any spelling) (pure)."""
+    arg_lists = [study.server.args, *(b.args for b in study.builds), *(s.args for s in study.settings)]
+    names = (*flags.names("-ctk"), *flags.names("-ctv"))
+    return {v for args in arg_lists for _, v in argvmod.occurrences(args, *names)}
 
 
 def needed_targets(study: Study, backend: str, *, crosscheck: bool = False) -> tuple[str, ...]:
@@ -324,8 +378,12 @@ def build_sources(study: Study, opts: RunOptions, given: dict[str, binaries.Bina
         if spec.source not in seen:
             s = source.resolve(sourceref.parse(spec.source), opts.home, checkout=checkout(study, opts),
                                log=progress.message)
-            progress.message(f"build {spec.name}: llama.cpp {s.version} ({s.short_commit}) from {s.origin}")
+            progress.message(f"build {spec.name}: {s.describe()}")
             seen[spec.source] = s
+        if spec.engine is not None and seen[spec.source].engine != spec.engine:
+            raise ConfigError(f"build {spec.name} says engine = {spec.engine!r}, but its source {spec.source} holds "
+                              f"{seen[spec.source].engine}.",
+                              tip="give it a source of its engine, or drop its engine key.")
         out[spec.name] = seen[spec.source]
     return out
 
@@ -344,19 +402,26 @@ def no_source_reason(spec: BuildSpec, folder: str, given: dict[str, binaries.Bin
 
 
 def mixed_binaries(artifacts: dict[str, BuildArtifact]) -> list[str]:
-    """A warning when the study's builds run on different llama.cpp binaries (given ones beside built ones, or two
-    folders): their differences then include everything that differs between those binaries (pure)."""
-    where: dict[str, list[str]] = {}
-    for name, art in artifacts.items():
-        if art.given:
-            key = f"binaries {art.given.get('version', '?')} ({(art.given.get('commit') or '?')[:9]}) in {art.bin_dir}"
-        else:
-            key = f"a build of {art.source.version} ({art.source.short_commit}) from {art.source.origin}"
-        where.setdefault(key, []).append(name)
-    if len(where) < 2:
-        return []
-    return ["the builds run on different llama.cpp binaries, so their differences include the binaries' own: "
-            + "; ".join(f"{', '.join(names)} on {k}" for k, names in where.items())]
+    """A warning when builds of one engine run on different binaries (given ones beside built ones, or two
+    folders): their differences then include everything that differs between those binaries (pure). Builds of
+    different engines differ by their engine: that is what such a study compares."""
+    out = []
+    for engine in dict.fromkeys(a.engine for a in artifacts.values()):
+        where: dict[str, list[str]] = {}
+        for name, art in artifacts.items():
+            if art.engine != engine:
+                continue
+            if art.given:
+                key = (f"binaries {art.given.get('version', '?')} ({(art.given.get('commit') or '?')[:9]}) in "
+                       f"{art.bin_dir}")
+            else:
+                key = f"a build of {art.source.version} ({art.source.short_commit}) from {art.source.origin}"
+            where.setdefault(key, []).append(name)
+        if len(where) >= 2:
+            what = "llama.cpp" if engine == engines.LLAMA_CPP else engine
+            out.append(f"the builds run on different {what} binaries, so their differences include the binaries' "
+                       "own: " + "; ".join(f"{', '.join(names)} on {k}" for k, names in where.items()))
+    return out
 
 
 def _topology(study: Study, backend: str, art: BuildArtifact, progress: Progress) -> dict:
@@ -413,11 +478,11 @@ def budget_emulation(study: Study, art: BuildArtifact, dev: devices.DeviceSetup,
                      user_args: list[str]) -> budget.Emulation | None:
     """With memory budgets (the study's `[devices] vram`, or --budget's: `study.spec.with_budgets`), how these
     devices stand in for the budgeted ones, computed from what llama.cpp reports free right now (see budget.py); None
-    without budgets. A budget that cannot be emulated here is a ConfigError: the whole study stops, since every
-    configuration would fail the same way."""
+    without budgets, and on an engine without -fitt (ik_llama.cpp: configplan.engine_context). A budget that cannot
+    be emulated here is a ConfigError: the whole study stops, since every configuration would fail the same way."""
     budgets = study.devices.budgets_mib
-    if not budgets:
-        return None
+    if not budgets or not engines.get(art.engine).fit_target:
+        return None  # an engine without -fitt: its context is searched by loads (configplan.engine_context)
     mem = devices.list_memory(art.binary("llama-server"), dev.server_args, env)
     return budget.emulate(budgets, mem, margins_mib=study.server.fit_target_mib, user_args=user_args)
 

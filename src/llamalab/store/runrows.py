@@ -284,6 +284,7 @@ class _System(_Row):
 
 class _Options(_Row):
     backend: str | None = None
+    engines: dict[str, Literal["ik_llama.cpp"]] | None = None  # build → its engine, where not llama.cpp
 
 
 class _Remote(_Row):

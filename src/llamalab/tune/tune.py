@@ -56,6 +56,9 @@ def prepare(study: Study, opts: RunOptions, progress: Progress) -> s1.TuneSetup:
     if name not in prep.artifacts:
         raise ConfigError(f"build {name} could not be made: {prep.skipped.get(name)}",
                           tip="tune runs the study's first build; check `llamalab build STUDY`.")
+    if (engine := prep.artifacts[name].engine) != "llama.cpp":  # its search reads llama.cpp's fit (docs/engines.md)
+        raise ConfigError(f"tune searches llama.cpp builds only, and build {name} is {engine}'s.",
+                          tip="compare the engines with `llamalab run engines` (or a study with a build of each).")
     return s1.TuneSetup.of(prep)
 
 

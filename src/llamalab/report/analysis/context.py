@@ -214,6 +214,9 @@ def _fit_text(r: dict) -> str:
     if r.get("budget_fit") is None:
         return ""
     fit = r["budget_fit"]
+    if fit.get("engine"):  # an engine without a fit ran at llamalab's search (setup/configplan.engine_context)
+        return (f" within every budget ({fit['engine']} has no fit of the context: it ran at {r['fitted_n_ctx']:,}, "
+                "llamalab's search within every budget less the margin)")
     return (f" within every budget (llama.cpp's fit gave {r['fitted_n_ctx']:,}; within every budget less its margin: "
             f"{maxctx.within_text(fit.get('margin') or {})})")
 

@@ -43,15 +43,19 @@ SAME_CONTEXT = 256  # --fit steps the context by 256 tokens: closer than that is
 
 
 def action(data: RunData, build: str) -> str:
-    """What a user does to get this build's configuration: a CMake command or llama-server flags."""
+    """What a user does to get this build's configuration: a CMake command or llama-server flags — of its engine,
+    named where it is not llama.cpp."""
     args = data.build_spec(build).args
     cmake = study_cmake_of(data, build)
-    parts = []
+    engine = data.engine(build)
+    parts = [] if engine == "llama.cpp" else [f"run {engine}"]
     if cmake:
         defs = cmake_defs(cmake)
-        parts.append(f"build llama.cpp with `cmake -B build {defs} && cmake --build build --target llama-server`")
+        parts.append(f"build {engine} with `cmake -B build {defs} && cmake --build build --target llama-server`")
     if args:
         parts.append(f"start llama-server with `{shlex.join(args)}`")
+    if parts == [f"run {engine}"]:
+        return f"use {engine}'s defaults"
     return " and ".join(parts) or "use llama.cpp's defaults"
 
 
@@ -61,6 +65,8 @@ def baseline_is(data: RunData, build: str) -> str:
     from . import versions
 
     row = next((b for b in data.builds if b["name"] == build), None)
+    if data.engine(build) != "llama.cpp":
+        return f"{data.engine(build)}'s default"
     if row is None or not versions.applies(data):
         return "llama.cpp's default"
     return f"llama.cpp {versions.source_of(row)['version']}"

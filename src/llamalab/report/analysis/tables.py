@@ -49,6 +49,8 @@ def _rows(data: RunData, concurrency: int) -> list[tuple[tuple[int, int], dict]]
             "pipeline_parallel": led.get("pipeline_parallel"),
             "errors": t["errors"],
             "outputs": outputs_cell(data, t["build"], t["setting"]),
+            # a build of another engine (ik_llama.cpp: no fit of the context; its context is llamalab's search)
+            **({"engine": e} if (e := data.engine(t["build"])) != "llama.cpp" else {}),
         }))
     order = config_order(data)
     out.sort(key=lambda cr: (order.get((cr[1]["build"], cr[1]["setting"]), 1 << 30), cr[1]["trial"]))
@@ -95,8 +97,9 @@ OUTPUTS_HEAD = "Outputs vs baseline"
 def table_cells(rows_: list[dict]) -> tuple[list[str], list[list[str]]]:
     devs = device_columns(rows_)
     within = any("within_budgets_n_ctx" in r for r in rows_)
-    ctx_head = ["Context, llama.cpp's fit (tokens)", "Context within budgets (tokens)"] if within else \
-        ["Context (tokens)"]
+    fitted = "Context, llama.cpp's fit (tokens)" if not any("engine" in r for r in rows_) else \
+        "Context, llama.cpp's fit or llamalab's search (tokens)"
+    ctx_head = [fitted, "Context within budgets (tokens)"] if within else ["Context (tokens)"]
     head = HEADERS + [f"Compute {d} (MiB)" for d in devs] + ["Compute host (MiB)", *ctx_head, "Copies",
                                                              OUTPUTS_HEAD]
     body = []

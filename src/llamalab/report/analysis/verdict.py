@@ -118,6 +118,9 @@ def _comparison(data: RunData, setting: str, baseline: tuple[str, dict], candida
         "host_delta_mib": _deltas(host_by_type(led), host_by_type(base)),
         "input_delta_mib": _delta(input_total(led), input_total(base)),
         "baseline_pp_dropped": pp_dropped(base), "candidate_pp_dropped": pp_dropped(led),
+        # another engine places the layers by its own rule (ik_llama.cpp: weights and KV per layer)
+        **({"baseline_engine": data.engine(base_name), "candidate_engine": data.engine(b)}
+           if data.engine(base_name) != data.engine(b) else {}),
     }
 
 
@@ -138,6 +141,8 @@ def _shares(ts: str | None) -> tuple[float, ...] | None:
 def placed_otherwise(c: dict) -> str:
     """Why the candidate's weights sit elsewhere by design ("split mode row", "tensor split -ts 22,15 (not
     llama.cpp's by free memory)"), or "" where they moved though neither changed (an override that is no no-op)."""
+    if c.get("candidate_engine"):
+        return f"another engine, {c['candidate_engine']}, which places the layers by its own rule"
     if c["candidate_split_mode"] != c["baseline_split_mode"]:
         return f"split mode {c['candidate_split_mode']}"
     cand, base = c.get("candidate_tensor_split"), c.get("baseline_tensor_split")
@@ -207,6 +212,9 @@ def memory_sentences(data: RunData, contexts: dict[tuple[str, str], dict] | None
         row, base = contexts.get((c["candidate"], c["setting"])), contexts.get((c["baseline"], c["setting"]))
         if row is not None and base is not None and (row.get("budget_fit") or base.get("budget_fit")):
             fitted = f"llama.cpp's fit: {c['baseline_n_ctx']:,} → {c['candidate_n_ctx']:,}" if ctx else ""
+            if ctx and c.get("candidate_engine"):
+                fitted = (f"ran at {c['baseline_n_ctx']:,}, llama.cpp's fit → {c['candidate_n_ctx']:,}, llamalab's "
+                          f"search ({c['candidate_engine']} has no fit)")
             if row["measured_delta_tokens"] is not None:
                 s += (f"; context within every budget {_signed(row['measured_delta_tokens'], 0)} tokens "
                       f"({base['n_ctx']:,} → {row['n_ctx']:,}" + (f"; {fitted}" if fitted else "") + ")")

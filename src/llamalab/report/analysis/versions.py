@@ -73,6 +73,8 @@ def rows(data: RunData) -> list[dict]:
             if bname not in builds or led is None:
                 continue
             src = source_of(builds[bname])
+            if (engine := data.engine(bname)) != "llama.cpp":  # another engine: named with its version
+                src = {**src, "version": f"{engine} {src['version']}"}
             mine = [r for r in thr if r["build"] == bname and r["setting"] == sname
                     and (first_cell is None or (r["prompt_tokens"], r["output_tokens"]) == first_cell)]
             single = next((r for r in mine if r["concurrency"] == 1), None)

@@ -105,9 +105,10 @@ def _notes(plan: Plan) -> list:
     parts += _fit_failed_notes(plan)
     for c in plan.configs:
         if c.within:
+            how = "loads" if c.within.get("engine") else "dry runs"  # an engine without a fit: real loads
             parts.append(Text(f"{c.build} × {c.setting}: {maxctx.within_text(c.within['budget'])} within every "
                               f"budget, {maxctx.within_text(c.within['margin'])} within every budget less the "
-                              f"margin (dry runs at fixed contexts; {c.within.get('why')})"))
+                              f"margin ({how} at fixed contexts; {c.within.get('why')})"))
     parts += _budget_notes(plan)
     for cc in plan.copies_costs:
         devs = ", ".join(f"{n} {v:+,.2f}" for n, v in cc.devices_mib.items())
