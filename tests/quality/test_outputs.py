@@ -51,6 +51,17 @@ def test_verdicts(arm_tokens, margins, kld, synthetic, kind, words):
     assert v.recommendable == (kind != q.DIFFERS)
 
 
+def test_a_failed_logits_run_is_said_with_why():
+    """A comparison that failed is never silent: its error is in the words, whatever the tokens say."""
+    why = "llama-perplexity's comparison failed (exit 1; failed to fit params)"
+    base = {"single": [[seq([1, 2, 3, 4], [0.5, 0.38, 0.5, 0.5])]]}
+    same = q.judge("b", base, {"single": [seq([1, 2, 3, 4])]}, None, synthetic=False, kld_error=why)
+    assert (same.kind, same.words) == (q.SAME, f"same outputs (tokens only: logits not compared ({why}))")
+    differs = q.judge("b", base, {"single": [seq([1, 9, 9, 9])]}, None, synthetic=True, kld_error=why)
+    assert differs.kind == q.DIFFERS and differs.words.startswith(
+        f"computes differently (token 2; logits not compared: {why})")
+
+
 def test_an_arm_is_judged_against_the_baselines_own_spread():
     """Batched requests are not bit-invariant: where the baseline parts with itself at token 3 of its K requests, an
     arm that parts at token 3 or later is within that spread; one that parts earlier, at a clear margin, is not."""

@@ -23,6 +23,17 @@ def test_interleaved_order_makes_one_round_per_repeat():
     assert [(p.config.build.name, p.trials) for p in passes[:3]] == [
         ("copies4", (1,)), ("copies4", (1,)), ("copies1", (1,))]
     assert len(passes) == 16 and passes[-1].trials == (2,)
+    # each round one configuration later: round 2 starts with round 1's second
+    assert passes[8].config == passes[1].config and passes[15].config == passes[0].config
+    assert sorted(p.config.id for p in passes[8:]) == sorted(p.config.id for p in passes[:8])
+
+
+def test_interleaved_rounds_put_every_configuration_in_every_place():
+    """An A/A pair over 4 rounds: each copy first twice and second twice (a place effect falls on both)."""
+    st, _ = study.load("demo", ['builds=[{name="a"},{name="b"}]', 'settings=[{name="s"}]',
+                                "workload.order=\"interleaved\"", "workload.repeats=4"])
+    order = [(p.config.build.name, p.trials[0]) for p in study.expand(st)]
+    assert order == [("a", 1), ("b", 1), ("b", 2), ("a", 2), ("a", 3), ("b", 3), ("b", 4), ("a", 4)]
 
 
 @pytest.mark.parametrize("override, check", [

@@ -236,10 +236,11 @@ def _where(rs: Sequence[ModeResult], synthetic: bool) -> str:
 
 
 def judge(baseline: str, base: Mapping[str, Sequence[Sequence[Generated]]], arm: Mapping[str, Sequence[Generated]],
-          kld: Mapping[str, Any] | None, *, synthetic: bool) -> Verdict:
+          kld: Mapping[str, Any] | None, *, synthetic: bool, kld_error: str | None = None) -> Verdict:
     """An arm's verdict against its baseline. `base`: per mode, the baseline's repetitions (the first is the
     reference, a second its A/A); `arm`: per mode, the arm's sequences; `kld`: llama-perplexity's statistics of the
-    arm's logits against the baseline's (None where not run)."""
+    arm's logits against the baseline's (None where not run; `kld_error`: why, where a run failed — the words say
+    it, so a failed comparison never reads as one that was not asked for)."""
     p = _partings(base, arm, synthetic)
     if not p.modes and kld is None:
         return not_compared(baseline, "no reference generation of both")
@@ -255,13 +256,14 @@ def judge(baseline: str, base: Mapping[str, Sequence[Sequence[Generated]]], arm:
         p.batched.clear()
     if p.clear or logits_same(kld, synthetic) is False:
         bits = [_where(p.clear, synthetic)] if p.clear else []
-        bits += [logits] if logits else []
+        bits += [logits] if logits else [f"logits not compared: {kld_error}"] if kld_error else []
         tail = " — a synthetic model: any difference is one to explain" if synthetic else ""
         return verdict(DIFFERS, f"computes differently ({'; '.join(bits)}){tail}")
     if p.near:
         first = _earliest(p.near)
         return verdict(NEAR, f"parts at a near tie (token {first.pos + 1}, margin {_pct(first.margin)}"
-                       + (f"; {logits}" if logits else "") + ")")
+                       + (f"; {logits}" if logits else f"; logits not compared: {kld_error}" if kld_error else "")
+                       + ")")
     notes = [f"{r.mode}: the baseline parts with itself from token {aa.parting.pos + 1 if aa.parting else '?'}, "
              "and this no earlier" for r, aa in p.spread]
     if p.batched:  # a synthetic model's single stream and logits agree: its K-at-once tokens tell nothing more
@@ -272,7 +274,7 @@ def judge(baseline: str, base: Mapping[str, Sequence[Sequence[Generated]]], arm:
     if not p.modes:
         notes.append("logits only")
     elif kld is None:
-        notes.append("tokens only: logits not compared")
+        notes.append("tokens only: logits not compared" + (f" ({kld_error})" if kld_error else ""))
     return verdict(SAME, "same outputs" + (f" ({'; '.join(notes)})" if notes else ""))
 
 

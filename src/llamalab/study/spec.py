@@ -716,9 +716,14 @@ def configs(study: Study) -> list[Config]:
 
 def expand(study: Study) -> list[Pass]:
     """Grouped: one server start per configuration for all repeats. Interleaved: one round of every
-    configuration per repeat, so that drift over time spreads over all configurations alike."""
+    configuration per repeat, so that drift over time spreads over all configurations alike, each round starting
+    one configuration later than the one before (round r runs configuration r-1 first, mod their number): every
+    configuration takes every place in a round equally often over as many rounds as there are configurations, so
+    an effect of the place itself (a server started right after another one's, on a 2-core machine the second of
+    an A/A pair measured faster in all 5 rounds) falls on all alike instead of on the one that always runs second."""
     cfgs = configs(study)
     n = study.workload.repeats
     if study.workload.order == "grouped":
         return [Pass(config=c, trials=tuple(range(1, n + 1))) for c in cfgs]
-    return [Pass(config=c, trials=(r,)) for r in range(1, n + 1) for c in cfgs]
+    k = len(cfgs)
+    return [Pass(config=cfgs[(r - 1 + i) % k], trials=(r,)) for r in range(1, n + 1) for i in range(k)]

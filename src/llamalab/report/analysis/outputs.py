@@ -66,7 +66,8 @@ def _verdicts(data: RunData) -> dict[tuple[str, str], q.Verdict]:
         for build in [x for x in study_builds(data) if (x, setting) in ran]:
             key = (build, setting)
             kld = klds.get(key)
-            if kld is not None and kld.get("error"):
+            kld_error = str(kld["error"]) if kld and kld.get("error") else None
+            if kld_error:
                 kld = None
             if key in errors or (base, setting) in errors:
                 why = errors.get(key) or errors[(base, setting)]
@@ -76,7 +77,7 @@ def _verdicts(data: RunData) -> dict[tuple[str, str], q.Verdict]:
                 out[key] = _aa(base, reps, kld, synthetic)
                 continue
             mine = {mode: by[min(by)] for mode, by in gens.get(key, {}).items() if by}
-            out[key] = q.judge(base, reps, mine, kld, synthetic=synthetic)
+            out[key] = q.judge(base, reps, mine, kld, synthetic=synthetic, kld_error=kld_error)
     return out
 
 
