@@ -28,6 +28,11 @@ VERSIONS = "versions-cpu-rpc"
 # `llamalab tune tune-demo` (tiny model, cpu-rpc, 300 MiB budgets, 2 parallel requests): the search in `tunes`, the
 # default and 5 front candidates as builds, 3 trials each
 TUNE = "tune-demo"
+# `llamalab tune tune-demo --engines llama.cpp,ik_llama.cpp` on Gemma 3 270M (1 GiB budgets, one request, KV f16/f16 and
+# q8_0/q8_0, -ub 512, splits layer and none, 128 + 16 tokens, --exhaustive --min-gen-tps 1: the run of
+# tests/e2e/test_tune_engines_e2e.py): llama.cpp's front from dry runs, ik_llama.cpp's from 4 real loads, 3 trials
+# each; the pick is ik_llama.cpp's own default
+TUNE_ENGINES = "tune-engines"
 # `llamalab run demo --model gemma-3-270m-q4_k_m.gguf --max-context verify` (Gemma 3 270M from PyPI, tied
 # embeddings): llama.cpp's fit leaves RPC1 over its 300 MiB budget in every configuration, so the run holds each
 # one's largest context within the budgets (`budget_fits`, by dry runs) and its verifying load; 3 builds (no

@@ -11,14 +11,16 @@ from llamalab.report.data import compute_by_label, device_names
 @pytest.mark.parametrize("name", runfixtures.names())
 def test_rpc_devices_follow_the_rpc_flag_order(name):
     """Real runs: every local rpc-server prints as RPC0[host:port]; the report's RPC0/RPC1 must be the first and
-    second endpoints given to --rpc, whatever order their ports sort in."""
+    second endpoints given to --rpc, whatever order their ports sort in. (A device a configuration put nothing on
+    prints no buffer: ik_llama.cpp's one-device member of tune-engines has RPC0 alone.)"""
     t = runfixtures.doc(name)["tables"]
     argv = {c["id"]: c["server_argv_json"] for c in t["configs"]}
     checked = 0
     for led in t["ledgers"]:
         args = argv[led["config_id"]]
         endpoints = args[args.index("--rpc") + 1].split(",")
-        assert [n.split("[", 1)[1].rstrip("]") for n in device_names(led["ledger_json"])] == endpoints
+        got = [n.split("[", 1)[1].rstrip("]") for n in device_names(led["ledger_json"])]
+        assert got == [e for e in endpoints if e in got] and got[:1] == endpoints[:1]
         checked += 1
     assert checked >= 4
 

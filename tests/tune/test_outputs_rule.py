@@ -130,3 +130,52 @@ def test_the_report_says_which_member_computes_differently(tmp_path):
     assert note == ("not the pick: it computes differently (token 2, margin 38.0%) from llama.cpp's default (the "
                     "same KV cache: a different computation, never the pick)")
     assert note in markdown.render(data)
+
+
+IK_CHECK = racemod.OutputCheck(kv_of={"t01": "f16/f16", "t02": "q8_0/q8_0", "t03": "q8_0/q8_0", "t04": "f16/f16"},
+                               default_kv="f16/f16", synthetic=False,
+                               engine_of={"t01": "ik_llama.cpp", "t02": "ik_llama.cpp"})
+
+
+def test_another_engines_member_is_judged_against_llama_cpps_default(tmp_path):
+    """An ik_llama.cpp member with the default's KV cache is compared with llama.cpp's default like any member; where
+    it computes differently, so does its engine: its member with another KV pair (t02) is out too, saying why.
+    llama.cpp's own member with another pair (t03) is not judged so, nor by another engine's verdict."""
+    db = tmp_path / "t.db"
+    s, run_id = store_outputs(db, {"default": [[1, 2, 3, 4], [1, 2, 3, 4]], "t01": [[1, 2, 8, 8]],
+                                   "t02": [[1, 2, 3, 4]], "t03": [[1, 7, 7, 7]], "t04": [[1, 2, 3, 4]]})
+    with s:
+        differs = IK_CHECK.differing(s, run_id)
+    assert sorted(differs) == ["t01", "t02"]
+    assert differs["t01"].startswith("computes differently (token 3")
+    assert differs["t02"].startswith("runs on ik_llama.cpp, whose t01 (the default's KV cache) computes differently")
+    p = tunepick.pick([m("default", 40_000), m("t01", 90_000), m("t02", 80_000), m("t03", 70_000),
+                       m("t04", 60_000)], "default", "context", differs=differs)
+    assert p.name == "t03" and "t01" not in p.considered and "t02" not in p.considered
+
+
+def test_an_engine_whose_members_agree_keeps_them_all(tmp_path):
+    db = tmp_path / "t.db"
+    s, run_id = store_outputs(db, {"default": [[1, 2, 3, 4], [1, 2, 3, 4]], "t01": [[1, 2, 3, 4]],
+                                   "t02": [[1, 5, 5, 5]]})
+    with s:
+        assert IK_CHECK.differing(s, run_id) == {}
+
+
+def test_engine_verdicts_pure():
+    engine_of = {"t01": "ik_llama.cpp", "t02": "ik_llama.cpp", "t05": "other"}
+    got = racemod.engine_verdicts({"t01": "computes differently (token 2)", "t09": "x"}, engine_of)
+    assert got == {"t02": "runs on ik_llama.cpp, whose t01 (the default's KV cache) computes differently (token 2)"}
+    assert racemod.engine_verdicts({}, engine_of) == {}
+
+
+def test_each_other_engine_is_judged_before_its_other_members_load():
+    """The race loads the most context first, except that another engine's member with the default's KV cache
+    comes before that engine's others: its outputs decide whether the engine computes what the default does."""
+    check = racemod.OutputCheck(kv_of={"t01": "q8_0/q8_0", "t02": "q8_0/q8_0", "t03": "f16/f16", "t04": "f16/f16",
+                                       "t05": "f16/f16"}, default_kv="f16/f16", synthetic=True,
+                                engine_of={"t01": "ik_llama.cpp", "t04": "ik_llama.cpp", "t05": "ik_llama.cpp"})
+    assert racemod.judged_first(["t01", "t02", "t03", "t04", "t05"], check) == ["t04", "t01", "t02", "t03", "t05"]
+    assert racemod.judged_first(["t04", "t01"], check) == ["t04", "t01"]
+    mine = racemod.OutputCheck(kv_of={"t01": "q8_0/q8_0", "t02": "f16/f16"}, default_kv="f16/f16", synthetic=True)
+    assert racemod.judged_first(["t01", "t02"], mine) == ["t01", "t02"]  # llama.cpp alone: the order as it was

@@ -76,6 +76,11 @@ def finite(ctx, param, value):
 @click.option("--max-kld", type=click.FloatRange(0), default=None, metavar="X", callback=finite,
               help="Rule out KV cache pairs whose mean KL divergence against f16/f16 (llama-perplexity, measured "
                    "in stage one on a real model) is above X (sets [tune] max_kld).")
+@click.option("--engines", "engine_names", default=None, metavar="NAMES",
+              help="The engines whose members are searched and raced, comma-separated: llama.cpp (always: every "
+                   "member is measured against its default) and ik_llama.cpp (the study's build of it, else its "
+                   "pinned release; its members come from real loads: it has no dry run). Sets [tune] engines; "
+                   "default: llama.cpp.")
 @click.option("--emit", type=click.Choice(["command", "llama-swap"]), default="command", show_default=True,
               help="What to print after the table: the llama-server command, or the pick as a llama-swap "
                    "config.yaml entry (models: NAME: cmd: …, with ${PORT}).")
@@ -84,12 +89,14 @@ def finite(ctx, param, value):
 @click.option("--json", "as_json", is_flag=True, help="Print the search, the front and the pick as JSON.")
 @click.option("--trust-study", "trust", is_flag=True, help=TRUST_HELP)
 def tune(study, model, download, budget, goal, min_context, min_gen_tps, parallel, overrides, llama_cpp, llama_bin, db,
-         logs_dir, exhaustive, seconds, max_kld, emit, fresh, as_json, trust) -> None:
+         logs_dir, exhaustive, seconds, max_kld, engine_names, emit, fresh, as_json, trust) -> None:
     """Find the llama-server command for this rig and this model. Stage one dry-runs the search space — split mode
     (layer with and without pipeline parallelism, tensor, none), -ts layer splits, K and V cache types, -ub, and
     --n-cpu-moe for MoE models, each only where it applies — and keeps the feasible, non-dominated candidates
-    (seconds, no weight loaded). Stage two runs that front and llama.cpp's default (--fit, no flags) for real
-    with the study's workload, and prints the front, the pick for the goal and its exact command. The run is
+    (seconds, no weight loaded); with --engines llama.cpp,ik_llama.cpp, also ik_llama.cpp's own default and
+    llama.cpp's front as ik_llama.cpp runs it, measured by real loads. Stage two runs those fronts and llama.cpp's
+    default (--fit, no flags) for real with the study's workload, and prints the front, the pick for the goal and
+    its exact command (with the pick's engine's llama-server). The run is
     stored: `llamalab report` renders it with a plot of the front. STUDY defaults to the `tune` preset; its
     [tune] section holds these options (docs/tune.md). Exit codes as for `llamalab run`.
 
@@ -98,6 +105,7 @@ def tune(study, model, download, budget, goal, min_context, min_gen_tps, paralle
       llamalab tune tune-demo                              # CPU only: two rpc-servers, 300 MiB budgets
       llamalab tune --model ~/models/qwen3-8b-q4_k_m.gguf --budget 16GiB,12GiB
       llamalab tune --model qwen3-30b-a3b-q8_0.gguf --budget 24GiB --goal throughput --parallel 4
+      llamalab tune tune-demo --engines llama.cpp,ik_llama.cpp    # ik_llama.cpp's members raced too
       llamalab tune --model hf://unsloth/Qwen3-8B-GGUF:Q4_K_M --budget 16GiB,12GiB   # stage one, from the header
     """
     from ..tune import tune as tunemod
@@ -108,6 +116,8 @@ def tune(study, model, download, budget, goal, min_context, min_gen_tps, paralle
                        ("max_kld", max_kld)):
         if value is not None:
             sets.append(f"tune.{key}={json.dumps(value)}")
+    if engine_names is not None:
+        sets.append(f"tune.engines={json.dumps([e.strip() for e in engine_names.split(',') if e.strip()])}")
     st, _ = load_study(study or "tune", sets, trust)
     if remote:
         model_path = model_arg(model, command="tune", weights=download, download=download)

@@ -346,10 +346,13 @@ def default_sources(study: Study, opts: RunOptions, given: dict[str, binaries.Bi
 
 
 def kv_types(study: Study) -> set[str]:
-    """Every K/V cache type the study's arguments name (-ctk, -ctv, any spelling) (pure)."""
+    """Every K/V cache type the study's arguments name (-ctk, -ctv, any spelling), and those its `[tune] kv` pairs
+    name where it searches another engine (tune runs them) (pure)."""
     arg_lists = [study.server.args, *(b.args for b in study.builds), *(s.args for s in study.settings)]
     names = (*flags.names("-ctk"), *flags.names("-ctv"))
-    return {v for args in arg_lists for _, v in argvmod.occurrences(args, *names)}
+    tuned = study.tune.kv if study.tune is not None and len(study.tune.engines) > 1 else []
+    return {v for args in arg_lists for _, v in argvmod.occurrences(args, *names)} | \
+        {t for pair in tuned for t in pair.split("/")}
 
 
 def needed_targets(study: Study, backend: str, *, crosscheck: bool = False) -> tuple[str, ...]:

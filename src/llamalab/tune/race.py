@@ -1,5 +1,6 @@
 """Tune's stage two: the verified front and llama.cpp's default run for real through the study runner — every
-member a build of one binary with its own arguments, so the run's report compares each with the default — as a race
+member a build of its engine's binary with its own arguments (llama.cpp's, or ik_llama.cpp's where `[tune] engines`
+names it), so the run's report compares each with the default — as a race
 (docs/tune.md): no load for a member that cannot be the pick whatever it measures, a screening trial for each of
 the others, the remaining trials only for those the measurements cannot yet rule out, and more trials where the
 pick is still open. `--exhaustive` runs every member with all its trials: the oracle the race is checked against.
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..llamacpp import argv as argvmod
 from ..llamacpp import server as servermod
+from ..llamacpp.build import BuildArtifact
+from ..llamacpp.engines import LLAMA_CPP
 from ..quality import outputs as qout
 from ..quality.kv import is_synthetic
 from ..run import runner
@@ -32,18 +35,27 @@ def exhaustive(spec: TuneSpec) -> bool:
 
 
 def front_builds(setup: TuneSetup, one: StageOne) -> list[BuildSpec]:
-    """Stage two's builds, all of the first build's binary: llama.cpp's default, then each front member under its
-    stage-two name (`one` staged); their flags checked against the binary."""
+    """Stage two's builds: llama.cpp's default (the first build's binary), then each front member under its
+    stage-two name (`one` staged), a copy of its engine's build (`TuneSetup.build_of`: the first build for
+    llama.cpp's members) with the member's arguments; their flags checked against their engine's binary."""
     b0 = setup.study.builds[0]
     builds = [b0.model_copy(update={"name": DEFAULT, "label": "llama.cpp's default (--fit, no flags)",
                                     "args": [*b0.args, *one.default_extra]})]
     for m in one.front:
-        builds.append(b0.model_copy(update={"name": m.build, "label": f"{m.label}, -c {m.n_ctx:,}",
-                                            "args": [*b0.args, *m.candidate.args(m.n_ctx)]}))
-    art = setup.art
+        base = setup.build_of(m.candidate.engine)
+        builds.append(base.model_copy(update={"name": m.build, "label": f"{m.label}, -c {m.n_ctx:,}",
+                                              "args": [*base.args, *m.candidate.args(m.n_ctx)]}))
     for b in builds[1:]:
-        servermod.check_flags(art.binary("llama-server"), [*setup.study.server.args, *b.args], env=art.env())
+        art = artifact_of(setup, b)
+        servermod.check_flags(art.binary("llama-server"), [*setup.study.server.args, *b.args], env=art.env(),
+                              engine=art.engine)
     return builds
+
+
+def artifact_of(setup: TuneSetup, build: BuildSpec) -> BuildArtifact:
+    """The binary a stage-two build runs: its engine's build's (llama.cpp's default and members: the first build's),
+    under the stage-two build's name."""
+    return dataclasses.replace(setup.art_of(build.engine or LLAMA_CPP), name=build.name)
 
 
 def single_trials(trials: list[dict[str, Any]]) -> int:
@@ -59,11 +71,15 @@ def measures(store: Store, run_id: str, ctx_of: dict[str, int], parallel: int) -
 @dataclass(frozen=True)
 class OutputCheck:
     """What the race needs to judge a member's outputs against llama.cpp's default's (quality/outputs.py): each
-    member's KV pair, the default's, and whether the model is synthetic (only identity counts there)."""
+    member's KV pair and engine, the default's KV pair, and whether the model is synthetic (only identity counts
+    there). A member of another engine (ik_llama.cpp) is judged against llama.cpp's default like any other: what
+    the user runs today is the reference, and a change of engine that changes the outputs is what the check is for
+    (docs/tune.md, "Engines")."""
 
     kv_of: dict[str, str]
     default_kv: str
     synthetic: bool
+    engine_of: dict[str, str] = field(default_factory=dict)  # member → its engine, where not llama.cpp
 
     @classmethod
     def of(cls, setup: TuneSetup, one: StageOne) -> OutputCheck:
@@ -71,12 +87,15 @@ class OutputCheck:
         k = argvmod.value(args, "-ctk", "--cache-type-k") or "f16"
         v = argvmod.value(args, "-ctv", "--cache-type-v") or "f16"
         return cls(kv_of={str(m.build): m.kv for m in one.front}, default_kv=f"{k}/{v}",
-                   synthetic=is_synthetic(setup.prep.model_info.name))
+                   synthetic=is_synthetic(setup.prep.model_info.name),
+                   engine_of={str(m.build): m.candidate.engine for m in one.front if not m.candidate.own_engine})
 
     def differing(self, store: Store, run_id: str) -> dict[str, str]:
         """The members measured so far whose outputs, with the default's KV cache, differ from the default's
         (member → the verdict's words). A member with another KV pair is not judged so: what its cache changes is a
-        quality cost (its KLD, the KV quality check's), not a fault."""
+        quality cost (its KLD, the KV quality check's), not a fault — unless it runs on another engine one of whose
+        members, with the default's KV cache, computes differently: then the engine does, whatever its cache
+        (`engine_verdicts`)."""
         rows: dict[str, list[dict[str, Any]]] = {}
         for r in store.outputs(run_id):
             rows.setdefault(str(r["build"]), []).append(r)
@@ -89,11 +108,41 @@ class OutputCheck:
             v = qout.judge(DEFAULT, base, mine, None, synthetic=self.synthetic)
             if v.kind == qout.DIFFERS:
                 out[name] = v.words
-        return out
+        return {**out, **engine_verdicts(out, self.engine_of)}
 
     def rule(self, rule: tunepick.Rule, store: Store, run_id: str) -> tunepick.Rule:
         """`rule` with the members that compute differently so far (`Rule.differs`)."""
         return dataclasses.replace(rule, differs=self.differing(store, run_id) or None)
+
+
+def judged_first(order: list[str], check: OutputCheck) -> list[str]:
+    """The load order with each other engine's first member that has the default's KV pair moved ahead of that
+    engine's other members (pure): its outputs are judged against the default's (`OutputCheck`), and where they
+    differ so does the engine (`engine_verdicts`), so its other members need no load. llama.cpp's members keep
+    their places."""
+    out = list(order)
+    for engine in dict.fromkeys(check.engine_of.values()):
+        mine = [n for n in out if check.engine_of.get(n) == engine]
+        judge = next((n for n in mine if check.kv_of.get(n) == check.default_kv), None)
+        if judge is None or judge == mine[0]:
+            continue
+        out.remove(judge)
+        out.insert(out.index(mine[0]), judge)
+    return out
+
+
+def engine_verdicts(differs: dict[str, str], engine_of: dict[str, str]) -> dict[str, str]:
+    """The other members of an engine one of whose members, with the default's KV cache, computes differently from
+    llama.cpp's default (`differs`: member → the verdict's words): each with the words that say so (pure). A
+    member of llama.cpp is never judged by another's verdict: they share the default's engine."""
+    out: dict[str, str] = {}
+    for name, engine in engine_of.items():
+        if name in differs:
+            continue
+        judged = sorted(n for n in differs if engine_of.get(n) == engine)
+        if judged:
+            out[name] = f"runs on {engine}, whose {judged[0]} (the default's KV cache) {differs[judged[0]]}"
+    return out
 
 
 def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOptions, progress: Progress
@@ -105,7 +154,7 @@ def stage_two(setup: TuneSetup, one: StageOne, rule: tunepick.Rule, opts: RunOpt
     s2 = setup.study.model_copy(update={"builds": builds,
                                         "settings": [SettingSpec(name="tune", label=f"tune: {spec.goal}")]})
     prep2 = dataclasses.replace(setup.prep, study=s2, skipped={},
-                                artifacts={b.name: dataclasses.replace(setup.art, name=b.name) for b in builds})
+                                artifacts={b.name: artifact_of(setup, b) for b in builds})
     race = Race(s2, spec, one, rule, opts.seconds if opts.seconds is not None else spec.seconds,
                 OutputCheck.of(setup, one))
     t2 = time.monotonic()
@@ -148,6 +197,10 @@ class Race:
         self.ctx_of = {DEFAULT: one.default.n_ctx or 0} | {str(m.build): int(m.n_ctx or 0) for m in one.front}
         self.order, self.order_reason = tunepick.load_order([(str(m.build), int(m.n_ctx or 0)) for m in one.front],
                                                             rule)
+        if check is not None and check.engine_of:
+            self.order = judged_first(self.order, check)
+            self.order_reason += ("; each other engine's member with llama.cpp's default KV cache before that "
+                                  "engine's others, so that its outputs are judged against the default's first")
         self.not_loaded: dict[str, str] = {}  # member → why it was not loaded (cannot be the pick)
         self.ruled: dict[str, str] = {}  # member → why it got no trial after its screening trial
         self.timed_out: list[str] = []

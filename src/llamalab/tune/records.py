@@ -6,9 +6,10 @@ one in place; `as_dict` gives the shape the `tunes` table has always stored (rep
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..llamacpp.engines import LLAMA_CPP
 from . import space as ts
 
 DEFAULT = "default"  # the build name of llama.cpp's default in a tune run
@@ -60,6 +61,10 @@ class Member:
             "host_mib": self.host_mib, "dry_runs": self.dry_runs, "build": self.build}
         if self.exact is not None:
             out["exact"] = self.exact
+        if not c.own_engine:  # llama.cpp's members keep the shape every stored tune has
+            out["engine"] = c.engine
+        if c.fa_off:
+            out["fa_off"] = True
         if self.staged:
             out["kld"] = dict(self.kld) if self.kld is not None else None
         return out
@@ -69,7 +74,8 @@ class Member:
         """A member as `as_dict` wrote it (a cached stage one); KeyError/TypeError/ValueError where it is not one."""
         c = ts.Candidate(split=str(d["split"]), ctk=str(d["ctk"]), ctv=str(d["ctv"]), ubatch=int(d["ubatch"]),
                          n_cpu_moe=int(d["n_cpu_moe"]), ts=tuple(int(x) for x in d["ts"]) if d.get("ts") else None,
-                         main_gpu=int(d.get("main_gpu") or 0))
+                         main_gpu=int(d.get("main_gpu") or 0), engine=str(d.get("engine") or LLAMA_CPP),
+                         fa_off=bool(d.get("fa_off")))
         devs = d.get("devices_mib")
         return cls(candidate=c, label=str(d["label"]), pipeline_parallel=bool(d["pipeline_parallel"]),
                    status=str(d["status"]), reason=d.get("reason"),
@@ -113,6 +119,31 @@ class Default:
                    pipeline_parallel=d["pipeline_parallel"], sched_copies=d["sched_copies"],
                    devices_mib=tuple(d["devices_mib"]), host_mib=d["host_mib"], over_budget=bool(d["over_budget"]),
                    fit_split=bool(d["fit_split"]), args=tuple(d["args"]))
+
+
+@dataclass(frozen=True)
+class EngineSearch:
+    """Another engine's part of stage one (tune/stage_one_engine.py): its rig (its own copies and pipeline
+    parallelism), what it searched, and how: its members are in the stage one's `members` beside llama.cpp's."""
+
+    engine: str
+    rig: ts.Rig
+    space: ts.Space
+    loads: int  # real loads stopped once the context was made (no dry run: it has no fit of the context)
+    seconds: float
+    members: int
+    front: int
+    reused_from: str | None = None  # read from the cache of an earlier tune (its key)
+    afresh: str | None = None  # why one cached for this search was not reused
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "rig": asdict(self.rig), "loads": self.loads, "seconds": self.seconds,
+                "members": self.members, "front": self.front, "reused_from": self.reused_from,
+                "afresh": self.afresh, "notes": list(self.notes),
+                "space": {"splits": list(self.space.splits), "kv": ["/".join(p) for p in self.space.kv],
+                          "ubatch": list(self.space.ubatch), "n_cpu_moe": list(self.space.n_cpu_moe),
+                          "not_searched": dict(self.space.not_searched)}}
 
 
 def ledger_contexts(configs: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..llamacpp import flags
+from ..llamacpp.engines import LLAMA_CPP
 
 NOOP_OVERRIDE = "no_such_tensor=CPU"  # matches no tensor; any override turns pipeline parallelism off
 STEP = 256  # contexts are multiples of this (llama.cpp's fit rounds the same way)
@@ -127,30 +128,39 @@ def model_layout(tensors: Iterable[tuple[str, int]], n_layer: int, n_ctx_train: 
 
 @dataclass(frozen=True)
 class Candidate:
-    split: str  # layer | layer-nopp | tensor | none
+    split: str  # layer | layer-nopp | tensor | none (ik_llama.cpp: layer | layer-nopp | graph | none)
     ctk: str = "f16"
     ctv: str = "f16"
     ubatch: int = DEFAULT_UBATCH
     n_cpu_moe: int = 0
-    ts: tuple[int, ...] | None = None  # layers per device (the last also holds the output layer)
+    ts: tuple[int, ...] | None = None  # layers per device (the last also holds the output layer); ik_llama.cpp:
+    # its weights (it places whole layers by their size, KV cache and compute included: tune/stage_one_engine.py)
     main_gpu: int = 0  # -sm none: the one device
+    engine: str = LLAMA_CPP  # whose llama-server runs it (llamacpp/engines.py)
+    fa_off: bool = False  # -fa off (ik_llama.cpp on RPC devices at 2+ requests at once: tune/stage_one_engine.py)
 
     @property
     def kv(self) -> str:
         return f"{self.ctk}/{self.ctv}"
+
+    @property
+    def own_engine(self) -> bool:
+        """llama.cpp's: the engine every tune searches (and whose default every member is measured against)."""
+        return self.engine == LLAMA_CPP
 
     def pipelined(self, rig: Rig) -> bool:
         """Whether llama.cpp turns pipeline parallelism on for it (any tensor override turns it off)."""
         return self.split == "layer" and rig.n > 1 and rig.pp_capable and rig.copies > 1 and not self.n_cpu_moe
 
     def args(self, n_ctx: int | None = None) -> list[str]:
-        """The llama-server arguments (llama.cpp's defaults left out: f16 caches, -ub 512, -b 2048)."""
-        a = ["-ngl", "999", "-fa", "on"]
+        """The llama-server arguments (llama.cpp's defaults left out: f16 caches, -ub 512, -b 2048). ik_llama.cpp's
+        `none` is a -ts that gives its one device everything (`ts`): its -sm none keeps a buffer type per layer."""
+        a = ["-ngl", "999", "-fa", "off" if self.fa_off else "on"]
         if self.split == "layer-nopp":
             a += ["-ot", NOOP_OVERRIDE]
-        elif self.split == "tensor":
-            a += ["-sm", "tensor"]
-        elif self.split == "none":
+        elif self.split in ("tensor", "graph"):
+            a += ["-sm", self.split]
+        elif self.split == "none" and self.own_engine:
             a += ["-sm", "none", "-mg", str(self.main_gpu)]
         if self.ts:
             a += ["-ts", ",".join(str(x) for x in self.ts)]
@@ -172,23 +182,29 @@ class Candidate:
         if rig.n == 1:
             return "one device"
         if self.split == "layer":
-            return "layer, pipeline parallel" if self.pipelined(rig) else "layer"
-        return {"layer-nopp": "layer, no pipeline (-ot no-op)", "tensor": "tensor",
+            return ("layer, pipeline parallel" if self.pipelined(rig) else "layer") + (
+                "" if self.own_engine else " (its own placement)")
+        if self.split == "none" and not self.own_engine:
+            return f"one device ({rig.names[self.main_gpu] if self.main_gpu < rig.n else self.main_gpu})"
+        return {"layer-nopp": "layer, no pipeline (-ot no-op)", "tensor": "tensor", "graph": "graph",
                 "none": f"none (device {self.main_gpu})"}[self.split]
 
     def label(self, rig: Rig) -> str:
-        parts = [self.split_label(rig)]
+        parts = [("" if self.own_engine else f"{self.engine}: ") + self.split_label(rig)]
         if self.ts:
             parts.append("-ts " + ",".join(str(x) for x in self.ts))
         parts.append(f"KV {self.kv}")
         parts.append(f"-ub {self.ubatch}")
         if self.n_cpu_moe:
             parts.append(f"--n-cpu-moe {self.n_cpu_moe}")
+        if self.fa_off:
+            parts.append("-fa off")
         return ", ".join(parts)
 
     def key(self) -> str:
         ts = ",".join(str(x) for x in self.ts) if self.ts else "-"
-        return f"{self.split}|ts={ts}|kv={self.kv}|ub={self.ubatch}|ncmoe={self.n_cpu_moe}|mg={self.main_gpu}"
+        return (f"{self.split}|ts={ts}|kv={self.kv}|ub={self.ubatch}|ncmoe={self.n_cpu_moe}|mg={self.main_gpu}"
+                + ("" if self.own_engine else f"|engine={self.engine}") + ("|fa=off" if self.fa_off else ""))
 
 
 @dataclass(frozen=True)
@@ -454,7 +470,10 @@ def over_budget(m: Measured, rig: Rig) -> list[float]:
 
 
 def no_worse(a: Candidate, b: Candidate, rig: Rig) -> bool:
-    """Whether a is at least as good as b in every speed and quality dimension (see the module's docstring)."""
+    """Whether a is at least as good as b in every speed and quality dimension (see the module's docstring). Engines
+    are never ordered against each other, nor is flash attention on against off."""
+    if a.engine != b.engine or a.fa_off != b.fa_off:
+        return False
     if KV_RANK[a.ctk] < KV_RANK[b.ctk] or KV_RANK[a.ctv] < KV_RANK[b.ctv]:
         return False
     if a.ubatch < b.ubatch:

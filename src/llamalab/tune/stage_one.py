@@ -20,22 +20,23 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..core import proc
 from ..core.errors import ConfigError, ModelError
 from ..fit import budget, maxctx
 from ..llamacpp.build import BuildArtifact
 from ..llamacpp.cmake import cmake_true
+from ..llamacpp.engines import LLAMA_CPP
 from ..logs.dryrun import DryRun
 from ..models import gguf
 from ..rig import devices
 from ..setup import configplan
 from ..setup import prepare as session
 from ..setup.progress import Progress
-from ..study.spec import Config, SettingSpec, Study, TuneSpec
+from ..study.spec import BuildSpec, Config, SettingSpec, Study, TuneSpec
 from . import space as ts
-from .records import Default, Member
+from .records import Default, EngineSearch, Member
 
 
 def need_context(study: Study) -> int:
@@ -47,14 +48,16 @@ def need_context(study: Study) -> int:
 
 @dataclass(frozen=True)
 class TuneSetup:
-    """A tune's set-up, resolved once: the study as tune runs it, prepared (its one build, model and devices), its
-    [tune] section, the binary every configuration runs, the budgets and the context every configuration must hold."""
+    """A tune's set-up, resolved once: the study as tune runs it, prepared (its llama.cpp build — and a build of each
+    other engine `[tune] engines` names —, model and devices), its [tune] section, the binary llama.cpp's members
+    run, the budgets and the context every configuration must hold."""
 
     prep: session.Prepared
     spec: TuneSpec
-    art: BuildArtifact
+    art: BuildArtifact  # llama.cpp's build: its default and its members
     budgets: tuple[int, ...] | None
     floor: int  # max([tune] min_context, the tokens K requests of the workload hold)
+    others: tuple[BuildArtifact, ...] = ()  # the other engines' builds (the study's builds after the first)
 
     @classmethod
     def of(cls, prep: session.Prepared) -> TuneSetup:
@@ -63,15 +66,25 @@ class TuneSetup:
         budgets = study.devices.budgets_mib
         return cls(prep=prep, spec=spec, art=prep.artifacts[study.builds[0].name],
                    budgets=tuple(budgets) if budgets else None,
-                   floor=max(spec.min_context, need_context(study)))
+                   floor=max(spec.min_context, need_context(study)),
+                   others=tuple(prep.artifacts[b.name] for b in study.builds[1:] if b.name in prep.artifacts))
 
     @property
     def study(self) -> Study:
         return self.prep.study
 
-    def config(self, extra: list[str]) -> Config:
-        """The study's build with `extra` arguments, as tune's one setting."""
-        b = self.study.builds[0]
+    def art_of(self, engine: str) -> BuildArtifact:
+        """The build that runs `engine`'s members."""
+        return next((a for a in (self.art, *self.others) if a.engine == engine), self.art)
+
+    def build_of(self, engine: str) -> BuildSpec:
+        """The study's build of `engine` (its first build for llama.cpp)."""
+        name = self.art_of(engine).name
+        return next((b for b in self.study.builds if b.name == name), self.study.builds[0])
+
+    def config(self, extra: list[str], engine: str = LLAMA_CPP) -> Config:
+        """The study's build of `engine` with `extra` arguments, as tune's one setting."""
+        b = self.build_of(engine)
         return Config(build=b.model_copy(update={"args": [*b.args, *extra]}), setting=SettingSpec(name="tune"))
 
 
@@ -89,11 +102,22 @@ class StageOne:
     reused_from: str | None = None  # stage one read from the cache of an earlier tune (its key)
     key: str | None = None  # what it is cached under (tune/stage_one_cache.py; None: not cached, no budgets)
     afresh: str | None = None  # why a stage one cached for this search was not reused (made by other code …)
+    engines: tuple[EngineSearch, ...] = ()  # other engines' searches, their members among `members` (`joined`)
 
     @property
     def front(self) -> list[Member]:
-        """The verified front, the most context first: every member runs in stage two's race."""
+        """The verified front, the most context first: every member runs in stage two's race (each engine's front:
+        engines are never ordered against each other)."""
         return sorted((m for m in self.members if m.status == "front"), key=lambda m: -(m.n_ctx or 0))
+
+    def joined(self, other: StageOne, engine: str) -> StageOne:
+        """This (llama.cpp's) stage one with another engine's (tune/stage_one_engine.py): its members beside these,
+        and its search recorded."""
+        search = EngineSearch(engine=engine, rig=other.rig, space=other.space, loads=other.dry_runs,
+                              seconds=other.seconds, members=len(other.members),
+                              front=sum(1 for m in other.members if m.status == "front"),
+                              reused_from=other.reused_from, afresh=other.afresh, notes=other.notes)
+        return dataclasses.replace(self, members=self.members + other.members, engines=(*self.engines, search))
 
     def staged(self, kld: dict[str, dict[str, Any]]) -> StageOne:
         """Stage one with the front given its stage-two names (t01 …, the most context first) and each member's KV
@@ -112,6 +136,8 @@ class StageOne:
 
 class _Runner:
     """Dry runs of candidate command lines on one device setup, counted."""
+
+    what = "dry run"
 
     def __init__(self, setup: TuneSetup, dev: devices.DeviceSetup, env: dict[str, str], logs: Path,
                  timeout_s: float, rig: ts.Rig):
@@ -312,13 +338,13 @@ def _predict_and_verify(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout,
     verified: dict[int, Member] = {}
     for i in sorted(keep):
         c, p = predicted[i]
-        verified[i] = _verify(c, p, rig, dr, floor, cap)
+        verified[i] = verify(c, p, rig, dr, floor, cap)
     # a pruning stands only if what pruned it holds, verified, at least the context predicted for the pruned one:
     # where the prediction was wrong (its pruner failed, or holds less), the pruned candidate is verified too
     for i, j in sorted(beater.items()):
         if j is not None and int((verified[j].n_ctx if j in verified else 0) or 0) < predicted[i][1].n_ctx:
             c, p = predicted[i]
-            v = _verify(c, p, rig, dr, floor, cap)
+            v = verify(c, p, rig, dr, floor, cap)
             verified[i] = dataclasses.replace(v, reason=v.reason or (
                 f"verified although pruned by prediction: {predicted[j][0].label(rig)} holds less than predicted"))
     for i, j in sorted(beater.items()):
@@ -334,27 +360,39 @@ def _predict_and_verify(sp: ts.Space, rig: ts.Rig, layout: ts.ModelLayout,
     return members
 
 
-def _verify(c: ts.Candidate, p: ts.Prediction, rig: ts.Rig, dr: _Runner, floor: int, cap: int) -> Member:
-    """Dry runs of the candidate's exact command, from its predicted context and the predicted MiB per token, to
-    the largest context (a multiple of 256) that keeps every device within its budget less the margin: the search
-    `run`'s and `plan`'s contexts within budgets use too (`fit.maxctx.largest_within`), exact when it ends."""
-    measured: dict[int, ts.Measured] = {}
+class Measures(Protocol):
+    """What measures a candidate at a context: dry runs (`_Runner`) or, for an engine without one, real loads
+    stopped once the context is made (tune/stage_one_engine.py); `what` names one in a reason."""
+
+    what: str
+
+    def measure(self, c: ts.Candidate, n_ctx: int) -> tuple[ts.Measured | None, DryRun]: ...
+
+
+def verify(c: ts.Candidate, p: ts.Prediction, rig: ts.Rig, dr: Measures, floor: int, cap: int,
+           known: dict[int, ts.Measured] | None = None) -> Member:
+    """Dry runs (or loads) of the candidate's exact command, from its predicted context and the predicted MiB per
+    token, to the largest context (a multiple of 256) that keeps every device within its budget less the margin:
+    the search `run`'s and `plan`'s contexts within budgets use too (`fit.maxctx.largest_within`), exact when it
+    ends. `known`: what was measured of it already (n_ctx → figures)."""
+    measured: dict[int, ts.Measured] = dict(known or {})
     last_error: list[str] = []
 
     def measure(n: int) -> list[float] | str:
         m, d = dr.measure(c, n)
         if m is None:
             last_error.append(d.error or "failed")
-            return d.error or "the dry run gave no figures"
+            return d.error or f"the {dr.what} gave no figures"
         measured[n] = m
         return m.used()
 
     start = max(p.n_ctx, ts.STEP) if p.n_ctx else None
-    res, _ = maxctx.largest_within(measure, rig.avail_mib, cap, start=start, slopes=p.slopes, max_runs=6)
+    res, _ = maxctx.largest_within(measure, rig.avail_mib, cap, start=start, slopes=p.slopes, max_runs=6,
+                                   known={n: tuple(m.used()) for n, m in measured.items()})
     runs = len(measured) + len(last_error)
     if res.n_ctx is None or res.n_ctx not in measured:
         worst = measured[min(measured)] if measured else None
-        why = (f"the dry run failed: {last_error[-1]}" if last_error and not measured else
+        why = (f"the {dr.what} failed: {last_error[-1]}" if last_error and not measured else
                f"over a budget even at {min(measured):,} tokens" if worst else "no context was left to try")
         return Member.of(c, rig, status="infeasible", reason=why, predicted_n_ctx=p.n_ctx, dry_runs=runs,
                          devices_mib=[round(u, 2) for u in worst.used()] if worst else None)

@@ -15,18 +15,20 @@ import functools
 import hashlib
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..core.write import atomic_write
 from ..fit import budget, maxctx
+from ..llamacpp.build import BuildArtifact
 from ..logs import dryrun
 from ..setup import configplan
 from ..setup.progress import Progress
 from . import records
 from . import space as ts
+from . import stage_one_engine as engine_stage
 from .records import Default, Member
 from .stage_one import StageOne, TuneSetup, need_context, stage_one
 
@@ -38,10 +40,10 @@ MEASURED = frozenset({"verified", "front", "dominated"})  # statuses whose conte
 @functools.cache
 def made_by() -> dict[str, str]:
     """What computes a stage one, beside what it measures: this llamalab's version and a hash of the source of the
-    modules that dry-run, read, predict and verify (tune/stage_one.py, tune/space.py, tune/records.py,
-    fit/maxctx.py, fit/budget.py, logs/dryrun.py, setup/configplan.py)."""
+    modules that dry-run, load, read, predict and verify (tune/stage_one.py, tune/stage_one_engine.py, tune/space.py,
+    tune/records.py, fit/maxctx.py, fit/budget.py, logs/dryrun.py, setup/configplan.py)."""
     h = hashlib.sha256()
-    for mod in (sys.modules[stage_one.__module__], ts, records, maxctx, budget, dryrun, configplan):
+    for mod in (sys.modules[stage_one.__module__], engine_stage, ts, records, maxctx, budget, dryrun, configplan):
         try:
             h.update(Path(str(mod.__file__)).read_bytes())
         except OSError:  # no source beside the module (a frozen install): its name, and the version, must do
@@ -68,6 +70,18 @@ def stage_one_key(setup: TuneSetup) -> str | None:
         "model": [str(prep.model_path), stat.st_size, stat.st_mtime_ns],
         "build": [setup.art.key, setup.art.source.key], "backend": prep.backend,
     }
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def engine_key(setup: TuneSetup, art: BuildArtifact, one: StageOne) -> str | None:
+    """What another engine's stage one depends on beside llama.cpp's (`one`, cached under its own key): that key,
+    the engine's build and its arguments, and llama.cpp's front (its members are that front as the engine runs it:
+    tune/stage_one_engine.py). None where llama.cpp's stage one has no key (no budgets)."""
+    if one.key is None:
+        return None
+    build = setup.build_of(art.engine)
+    what = {"llama.cpp": one.key, "engine": art.engine, "build": [art.key, art.source.key], "args": list(build.args),
+            "front": [m.candidate.key() for m in one.front if m.candidate.own_engine]}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -180,16 +194,28 @@ def made_or_cached(setup: TuneSetup, logs: Path, home: Path, *, fresh: bool, tim
     """Stage one, or the same stage one an earlier tune made (same search, model file, build, devices and budgets:
     `stage_one_key`; by the same llamalab: `made_by`), so that a tune run again — with --exhaustive, another goal
     or floor — races the same front without its dry runs. --fresh makes it again; so does a stage one cached by
-    other code, which the progress and the stored search say."""
-    key = stage_one_key(setup)
+    other code, which the progress and the stored search say. Each other engine's stage one (`[tune] engines`:
+    tune/stage_one_engine.py) is kept apart under its own key (`engine_key`) and joined to llama.cpp's."""
+    one = _reused_or_made(home, stage_one_key(setup), fresh, progress, "tune stage one",
+                          "dry runs", lambda: stage_one(setup, logs, timeout_s, progress))
+    for art in setup.others:
+        other = _reused_or_made(home, engine_key(setup, art, one), fresh, progress,
+                                f"tune stage one, {art.engine}", "loads",
+                                functools.partial(engine_stage.search, setup, art, one, logs, timeout_s, progress))
+        one = one.joined(other, art.engine)
+    return one
+
+
+def _reused_or_made(home: Path, key: str | None, fresh: bool, progress: Progress, what: str, runs: str,
+                    make: Callable[[], StageOne]) -> StageOne:
     got = cached(home, key) if key is not None and not fresh else None
     if isinstance(got, StageOne):
-        progress.message(f"tune stage one: reused from an earlier tune of this search, model, build and budgets "
-                         f"({got.dry_runs} dry runs, {got.seconds:.1f} s; --fresh makes it again)")
+        progress.message(f"{what}: reused from an earlier tune of this search, model, build and budgets "
+                         f"({got.dry_runs} {runs}, {got.seconds:.1f} s; --fresh makes it again)")
         return got
     if got is not None:
-        progress.message(f"tune stage one: computed afresh, not reused from the cache of this search: {got}")
-    one = dataclasses.replace(stage_one(setup, logs, timeout_s, progress), key=key, afresh=got)
+        progress.message(f"{what}: computed afresh, not reused from the cache of this search: {got}")
+    one = dataclasses.replace(make(), key=key, afresh=got)
     if key is not None:
         atomic_write(path(home, key), json.dumps(cache_doc(one, key)))
     return one

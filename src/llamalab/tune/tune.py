@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..llamacpp import engines
 from ..quality import kv as quality
 from ..setup import configplan
 from ..setup import prepare as session
 from ..setup.options import RunOptions
 from ..setup.progress import Progress
 from ..store.db import Store
-from ..study.spec import Study, TuneSpec, with_budgets
+from ..study.spec import BuildSpec, Study, TuneSpec, with_budgets
 from . import pick as tunepick
 from . import race as racemod
 from . import stage_one as s1
@@ -34,16 +35,41 @@ from .records import DEFAULT
 
 
 def tune_study(study: Study) -> Study:
-    """The study as tune runs it: its first build, `[tune] parallel` slots, and the workload measured single-stream
-    and at K requests."""
+    """The study as tune runs it: its first build (llama.cpp's) and a build of each other engine `[tune] engines`
+    names (`engine_builds`), `[tune] parallel` slots, and the workload measured single-stream and at K requests."""
     spec = study.tune or TuneSpec()
     k = spec.parallel
     wl = study.workload.model_copy(update={"concurrency": sorted({1, k})})
     # stage two compares each member's generated tokens with the default's; the logits of its KV pair are the
     # KV quality check's (quality/kv.py), not a llama-perplexity run per member
     outputs = study.outputs.model_copy(update={"logits": False})
-    return study.model_copy(update={"tune": spec, "builds": study.builds[:1], "workload": wl, "outputs": outputs,
-                                    "server": study.server.model_copy(update={"parallel": k})})
+    return study.model_copy(update={"tune": spec, "builds": engine_builds(study, spec), "workload": wl,
+                                    "outputs": outputs, "server": study.server.model_copy(update={"parallel": k})})
+
+
+def engine_builds(study: Study, spec: TuneSpec) -> list[BuildSpec]:
+    """The builds a tune runs (pure): the study's first, whose engine must be llama.cpp's (its default is what every
+    member is measured against), then for each other engine of `[tune] engines` the study's first build of that
+    engine, else one of its pinned release named after it."""
+    first = study.builds[0]
+    if first.engine not in (None, engines.LLAMA_CPP):
+        raise ConfigError(f"tune's first build must be llama.cpp's, and build {first.name} is {first.engine}'s: "
+                          "llama.cpp's default is what every member is measured against.",
+                          tip=ENGINES_TIP)
+    out = [first]
+    for engine in spec.engines:
+        if engine == engines.LLAMA_CPP:
+            continue
+        own = next((b for b in study.builds[1:] if b.engine == engine), None)
+        if own is None:
+            name = engine if engine not in {b.name for b in study.builds} else f"{engine}-tune"
+            own = BuildSpec(name=name, label=f"{engine} (its pinned release)", engine=engine)
+        out.append(own)
+    return out
+
+
+ENGINES_TIP = ("put a llama.cpp build first; `--engines llama.cpp,ik_llama.cpp` (or [tune] engines) races "
+               "ik_llama.cpp's members beside llama.cpp's, and `llamalab run engines` compares the engines' defaults.")
 
 
 def prepare(study: Study, opts: RunOptions, progress: Progress) -> s1.TuneSetup:
@@ -52,13 +78,15 @@ def prepare(study: Study, opts: RunOptions, progress: Progress) -> s1.TuneSetup:
     study = tune_study(study)
     configplan.check_fit_on(study)
     prep = session.prepare(with_budgets(study, opts.budgets_mib or study.devices.budgets_mib), opts, progress)
+    for b in prep.study.builds:
+        if b.name not in prep.artifacts:
+            raise ConfigError(f"build {b.name} could not be made: {prep.skipped.get(b.name)}",
+                              tip="tune runs the study's first build (and one of each other engine it names); check "
+                                  "`llamalab build STUDY`.")
     name = prep.study.builds[0].name
-    if name not in prep.artifacts:
-        raise ConfigError(f"build {name} could not be made: {prep.skipped.get(name)}",
-                          tip="tune runs the study's first build; check `llamalab build STUDY`.")
-    if (engine := prep.artifacts[name].engine) != "llama.cpp":  # its search reads llama.cpp's fit (docs/engines.md)
-        raise ConfigError(f"tune searches llama.cpp builds only, and build {name} is {engine}'s.",
-                          tip="compare the engines with `llamalab run engines` (or a study with a build of each).")
+    if (engine := prep.artifacts[name].engine) != engines.LLAMA_CPP:  # a checkout or binaries of another engine
+        raise ConfigError(f"tune's first build must be llama.cpp's, and build {name} is {engine}'s: llama.cpp's "
+                          "default is what every member is measured against.", tip=ENGINES_TIP)
     return s1.TuneSetup.of(prep)
 
 
@@ -84,7 +112,9 @@ def run_tune(study: Study, opts: RunOptions, progress: Progress) -> TuneResult:
             shutil.rmtree(logs, ignore_errors=True)
     counts = s1.counts(one)
     progress.message(f"tune stage one: {counts['enumerated']} candidates, {one.dry_runs} dry runs in "
-                     f"{one.seconds:.1f} s → {counts['front']} on the front"
+                     f"{one.seconds:.1f} s"
+                     + "".join(f" ({e.engine}: {e.loads} loads in {e.seconds:.1f} s)" for e in one.engines)
+                     + f" → {counts['front']} on the front"
                      + ("" if opts.stage_one_only else ", every one raced in stage two"
                         + (" (exhaustive: every one with all its trials)" if racemod.exhaustive(spec) else "")))
     study = setup.study
@@ -92,8 +122,9 @@ def run_tune(study: Study, opts: RunOptions, progress: Progress) -> TuneResult:
         doc = {**search_doc(setup, one, counts), "stage2": None, "seconds": round(time.monotonic() - t0, 2),
                "threshold": study.workload.threshold,
                "chosen": [{"label": m.label, "n_ctx": m.n_ctx,
-                           "args": [*study.builds[0].args, *m.candidate.args(m.n_ctx)],
-                           "devices_mib": list(m.devices_mib) if m.devices_mib is not None else None}
+                           "args": [*setup.build_of(m.candidate.engine).args, *m.candidate.args(m.n_ctx)],
+                           "devices_mib": list(m.devices_mib) if m.devices_mib is not None else None,
+                           **({} if m.candidate.own_engine else {"engine": m.candidate.engine})}
                           for m in one.front]}
         return TuneResult(run_id=None, doc=doc)
     one = one.staged(kld.by_pair)
@@ -137,5 +168,6 @@ def search_doc(setup: s1.TuneSetup, one: s1.StageOne, counts: dict[str, Any]) ->
         "stage1": {**counts, "dry_runs": one.dry_runs, "seconds": one.seconds, "reused_from": one.reused_from,
                    "key": one.key, "afresh": one.afresh},
         "notes": list(one.notes),
+        **({"engines": [e.as_dict() for e in one.engines]} if one.engines else {}),
     }
 

@@ -236,3 +236,76 @@ def test_the_report_says_whether_stage_one_was_reused_or_computed_afresh(data):
     lines = rtune.stage_lines({**v.doc, "stage1": {**s1, "reused_from": "0123456789abcdef"}})
     assert lines[1].startswith("stage one reused from an earlier tune of this search")
     assert not s1.get("reused_from") and rtune.stage_lines(v.doc)[1].startswith("stage two")  # neither: no line
+
+
+# ---------------------------------------------------------------- a tune over two engines (`--engines`)
+
+
+@pytest.fixture
+def engines_data(tmp_path):
+    with Store(tmp_path / "r.db") as s:
+        return rdata.load(s, runfixtures.fill(s, runfixtures.TUNE_ENGINES))
+
+
+def test_a_tune_over_two_engines_names_each_rows_engine(engines_data):
+    v = rtune.view(engines_data)
+    rows = {r.build: r for r in v.rows}
+    ik = {b for b, r in rows.items() if r.engine == "ik_llama.cpp"}
+    assert ik and ik == {c["build"] for c in v.doc["candidates"] if c.get("engine") and c.get("build")}
+    assert all(rows[b].label.startswith("ik_llama.cpp: ") for b in ik)
+    head, body = rtune.front_table(v)
+    assert head[:3] == ["Config", "What", "Engine"]
+    assert {row[0]: row[2] for row in body} == {b: r.engine for b, r in rows.items()}
+    # a tune of one engine keeps its table as it was
+    assert "Engine" not in rtune.candidates_table(v)[0] and "Dry runs or loads" in rtune.candidates_table(v)[0]
+
+
+def test_the_picks_command_starts_its_engines_llama_server(engines_data, tmp_path):
+    v = rtune.view(engines_data)
+    assert engines_data.engine(v.pick.name) == "ik_llama.cpp"
+    ran = engines_data.server_argv(v.pick.name, "tune")[0]
+    assert ran.endswith("/bin/llama-server") and "/builds/ik-" in ran
+    # its own binary, by the path it ran from; its own slots: -np K without -kvu (it has no unified KV cache); no
+    # device arguments (--rpc, the CPU's 0 in front of -ts)
+    assert v.command_words[0] == ran and v.command_words[-2:] == ["-np", "1"] and "-kvu" not in v.command_words
+    assert "-ts 1024,1024" in v.command and "--rpc" not in v.command
+    assert v.default_command.startswith("llama-server -m ") and v.default_command.endswith("-np 1 -kvu")
+    for r in v.rows:
+        w = rtune.command_words(engines_data, r.build, 1, "M")
+        assert (w[0] == engines_data.server_argv(r.build, "tune")[0]) == (r.engine == "ik_llama.cpp")
+    assert f'cmd: "{ran} --port ${{PORT}} -m ' in rtune.llama_swap(v)
+    # a run that does not say where the binary was: the path its checkout's build gives it, never `llama-server`
+    doc = runfixtures.doc(runfixtures.TUNE_ENGINES)
+    for c in doc["tables"]["configs"]:
+        c["server_argv_json"] = None
+    with Store(tmp_path / "bare.db") as s:
+        bare = rdata.load(s, runfixtures.fill(s, document=doc))
+    assert rtune.view(bare).command.startswith("ik_llama.cpp/build/bin/llama-server -m ")
+
+
+def test_the_stage_lines_say_what_the_other_engine_searched_and_how(engines_data):
+    v = rtune.view(engines_data)
+    e = v.doc["engines"][0]
+    line = next(x for x in v.stage_lines if x.startswith("ik_llama.cpp: "))
+    assert f"measured by {e['loads']} real loads in {e['seconds']:.1f} s (it has no dry run" in line
+    assert "its own default and llama.cpp's front as it runs them" in line and "not searched: -ts" in line
+    assert "slots" not in line  # one request at a time: nothing about its per-slot context
+
+
+def test_an_ik_pick_at_k_requests_says_each_slot_holds_a_kth(tmp_path):
+    doc = runfixtures.doc(runfixtures.TUNE_ENGINES)
+    (t,) = doc["tables"]["tunes"]
+    t["result_json"] = {**t["result_json"], "parallel": 2}
+    with Store(tmp_path / "r.db") as s:
+        v = rtune.view(rdata.load(s, runfixtures.fill(s, document=doc)))
+    n = next(r.n_ctx for r in v.rows if r.build == v.pick.name)
+    assert f"It runs on ik_llama.cpp, which has no unified KV cache: each of its 2 slots holds {n // 2:,} tokens." \
+        in v.pick_sentence
+
+
+def test_markdown_and_json_of_a_tune_over_two_engines(engines_data):
+    md = markdown.render(engines_data)
+    v = rtune.view(engines_data)
+    assert "| Config | What | Engine |" in md and "```\n" + v.command + "\n```" in md
+    front = document.document(engines_data)["tune"]["front"]
+    assert {r["build"]: r["engine"] for r in front} == {r.build: r.engine for r in v.rows}

@@ -26,8 +26,10 @@ def run(tmp_path):
 
 def test_only_runs_over_several_sources_have_the_section(tmp_path, run):
     assert versions.applies(run)
+    # a tune over two engines ran two sources too (llama.cpp b11312 and ik_llama.cpp ik-0.1.5)
+    assert versions.applies(_load(tmp_path, runfixtures.TUNE_ENGINES))
     for name in runfixtures.names():
-        if name != VERSIONS:
+        if name not in (VERSIONS, runfixtures.TUNE_ENGINES):
             d = _load(tmp_path, name)
             assert not versions.applies(d)
             assert "## Versions" not in markdown.render(d) and document.document(d)["versions"] == []

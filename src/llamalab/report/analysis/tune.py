@@ -11,11 +11,12 @@ from pathlib import Path
 
 from ...core import stats
 from ...core.safetext import one_line, shell_line
-from ...llamacpp import argv
+from ...llamacpp import argv, engines
 from ...tune import pick as tunepick
 from ...tune import space as ts
 from ...tune.pick import Decision, Pick, compare, measured_front
 from ...tune.records import DEFAULT, ledger_contexts
+from .. import records
 from ..data import RunData
 
 
@@ -36,6 +37,7 @@ class Row:
     note: str = ""
     kld: dict | None = None  # its KV cache against f16/f16 (llama-perplexity --kl-divergence), where measured
     kv: str = ""
+    engine: str = engines.LLAMA_CPP  # whose llama-server ran it
 
 
 @dataclass
@@ -78,9 +80,11 @@ def _fmt(v: float | None, nd: int = 1) -> str:
 
 
 def command(data: RunData, build: str, parallel: int, model: str) -> str:
-    """The llama-server command a configuration of the run ran with, as a user types it: the study's server
-    arguments, the build's, and the slots (-np K -kvu); the budget emulation's -fitt and the default's `-ts 0,…`
-    (llama.cpp's "no split given", there only to keep the emulation from adding one) left out."""
+    """The llama-server command a configuration of the run ran with, as a user types it: its engine's llama-server
+    (`server_binary`), the study's server arguments, the build's, and the slots (-np K, with -kvu where the engine
+    has a unified KV cache); the budget emulation's -fitt and the default's `-ts 0,…` (llama.cpp's "no split given",
+    there only to keep the emulation from adding one) left out, as are the devices' own arguments (--rpc, and on
+    CPU + RPC the CPU's 0 that ik_llama.cpp's -ts gets in front: docs/engines.md)."""
     return shell_line(command_words(data, build, parallel, model))
 
 
@@ -90,7 +94,26 @@ def command_words(data: RunData, build: str, parallel: int, model: str) -> list[
     args = list(data.build_spec(build).args or [])
     if build == DEFAULT and (split := argv.value(args, *argv.TENSOR_SPLIT)) and set(split.replace(",", "")) <= {"0"}:
         args = argv.without(args, with_value=set(argv.TENSOR_SPLIT))
-    return ["llama-server", "-m", model, *server, *args, "-np", str(parallel), "-kvu"]
+    slots = ["-np", str(parallel), *(["-kvu"] if _engine(data, build).unified_kv else [])]
+    return [server_binary(data, build), "-m", model, *server, *args, *slots]
+
+
+def _engine(data: RunData, build: str) -> engines.Engine:
+    try:
+        return engines.get(data.engine(build))
+    except KeyError:  # an engine this llamalab does not know (an imported run): llama.cpp's words
+        return engines.get(engines.LLAMA_CPP)
+
+
+def server_binary(data: RunData, build: str) -> str:
+    """llama.cpp's llama-server by its name (`llama-server`, as every llama.cpp install has it on PATH); another
+    engine's, which shares that name, by the path the run started it from, else the path a build of its checkout
+    gives it (`ik_llama.cpp/build/bin/llama-server`), so the command never starts the other engine's."""
+    eng = _engine(data, build)
+    if eng.name == engines.LLAMA_CPP:
+        return "llama-server"
+    ran = next((a[0] for c in reversed(data.configs) if c["build"] == build and (a := records.server_argv(c))), None)
+    return ran or f"{eng.name}/build/bin/llama-server"
 
 
 def _candidates(doc: dict) -> dict[str, dict]:
@@ -140,7 +163,7 @@ def view(data: RunData) -> View | None:
     model = (doc.get("model") or {}).get("path") or "MODEL"
     pick_row = next((r for r in rows if r.build == p.name), None)
     base_row = next((r for r in rows if r.build == DEFAULT), None)
-    sentence = _pick_sentence(p, pick_row, base_row)
+    sentence = _pick_sentence(p, pick_row, base_row, k)
     v = View(run_id=data.id, doc=doc, rows=rows, pick=p, pick_sentence=sentence,
              versus_default=_versus_default(pick_row, base_row),
              command=command(data, p.name, k, model), default_command=command(data, DEFAULT, k, model),
@@ -181,7 +204,8 @@ def _rows(doc: dict, cands: dict[str, dict], ms: list[ts.Measures], order: list[
                   n=len(m.samples.get("output_tps") or []) if m else 0, devices_mib=list(devs),
                   on_front=b in front, picked=b == p.name,
                   kld=(c or {}).get("kld") if b != DEFAULT else None,
-                  kv="f16/f16" if b == DEFAULT else f"{(c or {}).get('ctk', 'f16')}/{(c or {}).get('ctv', 'f16')}")
+                  kv="f16/f16" if b == DEFAULT else f"{(c or {}).get('ctk', 'f16')}/{(c or {}).get('ctv', 'f16')}",
+                  engine=str((c or {}).get("engine") or engines.LLAMA_CPP))
         if m and b != DEFAULT and DEFAULT in by:
             row.vs_default = _vs_default(by[DEFAULT], m, threshold)
             row.gen_vs_default = row.vs_default.get("output_tps", "")
@@ -232,7 +256,7 @@ def over_note(default: dict, doc: dict) -> str:
 SPEED_WORDS = {"input_tps": "prompt", "output_tps": "generation", "aggregate_output_tps": "aggregate output"}
 
 
-def _pick_sentence(p: Pick, row: Row | None, base: Row | None) -> str:
+def _pick_sentence(p: Pick, row: Row | None, base: Row | None, parallel: int = 1) -> str:
     if row is None:
         return f"{p.name}: {p.reason}."
     if row.build == DEFAULT:
@@ -240,7 +264,17 @@ def _pick_sentence(p: Pick, row: Row | None, base: Row | None) -> str:
     parts = [f"{row.build} ({row.label}): {p.reason}."]
     if row.kld:
         parts.append(f"Its KV cache ({row.kv}) costs {kld_text(row.kld)} against f16/f16.")
+    if parallel > 1 and not _unified(row.engine):
+        parts.append(f"It runs on {row.engine}, which has no unified KV cache: each of its {parallel} slots holds "
+                     f"{row.n_ctx // parallel:,} tokens.")
     return " ".join(parts)
+
+
+def _unified(engine: str) -> bool:
+    try:
+        return engines.get(engine).unified_kv
+    except KeyError:
+        return True
 
 
 def _versus_default(row: Row | None, base: Row | None) -> str:
@@ -278,6 +312,7 @@ def stage_lines(doc: dict) -> list[str]:
     elif s1.get("reused_from"):
         out.append("stage one reused from an earlier tune of this search, model, build and budgets (its dry runs "
                    "and time are that tune's)")
+    out += [engine_line(e, int(doc.get("parallel") or 1)) for e in doc.get("engines") or []]
     out += _stage_two_lines(s2)
     q = doc.get("quality") or {}
     if q.get("measured"):
@@ -305,6 +340,21 @@ def stage_lines(doc: dict) -> list[str]:
                    "would fix the split to the budgets' proportions")
     out += list(doc.get("notes") or [])
     return out
+
+
+def engine_line(e: dict, parallel: int) -> str:
+    """Another engine's part of stage one (tune/stage_one_engine.py) in one line: its candidates, its loads, what it
+    left out and why."""
+    eng = e.get("engine") or "another engine"
+    reused = " (reused from an earlier tune of this search: its loads and time are that tune's)" \
+        if e.get("reused_from") and not e.get("afresh") else ""
+    per_slot = (f"; it has no unified KV cache, so each of its {parallel} slots holds a {parallel}th of a member's "
+                "context" if parallel > 1 else "")
+    left = "".join(f"; not searched: {k} ({v})" for k, v in ((e.get("space") or {}).get("not_searched") or {}).items())
+    return (f"{eng}: {e.get('members', 0)} candidates — its own default and llama.cpp's front as it runs them — "
+            f"measured by {e.get('loads', 0)} real loads in {float(e.get('seconds') or 0):.1f} s (it has no dry "
+            f"run: each load stopped once its context was made){reused}, {e.get('front', 0)} on its front"
+            f"{per_slot}{left}")
 
 
 def _stage_two_lines(s2: dict) -> list[str]:
@@ -362,15 +412,20 @@ def shown(v: View) -> list[Row]:
 
 
 def front_table(v: View) -> tuple[list[str], list[list[str]]]:
+    """The measured front: a row per configuration stage two ran; an Engine column where they ran on more than one
+    engine (`[tune] engines`)."""
     k = v.parallel
     quality = any(r.kld for r in v.rows)
-    head = ["Config", "What", "Context", "Prompt t/s", "Gen t/s", f"Aggregate t/s at {k}" if k > 1
+    several = len({r.engine for r in v.rows}) > 1
+    head = ["Config", "What", *(["Engine"] if several else []), "Context", "Prompt t/s", "Gen t/s",
+            f"Aggregate t/s at {k}" if k > 1
             else "Aggregate t/s (1 request)", "Gen vs default", *(["KV mean KLD"] if quality else []),
             *[f"{d} MiB" for d in v.devices], "Front"]
     body = []
     for r in v.rows:
         mark = "pick" if r.picked else ("front" if r.on_front else "")
-        body.append([r.build, r.label + (f" ({r.note})" if r.note else ""), f"{r.n_ctx:,}", _fmt(r.prompt),
+        body.append([r.build, r.label + (f" ({r.note})" if r.note else ""), *([r.engine] if several else []),
+                     f"{r.n_ctx:,}", _fmt(r.prompt),
                      _fmt(r.gen), _fmt(r.agg), r.gen_vs_default or ("baseline" if r.build == DEFAULT else "–"),
                      *([f"{r.kld['mean']:.4f}" if r.kld else ("0 (f16/f16)" if r.kv == "f16/f16" else "–")]
                        if quality else []),
@@ -380,7 +435,8 @@ def front_table(v: View) -> tuple[list[str], list[list[str]]]:
 
 def candidates_table(v: View) -> tuple[list[str], list[list[str]]]:
     """Every stage-one candidate: its status, context (verified, else predicted) and memory per device."""
-    head = ["Status", "Candidate", "Context", "Predicted", "Dry runs", *[f"{d} MiB" for d in v.devices], "Why"]
+    head = ["Status", "Candidate", "Context", "Predicted", "Dry runs" + (" or loads" if v.doc.get("engines") else ""),
+            *[f"{d} MiB" for d in v.devices], "Why"]
     order: dict[str | None, int] = {"front": 0, "dominated": 1, "pruned": 2, "infeasible": 3, "unplannable": 4}
     body = []
     def key(c: dict) -> tuple:
