@@ -33,6 +33,7 @@ render() {  # render DIR EXPORT STEM: DIR/STEM.md, .html (+ .json where committe
 render h200 export.json report
 "$LLAMALAB" report --db "$work/h200-report.db" --format forum -o h200/forum.md
 "$LLAMALAB" report --db "$work/h200-report.db" --plots h200/plots --format md -o "$work/unused.md"
+render h100-outputs export.json report
 render vulkan-h200 export.json report
 render split-modes-h200 export.json report
 for name in 8b-exhaustive 8b-race moe-exhaustive moe-race; do
