@@ -109,13 +109,17 @@ def _setting(prep: Prepared, store: Store, run_id: str, setting: str, arms: list
         progress.message(f"outputs: {baseline} × {setting}'s logits over {CORPUS_NAME} (llama-perplexity)")
         made = _run(prep, baseline, setting, base, chunks, logs, corpus)
         if made.get("error"):
+            progress.warn(f"outputs: no logits of {setting} are compared: {baseline}'s run failed: {made['error']}")
             for b in arms:
                 store.save_output_logits(run_id, b, setting, baseline,
                                          {**made, "error": f"not compared: the baseline's run failed: {made['error']}"})
             return
         for b in arms:  # the baseline too: its A/A against its own saved logits
             progress.message(f"outputs: {b} × {setting}'s logits against {baseline}'s (llama-perplexity)")
-            store.save_output_logits(run_id, b, setting, baseline, _run(prep, b, setting, base, chunks, logs))
+            got = _run(prep, b, setting, base, chunks, logs)
+            if got.get("error"):  # stored with the configuration and said in its verdict; said here as it happens
+                progress.warn(f"outputs: {b} × {setting}'s logits are not compared: {got['error']}")
+            store.save_output_logits(run_id, b, setting, baseline, got)
 
 
 def _run(prep: Prepared, build: str, setting: str, base: Path, chunks: int, logs: Path,
