@@ -68,3 +68,29 @@ def test_a_build_without_llama_perplexity_is_stored_and_said(demo_prep, tmp_path
     assert all(r["error"].startswith("not compared: the baseline's run failed: not compared: there is no "
                                      f"llama-perplexity in {empty}") for r in rows.values()), rows
     assert len([w for w in said.warnings if setting in w]) == 1 and "no logits" in said.warnings[0], said.warnings
+
+
+@pytest.mark.llama
+def test_an_arm_that_cannot_be_compared_is_tried_twice_and_both_failures_kept(demo_prep, tmp_path):
+    """The baseline's logits are saved (a real llama-perplexity run, two chunks of the synthetic model) and its A/A
+    compares them: KLD 0.000000. The second build's binaries are in a folder without llama-perplexity: its
+    comparison fails, is said, is run once more (its own log folder), and both failures are stored."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    base_name, other = [b.name for b in demo_prep.study.builds if b.name in demo_prep.artifacts][:2]
+    arts = dict(demo_prep.artifacts)
+    arts[other] = dataclasses.replace(arts[other], bin_dir=empty)
+    prep = dataclasses.replace(demo_prep, artifacts=arts)
+    setting = prep.study.settings[0].name
+    said = Said()
+    with Store(tmp_path / "r.db") as s:
+        run_id = s.new_run("demo", "", "h", version="test")
+        for b in (base_name, other):
+            s.finish_config(s.start_config(run_id, ConfigOutcome(build=b, setting=setting, status="running")), "ok")
+        logits.check(prep, s, run_id, tmp_path / "logs", said)
+        rows = {r["build"]: r["result"] for r in s.output_logits(run_id) if r["setting"] == setting}
+    assert rows[base_name].get("error") is None and abs(rows[base_name]["mean"]) < 1e-6, rows[base_name]
+    why = f"not compared: there is no llama-perplexity in {empty}"
+    assert (rows[other]["error"], rows[other]["first_try"]) == (why, why)
+    assert [w.split(": ", 1)[0] for w in said.warnings] == ["outputs", "outputs"] and \
+        "running the comparison once more" in said.warnings[0] and said.warnings[1].endswith(why), said.warnings

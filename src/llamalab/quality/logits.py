@@ -117,16 +117,21 @@ def _setting(prep: Prepared, store: Store, run_id: str, setting: str, arms: list
         for b in arms:  # the baseline too: its A/A against its own saved logits
             progress.message(f"outputs: {b} × {setting}'s logits against {baseline}'s (llama-perplexity)")
             got = _run(prep, b, setting, base, chunks, logs)
-            if got.get("error"):  # stored with the configuration and said in its verdict; said here as it happens
-                progress.warn(f"outputs: {b} × {setting}'s logits are not compared: {got['error']}")
+            if got.get("error"):  # said as it happens, run once more (its own log), and the first failure kept
+                progress.warn(f"outputs: {b} × {setting}'s logits could not be compared ({got['error']}); "
+                              "running the comparison once more")
+                again = _run(prep, b, setting, base, chunks, logs, again=True)
+                got = {**again, "first_try": got["error"]}
+                if again.get("error"):  # stored with the configuration and said in its verdict
+                    progress.warn(f"outputs: {b} × {setting}'s logits are not compared: {again['error']}")
             store.save_output_logits(run_id, b, setting, baseline, got)
 
 
 def _run(prep: Prepared, build: str, setting: str, base: Path, chunks: int, logs: Path,
-         corpus: Path | None = None) -> dict[str, Any]:
+         corpus: Path | None = None, *, again: bool = False) -> dict[str, Any]:
     """One llama-perplexity run of a configuration on its own devices: the baseline's (`corpus`: saves `base`), or
-    an arm's against `base`; what `output_logits` stores (the statistics, the argv, what was left out, the
-    seconds, or the error)."""
+    an arm's against `base` (`again`: a second try, logged apart); what `output_logits` stores (the statistics, the
+    argv, what was left out, the seconds, or the error)."""
     study = prep.study
     art: BuildArtifact = prep.artifacts[build]
     cfg = Config(build=next(b for b in study.builds if b.name == build),
@@ -135,7 +140,7 @@ def _run(prep: Prepared, build: str, setting: str, base: Path, chunks: int, logs
     if not binary.is_file():
         return {"error": f"not compared: there is no llama-perplexity in {art.bin_dir}"}
     t0 = time.monotonic()
-    name = f"logits-{build}-{setting}{'-base' if corpus else ''}".replace("/", "_")
+    name = f"logits-{build}-{setting}{'-base' if corpus else ''}{'-again' if again else ''}".replace("/", "_")
     folder = logs / name
     folder.mkdir(parents=True, exist_ok=True)
     with device_setup(prep, art, folder) as dev:
