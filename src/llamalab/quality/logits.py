@@ -118,8 +118,8 @@ def _setting(prep: Prepared, store: Store, run_id: str, setting: str, arms: list
             progress.message(f"outputs: {b} × {setting}'s logits against {baseline}'s (llama-perplexity)")
             got = _run(prep, b, setting, base, chunks, logs)
             if got.get("error"):  # said as it happens, run once more (its own log), and the first failure kept
-                progress.warn(f"outputs: {b} × {setting}'s logits could not be compared ({got['error']}); "
-                              "running the comparison once more")
+                progress.message(f"outputs: {b} × {setting}'s logits could not be compared ({got['error']}); "
+                                 "running the comparison once more")
                 again = _run(prep, b, setting, base, chunks, logs, again=True)
                 got = {**again, "first_try": got["error"]}
                 if again.get("error"):  # stored with the configuration and said in its verdict
@@ -159,6 +159,9 @@ def _run(prep: Prepared, build: str, setting: str, base: Path, chunks: int, logs
             **out, "error": f"llama-perplexity's run failed (exit {rc}; {(lines[-1] if lines else 'no output')[:200]})"}
     got = kldmod.parse(lines, setting, chunks) if rc == 0 else None
     if got is None:
-        return {**out, "error": f"llama-perplexity's comparison failed (exit {rc}; "
+        # seen with exit 0 too: its log stopping after a chunk's line, no statistics, no error line (llama.cpp
+        # b11312, -sm tensor on rpc-servers, once in a few runs; a second run printed them)
+        how = "ended without its statistics" if rc == 0 else "failed"
+        return {**out, "error": f"llama-perplexity's comparison {how} (exit {rc}; "
                                 f"{(lines[-1] if lines else 'no output')[:200]})"}
     return {**out, **got.as_dict()}
