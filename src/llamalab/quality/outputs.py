@@ -250,20 +250,20 @@ def judge(baseline: str, base: Mapping[str, Sequence[Sequence[Generated]]], arm:
                        synthetic=synthetic)
 
     logits = kld_words(kld)
+    said = logits or (f"logits not compared: {kld_error}" if kld_error else "")  # a difference says either
     single = [m for m in p.modes if m.mode == "single"]
     if p.batched and not (single and all(m.parting is None for m in single)):
         p.clear.extend(p.batched)  # without an identical single stream, a batched parting is a difference too
         p.batched.clear()
     if p.clear or logits_same(kld, synthetic) is False:
         bits = [_where(p.clear, synthetic)] if p.clear else []
-        bits += [logits] if logits else [f"logits not compared: {kld_error}"] if kld_error else []
+        bits += [said] if said else []
         tail = " — a synthetic model: any difference is one to explain" if synthetic else ""
         return verdict(DIFFERS, f"computes differently ({'; '.join(bits)}){tail}")
     if p.near:
         first = _earliest(p.near)
         return verdict(NEAR, f"parts at a near tie (token {first.pos + 1}, margin {_pct(first.margin)}"
-                       + (f"; {logits}" if logits else f"; logits not compared: {kld_error}" if kld_error else "")
-                       + ")")
+                       + (f"; {said}" if said else "") + ")")
     notes = [f"{r.mode}: the baseline parts with itself from token {aa.parting.pos + 1 if aa.parting else '?'}, "
              "and this no earlier" for r, aa in p.spread]
     if p.batched:  # a synthetic model's single stream and logits agree: its K-at-once tokens tell nothing more
@@ -285,3 +285,13 @@ def by_mode(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, list[Gener
         seqs = [Generated.of(s) for s in ((r.get("result") or {}).get("sequences") or [])]
         out.setdefault(str(r["mode"]), {})[int(r["rep"])] = seqs
     return out
+
+
+def repetitions(gens: Mapping[str, Mapping[int, list[Generated]]]) -> dict[str, list[list[Generated]]]:
+    """mode → rep → sequences (`by_mode`) as `judge`'s `base`: per mode, every repetition in order (pure)."""
+    return {mode: [by[k] for k in sorted(by)] for mode, by in gens.items()}
+
+
+def first_repetition(gens: Mapping[str, Mapping[int, list[Generated]]]) -> dict[str, list[Generated]]:
+    """mode → rep → sequences (`by_mode`) as `judge`'s `arm`: per mode, its first repetition (pure)."""
+    return {mode: by[min(by)] for mode, by in gens.items() if by}

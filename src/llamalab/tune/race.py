@@ -99,12 +99,12 @@ class OutputCheck:
         rows: dict[str, list[dict[str, Any]]] = {}
         for r in store.outputs(run_id):
             rows.setdefault(str(r["build"]), []).append(r)
-        base = {mode: [by[k] for k in sorted(by)] for mode, by in qout.by_mode(rows.get(DEFAULT, [])).items()}
+        base = qout.repetitions(qout.by_mode(rows.get(DEFAULT, [])))
         out: dict[str, str] = {}
         for name, kv in self.kv_of.items():
             if kv != self.default_kv or name not in rows or not base:
                 continue
-            mine = {mode: by[min(by)] for mode, by in qout.by_mode(rows[name]).items() if by}
+            mine = qout.first_repetition(qout.by_mode(rows[name]))
             v = qout.judge(DEFAULT, base, mine, None, synthetic=self.synthetic)
             if v.kind == qout.DIFFERS:
                 out[name] = v.words

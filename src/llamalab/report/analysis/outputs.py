@@ -62,7 +62,7 @@ def _verdicts(data: RunData) -> dict[tuple[str, str], q.Verdict]:
     out: dict[tuple[str, str], q.Verdict] = {}
     for setting in study_settings(data):
         b = gens.get((base, setting), {})
-        reps = {mode: [by[k] for k in sorted(by)] for mode, by in b.items()}
+        reps = q.repetitions(b)
         for build in [x for x in study_builds(data) if (x, setting) in ran]:
             key = (build, setting)
             kld = klds.get(key)
@@ -76,7 +76,7 @@ def _verdicts(data: RunData) -> dict[tuple[str, str], q.Verdict]:
             if build == base:
                 out[key] = _aa(base, reps, kld, synthetic)
                 continue
-            mine = {mode: by[min(by)] for mode, by in gens.get(key, {}).items() if by}
+            mine = q.first_repetition(gens.get(key, {}))
             out[key] = q.judge(base, reps, mine, kld, synthetic=synthetic, kld_error=kld_error)
     return out
 
